@@ -1,0 +1,3 @@
+from specjax.cli import main
+
+raise SystemExit(main())

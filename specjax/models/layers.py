@@ -1,0 +1,102 @@
+"""Building blocks shared by every architecture family: rotary embeddings, RMSNorm,
+activations, and attention of pending tokens over a KV cache.
+
+Shape letters used throughout the models:
+
+    B batch   T pending tokens   S cache slots   E embed   V vocab
+    H query heads   K key/value heads   G = H // K (query heads per KV head)   D head dim
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+ACTIVATIONS = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+}
+
+
+def init_normal(rngs: nnx.Rngs, shape: tuple[int, ...], dtype, std: float = 0.02) -> nnx.Param:
+    return nnx.Param((std * jax.random.normal(rngs.params(), shape)).astype(dtype))
+
+
+def apply_rotary(x: jax.Array, positions: jax.Array, rotary_dim: int, theta: float) -> jax.Array:
+    """Rotary embedding (GPT-NeoX "rotate half" convention) on the first `rotary_dim` dims.
+
+    x: [B, T, H, D]; positions: int32[B, T]. Dims >= rotary_dim pass through unchanged
+    (Pythia's partial rotary). Angles are computed in float32 whatever x's dtype.
+    """
+    if rotary_dim == 0:
+        return x
+    half = rotary_dim // 2
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, rotary_dim, 2, dtype=jnp.float32) / rotary_dim))  # [R/2]
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, R/2]
+    cos = jnp.cos(angles)[:, :, None, :]  # [B, T, 1, R/2]
+    sin = jnp.sin(angles)[:, :, None, :]
+    x_rot, x_pass = x[..., :rotary_dim].astype(jnp.float32), x[..., rotary_dim:]
+    x1, x2 = x_rot[..., :half], x_rot[..., half:]
+    rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return jnp.concatenate([rotated.astype(x.dtype), x_pass], axis=-1)
+
+
+class RMSNorm(nnx.Module):
+    """RMSNorm with a learned per-feature weight, statistics in float32 (Llama/Qwen)."""
+
+    def __init__(self, features: int, eps: float, dtype):
+        self.eps = eps
+        self.weight = nnx.Param(jnp.ones((features,), dtype))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        xf = x.astype(jnp.float32)
+        xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
+        return self.weight[...] * xf.astype(x.dtype)
+
+
+def cache_attention_mask(lengths: jax.Array, block_mask: jax.Array, num_slots: int) -> jax.Array:
+    """Which cache slots each pending token may attend to: bool[B, T, S].
+
+    Slot s < lengths[b] is committed context (always visible). Pending token t was
+    written at slot lengths[b] + t; it sees pending token u iff block_mask[b, t, u].
+    Slots past the pending block are never visible.
+    """
+    _, t = block_mask.shape[:2]
+    slots = jnp.arange(num_slots)
+    rel = slots[None, :] - lengths[:, None]  # [B, S] position inside the pending block
+    in_block = (rel >= 0) & (rel < t)
+    pending = jnp.take_along_axis(block_mask, jnp.clip(rel, 0, t - 1)[:, None, :].repeat(t, axis=1), axis=2)
+    return (rel < 0)[:, None, :] | (in_block[:, None, :] & pending)
+
+
+def write_pending(cache_layer: jax.Array, new: jax.Array, lengths: jax.Array) -> jax.Array:
+    """Write the pending block of each row at its own offset: cache_layer[b, lengths[b] + t] = new[b, t].
+
+    cache_layer: [B, S, K, D]; new: [B, T, K, D]. The caller guarantees lengths + T <= S
+    (checked on the host before any compilation, see `cache.check_capacity`).
+    """
+    return jax.vmap(lambda c, n, off: jax.lax.dynamic_update_slice_in_dim(c, n.astype(c.dtype), off, axis=0))(
+        cache_layer, new, lengths
+    )
+
+
+def attend(
+    q: jax.Array, k_all: jax.Array, v_all: jax.Array, mask: jax.Array, scale: float
+) -> jax.Array:
+    """Grouped-query attention of pending queries over all cache slots.
+
+    q: [B, T, H, D]; k_all, v_all: [B, S, K, D]; mask: bool[B, T, S]. Returns [B, T, H, D].
+    Scores and softmax in float32.
+    """
+    b, t, h, d = q.shape
+    kv_heads = k_all.shape[2]
+    qg = q.reshape(b, t, kv_heads, h // kv_heads, d)  # [B, T, K, G, D]
+    scores = jnp.einsum("btkgd,bskd->bkgts", qg.astype(jnp.float32), k_all.astype(jnp.float32)) * scale
+    scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)  # [B, K, G, T, S]
+    probs = jax.nn.softmax(scores, axis=-1)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v_all.astype(jnp.float32))  # [B, T, K, G, D]
+    return out.reshape(b, t, h, d).astype(q.dtype)

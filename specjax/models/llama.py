@@ -1,0 +1,268 @@
+"""The Llama family in Flax NNX: Llama (SmolLM2), Qwen2 and Qwen3 as one model with flags.
+
+Architecture features implemented (everything else in a config raises):
+  * token embedding `embed_tokens`; output `lm_head`, or tied to the embedding
+    (`tie_word_embeddings`, e.g. SmolLM2 and small Qwen3s);
+  * pre-RMSNorm blocks (statistics in float32), eps `rms_norm_eps`;
+  * grouped-query attention: `num_key_value_heads` divides `num_attention_heads`,
+    explicit `head_dim` (Qwen3) or hidden_size / heads;
+  * biases: q/k/v only (Qwen2), q/k/v/o (`attention_bias`, Llama and Qwen3), MLP (`mlp_bias`);
+  * Qwen3's per-head RMSNorm on queries and keys (`q_norm`, `k_norm`) before rotary;
+  * full rotary embedding, "rotate half" layout, base `rope_theta` (no rope scaling);
+  * SwiGLU MLP: down(silu(gate(x)) * up(x)).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+from flax import nnx
+
+from specjax.models.hf_config import ConfigReader, UnsupportedConfigError, eos_ids, read_rope
+from specjax.models.layers import ACTIVATIONS, RMSNorm, apply_rotary, attend, init_normal, write_pending
+from specjax.models.loading_maps import ParamMap, Transform
+
+_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    hidden_act: str = "silu"
+    flavor: str = "llama"  # "llama" | "qwen2" | "qwen3": which HF model_type to save as
+    max_position_embeddings: int = 2048
+    eos_token_ids: tuple[int, ...] = ()
+    bos_token_id: int | None = None
+
+    @property
+    def model_type(self) -> str:
+        return self.flavor
+
+    def __post_init__(self):
+        if self.flavor not in _ARCHITECTURES:
+            raise ValueError(f"unknown llama-family flavor {self.flavor!r}; expected one of {sorted(_ARCHITECTURES)}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim {self.head_dim} must be even for rotary embeddings")
+        if self.hidden_act not in ACTIVATIONS:
+            raise UnsupportedConfigError(f"{self.flavor} hidden_act {self.hidden_act!r} is not supported")
+
+    @classmethod
+    def from_hf(cls, hf: dict[str, Any]) -> "LlamaConfig":
+        flavor = hf.get("model_type")
+        if flavor not in _ARCHITECTURES:
+            raise UnsupportedConfigError(f"model_type {flavor!r} is not a supported llama-family type")
+        r = ConfigReader(hf, flavor)
+        rope = read_rope(r, default_theta=10000.0)
+        if rope["partial_rotary_factor"] not in (None, 1.0):
+            raise UnsupportedConfigError(f"{flavor} partial rotary is not supported")
+        hidden, heads = r.get("hidden_size", required=True), r.get("num_attention_heads", required=True)
+        head_dim = r.get("head_dim") or hidden // heads
+        r.expect("pretraining_tp", (1,), "tensor-parallel slicing of the checkpoint")
+        r.expect("use_sliding_window", (False,), "sliding-window attention")
+        r.get("max_window_layers")  # only meaningful with use_sliding_window
+        if hf.get("use_sliding_window", False) is False:
+            r.get("sliding_window")
+        else:
+            r.expect("sliding_window", (None,), "sliding-window attention")
+        layer_types = r.get("layer_types")
+        if layer_types is not None and set(layer_types) - {"full_attention"}:
+            raise UnsupportedConfigError(f"{flavor} config field 'layer_types' has non-full attention layers")
+        attention_bias = bool(r.get("attention_bias", False))
+        if flavor == "qwen2":
+            r.expect("attention_bias", (False,), "qwen2 has fixed q/k/v biases and no o bias")
+        cfg = cls(
+            vocab_size=r.get("vocab_size", required=True),
+            hidden_size=hidden,
+            num_layers=r.get("num_hidden_layers", required=True),
+            num_heads=heads,
+            num_kv_heads=r.get("num_key_value_heads") or heads,
+            head_dim=head_dim,
+            intermediate_size=r.get("intermediate_size", required=True),
+            rope_theta=rope["theta"],
+            rms_norm_eps=float(r.get("rms_norm_eps", 1e-6)),
+            tie_word_embeddings=bool(r.get("tie_word_embeddings", False)),
+            qkv_bias=flavor == "qwen2" or attention_bias,
+            o_bias=flavor != "qwen2" and attention_bias,
+            mlp_bias=bool(r.get("mlp_bias", False)) if flavor == "llama" else False,
+            qk_norm=flavor == "qwen3",
+            hidden_act=r.get("hidden_act", "silu"),
+            flavor=flavor,
+            max_position_embeddings=int(hf.get("max_position_embeddings", 2048)),
+            eos_token_ids=eos_ids(hf.get("eos_token_id")),
+            bos_token_id=hf.get("bos_token_id"),
+        )
+        r.finish()
+        return cfg
+
+    def to_hf(self) -> dict[str, Any]:
+        out = {
+            "architectures": [_ARCHITECTURES[self.flavor]],
+            "model_type": self.flavor,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "intermediate_size": self.intermediate_size,
+            "rope_theta": self.rope_theta,
+            "rms_norm_eps": self.rms_norm_eps,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "hidden_act": self.hidden_act,
+            "max_position_embeddings": self.max_position_embeddings,
+            "eos_token_id": list(self.eos_token_ids) if len(self.eos_token_ids) != 1 else self.eos_token_ids[0],
+            "bos_token_id": self.bos_token_id,
+        }
+        if self.flavor == "llama":
+            out.update(attention_bias=self.qkv_bias, mlp_bias=self.mlp_bias)
+        elif self.flavor == "qwen3":
+            out.update(attention_bias=self.qkv_bias)
+        if (self.flavor == "qwen2") != (self.qkv_bias and not self.o_bias) or self.qk_norm != (self.flavor == "qwen3"):
+            raise ValueError(f"config flags do not match HF {self.flavor}: cannot save it as that model_type")
+        return out
+
+
+class Attention(nnx.Module):
+    def __init__(self, cfg: LlamaConfig, dtype, rngs: nnx.Rngs):
+        e, h, k, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.cfg = cfg
+        self.q = init_normal(rngs, (e, h, d), dtype)
+        self.k = init_normal(rngs, (e, k, d), dtype)
+        self.v = init_normal(rngs, (e, k, d), dtype)
+        self.o = init_normal(rngs, (h, d, e), dtype)
+        if cfg.qkv_bias:
+            self.q_bias = nnx.Param(jnp.zeros((h, d), dtype))
+            self.k_bias = nnx.Param(jnp.zeros((k, d), dtype))
+            self.v_bias = nnx.Param(jnp.zeros((k, d), dtype))
+        if cfg.o_bias:
+            self.o_bias = nnx.Param(jnp.zeros((e,), dtype))
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(d, cfg.rms_norm_eps, dtype)
+            self.k_norm = RMSNorm(d, cfg.rms_norm_eps, dtype)
+
+    def __call__(self, x, positions, mask, k_all, v_all, lengths):
+        """x: [B, T, E]; k_all/v_all: [B, S, K, D] this layer's cache. Returns (out, k_all, v_all)."""
+        cfg = self.cfg
+        q = jnp.einsum("bte,ehd->bthd", x, self.q[...])  # [B, T, H, D]
+        k = jnp.einsum("bte,ekd->btkd", x, self.k[...])  # [B, T, K, D]
+        v = jnp.einsum("bte,ekd->btkd", x, self.v[...])  # [B, T, K, D]
+        if cfg.qkv_bias:
+            q, k, v = q + self.q_bias[...], k + self.k_bias[...], v + self.v_bias[...]
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rotary(q, positions, cfg.head_dim, cfg.rope_theta)
+        k = apply_rotary(k, positions, cfg.head_dim, cfg.rope_theta)
+        k_all, v_all = write_pending(k_all, k, lengths), write_pending(v_all, v, lengths)
+        out = attend(q, k_all, v_all, mask, cfg.head_dim**-0.5)  # [B, T, H, D]
+        out = jnp.einsum("bthd,hde->bte", out, self.o[...])
+        if cfg.o_bias:
+            out = out + self.o_bias[...]
+        return out, k_all, v_all
+
+
+class MLP(nnx.Module):
+    def __init__(self, cfg: LlamaConfig, dtype, rngs: nnx.Rngs):
+        self.act = ACTIVATIONS[cfg.hidden_act]
+        lin = dict(use_bias=cfg.mlp_bias, kernel_init=nnx.initializers.normal(0.02), param_dtype=dtype, rngs=rngs)
+        self.gate_proj = nnx.Linear(cfg.hidden_size, cfg.intermediate_size, **lin)
+        self.up_proj = nnx.Linear(cfg.hidden_size, cfg.intermediate_size, **lin)
+        self.down_proj = nnx.Linear(cfg.intermediate_size, cfg.hidden_size, **lin)
+
+    def __call__(self, x):  # [B, T, E] -> [B, T, E]
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nnx.Module):
+    """One transformer layer; `model.forward` scans it over the stacked layer params."""
+
+    def __init__(self, cfg: LlamaConfig, dtype, rngs: nnx.Rngs):
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.self_attn = Attention(cfg, dtype, rngs)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.mlp = MLP(cfg, dtype, rngs)
+
+    def __call__(self, x, positions, mask, k_all, v_all, lengths):
+        attn, k_all, v_all = self.self_attn(self.input_layernorm(x), positions, mask, k_all, v_all, lengths)
+        x = x + attn
+        return x + self.mlp(self.post_attention_layernorm(x)), k_all, v_all
+
+
+class Outer(nnx.Module):
+    """Embedding, final norm and output projection (everything outside the layer stack)."""
+
+    def __init__(self, cfg: LlamaConfig, dtype, rngs: nnx.Rngs):
+        self.tied = cfg.tie_word_embeddings
+        self.embed_tokens = nnx.Embed(cfg.vocab_size, cfg.hidden_size,
+                                      embedding_init=nnx.initializers.normal(0.02), param_dtype=dtype, rngs=rngs)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        if not self.tied:
+            self.lm_head = nnx.Linear(cfg.hidden_size, cfg.vocab_size, use_bias=False,
+                                      kernel_init=nnx.initializers.normal(0.02), param_dtype=dtype, rngs=rngs)
+
+    def embed(self, tokens):  # int32[B, T] -> [B, T, E]
+        return self.embed_tokens(tokens)
+
+    def logits(self, x):  # [B, T, E] -> f32[B, T, V]
+        x = self.norm(x)
+        out = self.embed_tokens.attend(x) if self.tied else self.lm_head(x)
+        return out.astype(jnp.float32)
+
+
+def param_maps(cfg: LlamaConfig) -> tuple[list[ParamMap], list[ParamMap]]:
+    """HF checkpoint key <-> params path. Returns (outer maps, per-layer maps with '{i}')."""
+    e, h, k, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    T = Transform
+    p = "model.layers.{i}."
+    outer = [
+        ParamMap("model.embed_tokens.weight", ("embed_tokens", "embedding"), T.identity()),
+        ParamMap("model.norm.weight", ("norm", "weight"), T.identity()),
+    ]
+    if not cfg.tie_word_embeddings:
+        outer.append(ParamMap("lm_head.weight", ("lm_head", "kernel"), T.linear()))
+    heads_in = lambda n: T.reshape_transpose((n * d, e), (n, d, e), (2, 0, 1))  # [n*D, E] -> [E, n, D]
+    layer = [
+        ParamMap(p + "input_layernorm.weight", ("input_layernorm", "weight"), T.identity()),
+        ParamMap(p + "post_attention_layernorm.weight", ("post_attention_layernorm", "weight"), T.identity()),
+        ParamMap(p + "self_attn.q_proj.weight", ("self_attn", "q"), heads_in(h)),
+        ParamMap(p + "self_attn.k_proj.weight", ("self_attn", "k"), heads_in(k)),
+        ParamMap(p + "self_attn.v_proj.weight", ("self_attn", "v"), heads_in(k)),
+        ParamMap(p + "self_attn.o_proj.weight", ("self_attn", "o"), T.reshape_transpose((e, h * d), (e, h, d), (1, 2, 0))),
+    ]
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        layer.append(ParamMap(p + f"mlp.{name}.weight", ("mlp", name, "kernel"), T.linear()))
+        if cfg.mlp_bias:
+            layer.append(ParamMap(p + f"mlp.{name}.bias", ("mlp", name, "bias"), T.identity()))
+    if cfg.qkv_bias:
+        layer += [
+            ParamMap(p + "self_attn.q_proj.bias", ("self_attn", "q_bias"), T.reshape_transpose((h * d,), (h, d), (0, 1))),
+            ParamMap(p + "self_attn.k_proj.bias", ("self_attn", "k_bias"), T.reshape_transpose((k * d,), (k, d), (0, 1))),
+            ParamMap(p + "self_attn.v_proj.bias", ("self_attn", "v_bias"), T.reshape_transpose((k * d,), (k, d), (0, 1))),
+        ]
+    if cfg.o_bias:
+        layer.append(ParamMap(p + "self_attn.o_proj.bias", ("self_attn", "o_bias"), T.identity()))
+    if cfg.qk_norm:
+        layer += [
+            ParamMap(p + "self_attn.q_norm.weight", ("self_attn", "q_norm", "weight"), T.identity()),
+            ParamMap(p + "self_attn.k_norm.weight", ("self_attn", "k_norm", "weight"), T.identity()),
+        ]
+    return outer, layer
+
+
+IGNORED_KEYS = (r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",)

@@ -1,0 +1,187 @@
+"""Pure entry points over any supported architecture: init, forward, prefill.
+
+A model is a frozen config (static under jit) plus a plain params pytree:
+
+    params = {<outer modules>: ...,            # embedding, final norm, output projection
+              "layers": {<block params>: ...}}  # every leaf stacked on a leading [L] axis
+
+The architecture's NNX modules are rebuilt from the params inside the traced function
+(`nnx.merge`), and the stacked `Block` is scanned over layers with `lax.scan`, so one
+layer is compiled once whatever the depth.
+
+The uniform forward appends T pending tokens at explicit positions with an
+intra-block mask on top of each row's committed cache prefix; prefill, one-token
+decoding and tree verification are all this function with different masks.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from specjax.models import gpt_neox, llama
+from specjax.models.cache import KVCache, check_capacity, commit, init_cache
+from specjax.models.hf_config import UnsupportedConfigError
+from specjax.models.layers import cache_attention_mask
+
+ModelConfig = Union[gpt_neox.GPTNeoXConfig, llama.LlamaConfig]
+
+_FAMILIES = {gpt_neox.GPTNeoXConfig: gpt_neox, llama.LlamaConfig: llama}
+_MODEL_TYPES = {"gpt_neox": gpt_neox.GPTNeoXConfig, "llama": llama.LlamaConfig,
+                "qwen2": llama.LlamaConfig, "qwen3": llama.LlamaConfig}
+
+
+def family(cfg: ModelConfig):
+    """The architecture module (`gpt_neox` or `llama`) implementing `cfg`."""
+    try:
+        return _FAMILIES[type(cfg)]
+    except KeyError:
+        raise TypeError(f"not a specjax model config: {type(cfg).__name__}") from None
+
+
+def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
+    """Build a config from a HF `config.json` dict; unknown model types or fields raise."""
+    model_type = hf.get("model_type")
+    if model_type not in _MODEL_TYPES:
+        raise UnsupportedConfigError(
+            f"model_type {model_type!r} is not supported; supported: {sorted(_MODEL_TYPES)}"
+        )
+    return _MODEL_TYPES[model_type].from_hf(hf)
+
+
+@functools.lru_cache(maxsize=None)
+def _abstract(cfg: ModelConfig, part: str, dtype_name: str):
+    """(graphdef, abstract state) of the Outer or Block module for `cfg` — no allocation."""
+    cls = getattr(family(cfg), part)
+    module = nnx.eval_shape(lambda: cls(cfg, jnp.dtype(dtype_name), nnx.Rngs(0)))
+    return nnx.split(module)
+
+
+def _merge(cfg: ModelConfig, part: str, pure: dict) -> nnx.Module:
+    leaf = jax.tree.leaves(pure)[0]
+    graphdef, abstract = _abstract(cfg, part, jnp.dtype(leaf.dtype).name)
+    state = jax.tree.map(lambda x: x, abstract)  # fresh copy: replace_by_pure_dict mutates
+    nnx.replace_by_pure_dict(state, pure)
+    return nnx.merge(graphdef, state)
+
+
+def init_params(cfg: ModelConfig, key: jax.Array, dtype=jnp.float32) -> dict:
+    """Random params for `cfg` (normal(0.02) weights, unit norms, zero biases)."""
+    fam = family(cfg)
+    k_outer, k_layers = jax.random.split(key)
+    outer = nnx.to_pure_dict(nnx.state(fam.Outer(cfg, dtype, nnx.Rngs(k_outer))))
+
+    def one_layer(k):
+        return nnx.to_pure_dict(nnx.state(fam.Block(cfg, dtype, nnx.Rngs(k))))
+
+    layers = jax.vmap(one_layer)(jax.random.split(k_layers, cfg.num_layers))
+    return {**outer, "layers": layers}
+
+
+def param_shapes(cfg: ModelConfig, dtype=jnp.float32) -> dict:
+    """The params pytree of `cfg` as `jax.ShapeDtypeStruct`s (what a checkpoint must fill)."""
+    return jax.eval_shape(lambda: init_params(cfg, jax.random.key(0), dtype))
+
+
+def forward(
+    params: dict,
+    cfg: ModelConfig,
+    tokens: jax.Array,
+    positions: jax.Array,
+    block_mask: jax.Array,
+    cache: KVCache,
+    hidden_layers: tuple[int, ...] = (),
+):
+    """Append T pending tokens to every row of the cache and return their logits.
+
+    tokens, positions: int32[B, T]; block_mask: bool[B, T, T] (which pending tokens each
+    pending token attends to: causal for prefill/decode, ancestor mask for a tree);
+    cache: KVCache with room for lengths + T slots in every row.
+
+    Returns (logits f32[B, T, V], cache with the pending K/V written at slots
+    [lengths, lengths + T) and `lengths` unchanged — see `commit`), plus, when
+    `hidden_layers` is non-empty, hidden f32/param-dtype[len(hidden_layers), B, T, E] where
+    index i means the residual stream after i blocks (0 = embeddings, L = last block,
+    before the final norm).
+    """
+    outer = _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"})
+    mask = cache_attention_mask(cache.lengths, block_mask, cache.num_slots)  # [B, T, S]
+    embeddings = outer.embed(tokens)  # [B, T, E]
+    want_hidden = bool(hidden_layers)
+
+    def layer(carry, xs):
+        x, k_cache, v_cache = carry
+        layer_params, i = xs
+        block = _merge(cfg, "Block", layer_params)
+        x, k_i, v_i = block(x, positions, mask, k_cache[i], v_cache[i], cache.lengths)
+        k_cache = jax.lax.dynamic_update_index_in_dim(k_cache, k_i, i, axis=0)
+        v_cache = jax.lax.dynamic_update_index_in_dim(v_cache, v_i, i, axis=0)
+        return (x, k_cache, v_cache), (x if want_hidden else None)
+
+    (x, k, v), per_layer = jax.lax.scan(
+        layer, (embeddings, cache.k, cache.v), (params["layers"], jnp.arange(cfg.num_layers))
+    )
+    logits = outer.logits(x)
+    new_cache = KVCache(k=k, v=v, lengths=cache.lengths)
+    if not want_hidden:
+        return logits, new_cache
+    all_hidden = jnp.concatenate([embeddings[None], per_layer], axis=0)  # [L+1, B, T, E]
+    return logits, new_cache, all_hidden[jnp.asarray(hidden_layers)]
+
+
+forward_jit = jax.jit(forward, static_argnames=("cfg", "hidden_layers"), donate_argnames=("cache",))
+
+
+def causal_mask(batch_size: int, length: int) -> jax.Array:
+    """bool[B, T, T] lower-triangular mask for prefill / plain decoding."""
+    return jnp.broadcast_to(jnp.tril(jnp.ones((length, length), bool)), (batch_size, length, length))
+
+
+def pad_prompts(prompts: list[list[int]], length: int | None = None, pad_id: int = 0):
+    """Right-pad token lists to int32[B, T]; returns (tokens, prompt_lengths int32[B])."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    longest = max(len(p) for p in prompts)
+    length = longest if length is None else length
+    if longest > length:
+        raise ValueError(f"prompt of {longest} tokens is longer than the padded length {length}")
+    tokens = np.full((len(prompts), length), pad_id, np.int32)
+    for b, p in enumerate(prompts):
+        tokens[b, : len(p)] = p
+    return jnp.asarray(tokens), jnp.asarray([len(p) for p in prompts], jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
+def _prefill(params, cfg, tokens, prompt_lengths, cache):
+    b, t = tokens.shape
+    positions = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
+    logits, cache = forward(params, cfg, tokens, positions, causal_mask(b, t), cache)
+    cache = commit(cache, jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t)), prompt_lengths)
+    last = jnp.take_along_axis(logits, (prompt_lengths - 1)[:, None, None], axis=1)[:, 0]  # [B, V]
+    return logits, last, cache
+
+
+def prefill(params, cfg: ModelConfig, tokens: jax.Array, prompt_lengths: jax.Array, cache: KVCache):
+    """Process right-padded prompts and commit each row's first prompt_lengths[b] tokens.
+
+    tokens: int32[B, T]; prompt_lengths: int32[B] in [1, T]. Padding is handled by
+    `lengths` alone: pad positions are written to scratch slots and never committed.
+    Returns (logits f32[B, T, V], logits of each row's last prompt token f32[B, V], cache).
+    Raises ValueError (before compiling) if the prompts do not fit in the cache.
+    """
+    check_capacity(cache.lengths, tokens.shape[1], cache.num_slots, what="the prompt")
+    lengths = np.asarray(prompt_lengths)
+    if lengths.min() < 1 or lengths.max() > tokens.shape[1]:
+        raise ValueError(f"prompt_lengths must lie in [1, {tokens.shape[1]}], got {lengths.tolist()}")
+    return _prefill(params, cfg, tokens, prompt_lengths, cache)
+
+
+__all__ = [
+    "ModelConfig", "KVCache", "init_cache", "commit", "config_from_hf", "init_params", "param_shapes",
+    "forward", "forward_jit", "prefill", "causal_mask", "pad_prompts", "family",
+]

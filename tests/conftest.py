@@ -1,0 +1,45 @@
+"""Shared pytest configuration: Hypothesis profiles and JAX numerics for the suite.
+
+`CI=true` selects the deterministic CI profile (derandomize, no example database,
+no deadline), as ARCHITECTURE.md asks. Locally, HYPOTHESIS_PROFILE=dev|thorough.
+"""
+
+import os
+import sys
+
+import jax
+from hypothesis import HealthCheck, settings
+
+# Test helper modules (tiny_models, strategies, references) import both as `tests.x` and `x`.
+sys.path.insert(0, os.path.dirname(__file__))
+
+# Parity tests compare against float32 PyTorch: keep XLA's float32 matmuls exact
+# (a no-op on CPU, matters on GPUs that default to TF32).
+jax.config.update("jax_default_matmul_precision", "highest")
+
+_common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True, **_common)
+settings.register_profile("dev", **_common)
+settings.register_profile("thorough", max_examples=500, **_common)
+settings.load_profile("ci" if os.environ.get("CI") == "true" else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def hf_checkpoint(tmp_path_factory):
+    """hf_checkpoint(variant) -> (HF torch model, directory it was save_pretrained to); built once per session."""
+    from tests.tiny_models import hf_model
+
+    made = {}
+
+    def get(variant: str):
+        if variant not in made:
+            model = hf_model(variant)
+            directory = tmp_path_factory.mktemp(variant)
+            model.save_pretrained(directory)
+            made[variant] = (model, directory)
+        return made[variant]
+
+    return get

@@ -1,0 +1,162 @@
+"""KV-cache consistency and tree attention of the uniform forward.
+
+* prefill + one-token decode steps reproduce one full causal forward;
+* greedy generation equals transformers' `generate(do_sample=False)`;
+* (Hypothesis) one forward over a random tree gives every node the logits of decoding
+  its root-to-node path, and `commit` of any path leaves the cache that prefilling
+  prefix + path directly would leave.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specjax.decode import generate_ar
+from specjax.models import commit, config_from_hf, forward_jit, init_cache, init_params, load_checkpoint, pad_prompts, prefill
+from specjax.models.model import causal_mask
+from tests.tiny_models import hf_model, perturbed
+
+MAX_PREFIX, MAX_NODES, MAX_DEPTH = 8, 24, 6
+SLOTS = MAX_PREFIX + 1 + MAX_NODES + 2
+
+
+def random_model(variant: str, seed: int = 0):
+    cfg = config_from_hf(hf_model(variant).config.to_dict())
+    return cfg, perturbed(init_params(cfg, jax.random.key(seed)), seed + 1)
+
+
+MODELS = {v: random_model(v) for v in ("neox_parallel", "qwen3_gqa_tied")}
+
+
+@pytest.mark.parametrize("variant", sorted(MODELS))
+def test_prefill_then_decode_matches_full_forward(variant):
+    cfg, params = MODELS[variant]
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(0, cfg.vocab_size, n).tolist() for n in (9, 4)]
+    steps = 6
+    continuation = rng.integers(0, cfg.vocab_size, (2, steps))
+    full = [p + c.tolist() for p, c in zip(prompts, continuation)]
+    tokens, lengths = pad_prompts(full)
+    full_logits, _, _ = prefill(params, cfg, tokens, lengths, init_cache(cfg, 2, 20))
+
+    tokens, lengths = pad_prompts(prompts)
+    _, _, cache = prefill(params, cfg, tokens, lengths, init_cache(cfg, 2, 20))
+    for s in range(steps):
+        tok = jnp.asarray(continuation[:, s : s + 1], jnp.int32)
+        logits, cache = forward_jit(params, cfg, tok, cache.lengths[:, None], causal_mask(2, 1), cache)
+        cache = commit(cache, jnp.zeros((2, 1), jnp.int32), jnp.ones((2,), jnp.int32))
+        for b, p in enumerate(prompts):
+            np.testing.assert_allclose(np.asarray(logits[b, 0]), np.asarray(full_logits[b, len(p) + s]), atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(np.asarray(cache.lengths), [len(p) + steps for p in prompts])
+
+
+@pytest.mark.parametrize("variant", ["neox_parallel", "qwen3_gqa_untied"])
+def test_greedy_generation_matches_hf_generate(variant, hf_checkpoint):
+    model, directory = hf_checkpoint(variant)
+    cfg, params = load_checkpoint(directory)
+    prompts = [[3, 14, 15, 9, 26, 5], [35, 8]]
+    tokens, lengths = pad_prompts(prompts)
+    out = generate_ar(params, cfg, tokens, lengths, 32, eos_ids=())
+    for b, prompt in enumerate(prompts):
+        with torch.no_grad():
+            ref = model.generate(torch.tensor([prompt]), max_new_tokens=32, min_new_tokens=32, do_sample=False)
+        assert np.asarray(out.tokens[b]).tolist() == ref[0, len(prompt):].tolist()
+    assert np.asarray(out.num_tokens).tolist() == [32, 32]
+
+
+@st.composite
+def trees_with_prefixes(draw, vocab: int):
+    """A batch of random trees (random parents, depth <= 6, <= 24 nodes) under random prefixes."""
+    batch = draw(st.sampled_from([2, 3]))
+    rows = []
+    for _ in range(batch):
+        n = draw(st.integers(1, MAX_NODES))
+        parents, depth = [], []
+        for i in range(n):
+            p = draw(st.sampled_from([-1] + [j for j in range(i) if depth[j] < MAX_DEPTH]))
+            parents.append(p)
+            depth.append(1 if p < 0 else depth[p] + 1)
+        tokens = draw(st.lists(st.integers(0, vocab - 1), min_size=n, max_size=n))
+        prefix = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=MAX_PREFIX))
+        root = draw(st.integers(0, vocab - 1))
+        target = draw(st.integers(0, n - 1))  # the node whose path gets committed
+        rows.append(dict(parents=parents, depth=depth, tokens=tokens, prefix=prefix, root=root, target=target))
+    return rows
+
+
+def path_to(row, node):
+    """Node indices from the root's child down to `node`."""
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = row["parents"][node]
+    return path[::-1]
+
+
+def block_inputs(rows, lengths):
+    """Pending block [root, node 0, ..., node 23]: tokens, positions, ancestor mask (numpy reference)."""
+    b, t = len(rows), 1 + MAX_NODES
+    tokens = np.zeros((b, t), np.int32)
+    positions = np.zeros((b, t), np.int32)
+    mask = np.zeros((b, t, t), bool)
+    for r, row in enumerate(rows):
+        tokens[r, 0] = row["root"]
+        positions[r] = lengths[r]
+        mask[r, :, 0] = True
+        mask[r, np.arange(t), np.arange(t)] = True  # padding nodes see root + self only
+        for i, tok in enumerate(row["tokens"]):
+            tokens[r, i + 1] = tok
+            positions[r, i + 1] = lengths[r] + row["depth"][i]
+            for a in path_to(row, i):
+                mask[r, i + 1, a + 1] = True
+    return jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(mask)
+
+
+@pytest.mark.parametrize("variant", sorted(MODELS))
+@settings(max_examples=25)
+@given(data=st.data())
+def test_tree_forward_matches_path_decoding_and_commit(variant, data):
+    cfg, params = MODELS[variant]
+    rows = data.draw(trees_with_prefixes(cfg.vocab_size))
+    b = len(rows)
+    prefix_tokens, prefix_lengths = pad_prompts([r["prefix"] for r in rows], MAX_PREFIX)
+    _, _, cache = prefill(params, cfg, prefix_tokens, prefix_lengths, init_cache(cfg, b, SLOTS))
+    lengths = np.asarray(cache.lengths)
+    tokens, positions, mask = block_inputs(rows, lengths)
+    logits, cache = forward_jit(params, cfg, tokens, positions, mask, cache)
+
+    # Reference: every (row, slot) decoded as prefix + root + path in its own causal sequence.
+    seqs, where = [], []
+    for r, row in enumerate(rows):
+        seqs.append(row["prefix"] + [row["root"]])
+        where.append((r, 0))
+        for i in range(len(row["tokens"])):
+            seqs.append(row["prefix"] + [row["root"]] + [row["tokens"][a] for a in path_to(row, i)])
+            where.append((r, i + 1))
+    seqs += [[0]] * (b * (1 + MAX_NODES) - len(seqs))  # fixed batch shape: one compile per b
+    ref_tokens, ref_lengths = pad_prompts(seqs, MAX_PREFIX + 1 + MAX_DEPTH)
+    _, ref_last, _ = prefill(params, cfg, ref_tokens, ref_lengths, init_cache(cfg, len(seqs), MAX_PREFIX + 1 + MAX_DEPTH))
+    got = np.asarray(logits)[tuple(np.array(where).T)]
+    np.testing.assert_allclose(got, np.asarray(ref_last)[: len(where)], atol=1e-5, rtol=0)
+
+    # Commit root + the path to each row's target node, compare with prefilling prefix + root + path.
+    slots = np.zeros((b, 1 + MAX_DEPTH), np.int32)
+    n = np.zeros((b,), np.int32)
+    committed = []
+    for r, row in enumerate(rows):
+        path = path_to(row, row["target"])
+        slots[r, : 1 + len(path)] = [0] + [a + 1 for a in path]
+        n[r] = 1 + len(path)
+        committed.append(row["prefix"] + [row["root"]] + [row["tokens"][a] for a in path])
+    cache = commit(cache, jnp.asarray(slots), jnp.asarray(n))
+    direct_tokens, direct_lengths = pad_prompts(committed, MAX_PREFIX + 1 + MAX_DEPTH)
+    _, _, direct = prefill(params, cfg, direct_tokens, direct_lengths, init_cache(cfg, b, SLOTS))
+    np.testing.assert_array_equal(np.asarray(cache.lengths), np.asarray(direct.lengths))
+    for r in range(b):
+        m = int(direct.lengths[r])
+        np.testing.assert_allclose(np.asarray(cache.k[:, r, :m]), np.asarray(direct.k[:, r, :m]), atol=1e-5, rtol=0)
+        np.testing.assert_allclose(np.asarray(cache.v[:, r, :m]), np.asarray(direct.v[:, r, :m]), atol=1e-5, rtol=0)

@@ -1,0 +1,159 @@
+"""Checkpoint loading/saving: strict key maps, clear errors on bad input, round trips."""
+
+import json
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from specjax.models import (
+    CheckpointError, UnsupportedConfigError, config_from_hf, init_cache, load_checkpoint, pad_prompts, prefill,
+    save_checkpoint,
+)
+from specjax.models.loading import read_safetensors, write_safetensors
+from tests.tiny_models import hf_logits
+
+
+@pytest.fixture
+def neox_dir(hf_checkpoint, tmp_path):
+    """A private, editable copy of a tiny GPT-NeoX checkpoint."""
+    _, directory = hf_checkpoint("neox_parallel")
+    copy = tmp_path / "ckpt"
+    shutil.copytree(directory, copy)
+    return copy
+
+
+def edit_config(directory, **changes):
+    path = directory / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg.update(changes)
+    path.write_text(json.dumps(cfg))
+
+
+def edit_tensors(directory, fn):
+    path = directory / "model.safetensors"
+    tensors = {k: np.array(v) for k, v in read_safetensors(path).items()}
+    fn(tensors)
+    write_safetensors(path, tensors)
+
+
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        (dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_scaling"),
+        (dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}), "rope_type"),
+        (dict(use_alibi=True), "use_alibi"),
+        (dict(hidden_act="swish_glu_v9"), "hidden_act"),
+        (dict(model_type="falcon"), "model_type"),
+    ],
+)
+def test_unsupported_config_raises_naming_the_field(neox_dir, changes, field):
+    edit_config(neox_dir, **changes)
+    with pytest.raises(UnsupportedConfigError, match=field):
+        load_checkpoint(neox_dir)
+
+
+def test_sliding_window_raises():
+    hf = transformers.Qwen2Config(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                                  intermediate_size=64, vocab_size=50).to_dict()
+    config_from_hf(hf)  # the default (no sliding window) is fine
+    hf.update(use_sliding_window=True, sliding_window=16)
+    with pytest.raises(UnsupportedConfigError, match="use_sliding_window"):
+        config_from_hf(hf)
+
+
+def test_missing_tensor_raises(neox_dir):
+    edit_tensors(neox_dir, lambda t: t.pop("gpt_neox.layers.1.mlp.dense_4h_to_h.bias"))
+    with pytest.raises(CheckpointError, match=r"missing tensors: \['gpt_neox.layers.1.mlp.dense_4h_to_h.bias'\]"):
+        load_checkpoint(neox_dir)
+
+
+def test_extra_tensor_raises(neox_dir):
+    edit_tensors(neox_dir, lambda t: t.update({"gpt_neox.layers.0.attention.lora_A.weight": np.zeros((2, 2), np.float32)}))
+    with pytest.raises(CheckpointError, match="unexpected tensors.*lora_A"):
+        load_checkpoint(neox_dir)
+
+
+def test_known_buffers_are_ignored(neox_dir):
+    edit_tensors(neox_dir, lambda t: t.update({"gpt_neox.layers.0.attention.rotary_emb.inv_freq": np.ones(2, np.float32)}))
+    load_checkpoint(neox_dir)
+
+
+def test_wrong_shape_raises(neox_dir):
+    def shrink(t):
+        t["gpt_neox.layers.0.attention.query_key_value.weight"] = t["gpt_neox.layers.0.attention.query_key_value.weight"][:-3]
+
+    edit_tensors(neox_dir, shrink)
+    with pytest.raises(CheckpointError, match=r"query_key_value.weight: checkpoint \(93, 32\) vs expected \(96, 32\)"):
+        load_checkpoint(neox_dir)
+
+
+def test_duplicate_tensor_across_shards_raises(neox_dir):
+    tensors = read_safetensors(neox_dir / "model.safetensors")
+    names = sorted(tensors)
+    half = len(names) // 2
+    write_safetensors(neox_dir / "a.safetensors", {k: tensors[k] for k in names[:half]})
+    write_safetensors(neox_dir / "b.safetensors", {k: tensors[k] for k in names[half - 1:]})  # names[half-1] twice
+    index = {"weight_map": {**{k: "a.safetensors" for k in names[:half]}, **{k: "b.safetensors" for k in names[half:]}}}
+    (neox_dir / "model.safetensors.index.json").write_text(json.dumps(index))
+    (neox_dir / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=f"duplicate tensor '{names[half - 1]}'"):
+        load_checkpoint(neox_dir)
+
+
+def test_sharded_checkpoint_loads(hf_checkpoint, tmp_path):
+    model, _ = hf_checkpoint("qwen3_gqa_untied")
+    model.save_pretrained(tmp_path, max_shard_size="20KB")
+    assert (tmp_path / "model.safetensors.index.json").exists()
+    cfg, params = load_checkpoint(tmp_path)
+    tokens, lengths = pad_prompts([[1, 2, 3, 4]])
+    logits, _, _ = prefill(params, cfg, tokens, lengths, init_cache(cfg, 1, 8))
+    np.testing.assert_allclose(np.asarray(logits[0]), hf_logits(model, [1, 2, 3, 4]), atol=1e-4, rtol=0)
+
+
+def test_pickled_checkpoint_needs_opt_in(hf_checkpoint, tmp_path):
+    model, _ = hf_checkpoint("llama_tied")
+    model.config.save_pretrained(tmp_path)
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    with pytest.raises(CheckpointError, match="pickle"):
+        load_checkpoint(tmp_path)
+    cfg, params = load_checkpoint(tmp_path, allow_pickle=True)
+    tokens, lengths = pad_prompts([[5, 6, 7]])
+    logits, _, _ = prefill(params, cfg, tokens, lengths, init_cache(cfg, 1, 4))
+    np.testing.assert_allclose(np.asarray(logits[0]), hf_logits(model, [5, 6, 7]), atol=1e-4, rtol=0)
+
+
+def test_prompt_longer_than_cache_raises(hf_checkpoint):
+    _, directory = hf_checkpoint("neox_parallel")
+    cfg, params = load_checkpoint(directory)
+    tokens, lengths = pad_prompts([[1] * 12])
+    with pytest.raises(ValueError, match="does not fit in the KV cache: needs 12 slots"):
+        prefill(params, cfg, tokens, lengths, init_cache(cfg, 1, 10))
+
+
+@pytest.mark.parametrize("variant", ["neox_sequential", "qwen3_gqa_tied", "qwen3_gqa_untied", "qwen2_bias", "llama_tied"])
+def test_save_load_round_trip_and_transformers_reads_it(variant, hf_checkpoint, tmp_path):
+    model, directory = hf_checkpoint(variant)
+    cfg, params = load_checkpoint(directory)
+    save_checkpoint(tmp_path, cfg, params)
+    cfg2, params2 = load_checkpoint(tmp_path)
+    assert cfg2 == cfg
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), params, params2)
+
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    assert type(reloaded) is type(model)
+    prompt = [9, 8, 7, 6, 5, 4]
+    np.testing.assert_allclose(hf_logits(reloaded, prompt), hf_logits(model, prompt), atol=1e-5, rtol=0)
+
+
+def test_bfloat16_round_trip(hf_checkpoint, tmp_path):
+    _, directory = hf_checkpoint("qwen2_bias")
+    cfg, params = load_checkpoint(directory, dtype=jnp.bfloat16)
+    save_checkpoint(tmp_path, cfg, params)
+    assert json.loads((tmp_path / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    _, params2 = load_checkpoint(tmp_path, dtype=jnp.bfloat16)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32)), params, params2)
