@@ -3,7 +3,8 @@
 * prefill + one-token decode steps reproduce one full causal forward;
 * greedy generation equals transformers' `generate(do_sample=False)`;
 * (Hypothesis) one forward over a random tree gives every node the logits of decoding
-  its root-to-node path, and `commit` of any path leaves the cache that prefilling
+  its root-to-node path, writing the tree chunk by chunk into the pending region gives
+  the same logits, and `commit` of any path leaves the cache that prefilling
   prefix + path directly would leave.
 """
 
@@ -127,7 +128,17 @@ def test_tree_forward_matches_path_decoding_and_commit(variant, data):
     _, _, cache = prefill(params, cfg, prefix_tokens, prefix_lengths, init_cache(cfg, b, SLOTS))
     lengths = np.asarray(cache.lengths)
     tokens, positions, mask = block_inputs(rows, lengths)
+    chunked_cache = jax.tree.map(jnp.copy, cache)
     logits, cache = forward_jit(params, cfg, tokens, positions, mask, cache)
+
+    # The same tree written chunk by chunk into the pending region (how drafters expand a
+    # tree level by level) gives the same logits: each chunk masks in earlier chunks' slots.
+    chunk = 5
+    for start in range(0, 1 + MAX_NODES, chunk):
+        part = slice(start, start + chunk)
+        chunk_logits, chunked_cache = forward_jit(params, cfg, tokens[:, part], positions[:, part], mask[:, part],
+                                                  chunked_cache, region_offset=start)
+        np.testing.assert_allclose(np.asarray(chunk_logits), np.asarray(logits[:, part]), atol=1e-5, rtol=0)
 
     # Reference: every (row, slot) decoded as prefix + root + path in its own causal sequence.
     seqs, where = [], []

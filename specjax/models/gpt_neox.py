@@ -130,7 +130,7 @@ class Attention(nnx.Module):
             self.qkv_bias = nnx.Param(jnp.zeros((3, h, d), dtype))
             self.dense_bias = nnx.Param(jnp.zeros((e,), dtype))
 
-    def __call__(self, x, positions, mask, k_all, v_all, lengths):
+    def __call__(self, x, positions, mask, k_all, v_all, write_at):
         """x: [B, T, E]; k_all/v_all: [B, S, H, D] this layer's cache. Returns (out, k_all, v_all)."""
         cfg = self.cfg
         qkv = jnp.einsum("bte,ejhd->jbthd", x, self.qkv[...])  # [3, B, T, H, D]
@@ -138,7 +138,7 @@ class Attention(nnx.Module):
             qkv = qkv + self.qkv_bias[...][:, None, None]
         q, k, v = (apply_rotary(qkv[0], positions, cfg.rotary_dim, cfg.rope_theta),
                    apply_rotary(qkv[1], positions, cfg.rotary_dim, cfg.rope_theta), qkv[2])
-        k_all, v_all = write_pending(k_all, k, lengths), write_pending(v_all, v, lengths)
+        k_all, v_all = write_pending(k_all, k, write_at), write_pending(v_all, v, write_at)
         out = attend(q, k_all, v_all, mask, cfg.head_dim**-0.5)  # [B, T, H, D]
         out = jnp.einsum("bthd,hde->bte", out, self.dense[...])
         if cfg.attention_bias:
@@ -174,8 +174,8 @@ class Block(nnx.Module):
         self.attention = Attention(cfg, dtype, rngs)
         self.mlp = MLP(cfg, dtype, rngs)
 
-    def __call__(self, x, positions, mask, k_all, v_all, lengths):
-        attn, k_all, v_all = self.attention(self.input_layernorm(x), positions, mask, k_all, v_all, lengths)
+    def __call__(self, x, positions, mask, k_all, v_all, write_at):
+        attn, k_all, v_all = self.attention(self.input_layernorm(x), positions, mask, k_all, v_all, write_at)
         if self.parallel:
             x = x + attn + self.mlp(self.post_attention_layernorm(x))
         else:

@@ -61,26 +61,27 @@ class RMSNorm(nnx.Module):
 def cache_attention_mask(lengths: jax.Array, block_mask: jax.Array, num_slots: int) -> jax.Array:
     """Which cache slots each pending token may attend to: bool[B, T, S].
 
-    Slot s < lengths[b] is committed context (always visible). Pending token t was
-    written at slot lengths[b] + t; it sees pending token u iff block_mask[b, t, u].
-    Slots past the pending block are never visible.
+    block_mask: bool[B, T, R] over the *pending region*, the R slots
+    [lengths[b], lengths[b] + R) after row b's committed prefix. Committed slots
+    (s < lengths[b]) are always visible; region slot r is visible to pending token t iff
+    block_mask[b, t, r]; slots past the region never are.
     """
-    _, t = block_mask.shape[:2]
-    slots = jnp.arange(num_slots)
-    rel = slots[None, :] - lengths[:, None]  # [B, S] position inside the pending block
-    in_block = (rel >= 0) & (rel < t)
-    pending = jnp.take_along_axis(block_mask, jnp.clip(rel, 0, t - 1)[:, None, :].repeat(t, axis=1), axis=2)
-    return (rel < 0)[:, None, :] | (in_block[:, None, :] & pending)
+    t, r = block_mask.shape[1:]
+    rel = jnp.arange(num_slots)[None, :] - lengths[:, None]  # [B, S] position inside the region
+    in_region = (rel >= 0) & (rel < r)
+    visible = jnp.take_along_axis(block_mask, jnp.broadcast_to(jnp.clip(rel, 0, r - 1)[:, None, :], (rel.shape[0], t, num_slots)), axis=2)
+    return (rel < 0)[:, None, :] | (in_region[:, None, :] & visible)
 
 
-def write_pending(cache_layer: jax.Array, new: jax.Array, lengths: jax.Array) -> jax.Array:
-    """Write the pending block of each row at its own offset: cache_layer[b, lengths[b] + t] = new[b, t].
+def write_pending(cache_layer: jax.Array, new: jax.Array, write_at: jax.Array) -> jax.Array:
+    """Write each row's pending tokens at its own offset: cache_layer[b, write_at[b] + t] = new[b, t].
 
-    cache_layer: [B, S, K, D]; new: [B, T, K, D]. The caller guarantees lengths + T <= S
-    (checked on the host before any compilation, see `cache.check_capacity`).
+    cache_layer: [B, S, K, D]; new: [B, T, K, D]; write_at: int32[B]. The caller
+    guarantees write_at + T <= S (checked on the host before compiling, see
+    `cache.check_capacity`): inside jit an out-of-range write would silently clamp.
     """
     return jax.vmap(lambda c, n, off: jax.lax.dynamic_update_slice_in_dim(c, n.astype(c.dtype), off, axis=0))(
-        cache_layer, new, lengths
+        cache_layer, new, write_at
     )
 
 

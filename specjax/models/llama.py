@@ -157,7 +157,7 @@ class Attention(nnx.Module):
             self.q_norm = RMSNorm(d, cfg.rms_norm_eps, dtype)
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps, dtype)
 
-    def __call__(self, x, positions, mask, k_all, v_all, lengths):
+    def __call__(self, x, positions, mask, k_all, v_all, write_at):
         """x: [B, T, E]; k_all/v_all: [B, S, K, D] this layer's cache. Returns (out, k_all, v_all)."""
         cfg = self.cfg
         q = jnp.einsum("bte,ehd->bthd", x, self.q[...])  # [B, T, H, D]
@@ -169,7 +169,7 @@ class Attention(nnx.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rotary(q, positions, cfg.head_dim, cfg.rope_theta)
         k = apply_rotary(k, positions, cfg.head_dim, cfg.rope_theta)
-        k_all, v_all = write_pending(k_all, k, lengths), write_pending(v_all, v, lengths)
+        k_all, v_all = write_pending(k_all, k, write_at), write_pending(v_all, v, write_at)
         out = attend(q, k_all, v_all, mask, cfg.head_dim**-0.5)  # [B, T, H, D]
         out = jnp.einsum("bthd,hde->bte", out, self.o[...])
         if cfg.o_bias:
@@ -198,8 +198,8 @@ class Block(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
         self.mlp = MLP(cfg, dtype, rngs)
 
-    def __call__(self, x, positions, mask, k_all, v_all, lengths):
-        attn, k_all, v_all = self.self_attn(self.input_layernorm(x), positions, mask, k_all, v_all, lengths)
+    def __call__(self, x, positions, mask, k_all, v_all, write_at):
+        attn, k_all, v_all = self.self_attn(self.input_layernorm(x), positions, mask, k_all, v_all, write_at)
         x = x + attn
         return x + self.mlp(self.post_attention_layernorm(x)), k_all, v_all
 

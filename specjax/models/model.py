@@ -96,21 +96,26 @@ def forward(
     block_mask: jax.Array,
     cache: KVCache,
     hidden_layers: tuple[int, ...] = (),
+    region_offset: int | jax.Array = 0,
 ):
     """Append T pending tokens to every row of the cache and return their logits.
 
-    tokens, positions: int32[B, T]; block_mask: bool[B, T, T] (which pending tokens each
-    pending token attends to: causal for prefill/decode, ancestor mask for a tree);
-    cache: KVCache with room for lengths + T slots in every row.
+    tokens, positions: int32[B, T]; block_mask: bool[B, T, R] — which slots of the
+    *pending region* (the R slots after each row's committed prefix) each token attends
+    to: causal [B, T, T] for prefill/decode, the ancestor mask for a tree. Token t is
+    written at region slot region_offset + t, so a tree can also be built level by
+    level: each level is written after the previous ones and masks in its ancestors.
+    The cache needs room for lengths + max(R, region_offset + T) slots in every row.
 
-    Returns (logits f32[B, T, V], cache with the pending K/V written at slots
-    [lengths, lengths + T) and `lengths` unchanged — see `commit`), plus, when
+    Returns (logits f32[B, T, V], cache with the pending K/V written and `lengths`
+    unchanged — see `commit`), plus, when
     `hidden_layers` is non-empty, hidden f32/param-dtype[len(hidden_layers), B, T, E] where
     index i means the residual stream after i blocks (0 = embeddings, L = last block,
     before the final norm).
     """
     outer = _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"})
     mask = cache_attention_mask(cache.lengths, block_mask, cache.num_slots)  # [B, T, S]
+    write_at = cache.lengths + region_offset  # [B]
     embeddings = outer.embed(tokens)  # [B, T, E]
     want_hidden = bool(hidden_layers)
 
@@ -118,7 +123,7 @@ def forward(
         x, k_cache, v_cache = carry
         layer_params, i = xs
         block = _merge(cfg, "Block", layer_params)
-        x, k_i, v_i = block(x, positions, mask, k_cache[i], v_cache[i], cache.lengths)
+        x, k_i, v_i = block(x, positions, mask, k_cache[i], v_cache[i], write_at)
         k_cache = jax.lax.dynamic_update_index_in_dim(k_cache, k_i, i, axis=0)
         v_cache = jax.lax.dynamic_update_index_in_dim(v_cache, v_i, i, axis=0)
         return (x, k_cache, v_cache), (x if want_hidden else None)
@@ -134,7 +139,7 @@ def forward(
     return logits, new_cache, all_hidden[jnp.asarray(hidden_layers)]
 
 
-forward_jit = jax.jit(forward, static_argnames=("cfg", "hidden_layers"), donate_argnames=("cache",))
+forward_jit = jax.jit(forward, static_argnames=("cfg", "hidden_layers", "region_offset"), donate_argnames=("cache",))
 
 
 def causal_mask(batch_size: int, length: int) -> jax.Array:
