@@ -1,6 +1,16 @@
-"""Decoding loops: the autoregressive baseline (and, built on the same pieces, the
-speculative loop). Each generation is ONE jitted function: prefill, then a
-`lax.while_loop` over steps with no host round-trip.
+"""Decoding loops: the autoregressive baseline and the one speculative loop.
+
+Each generation is ONE jitted function: prefill, then a `lax.while_loop` with no host
+round-trip. A speculative round is the same for every method:
+
+    propose (drafter) -> one target forward over [root, tree] with the ancestor mask
+    -> walk (greedy / sampling walk / chain rejection) -> commit target and draft caches
+    -> observe (drafter) -> append accepted tokens + bonus
+
+Drafters are frozen dataclasses (static under jit) with `budget`, `max_depth`,
+`validate(target_cfg)`, `uses_rejection(sampling)`, `init(params, tokens,
+prompt_lengths, max_new_tokens) -> state`, `propose(state, root, active, key, sampling)
+-> (Tree, draft_probs | None, state)` and `observe(state, tree, result, active) -> state`.
 """
 
 from __future__ import annotations
@@ -14,6 +24,9 @@ from flax import struct
 
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache
 from specjax.models.model import ModelConfig, _prefill, forward
+from specjax.sampling import Sampling
+from specjax.tree import ancestor_mask, positions
+from specjax.verify import chain_rejection, greedy_walk, sampling_walk
 
 
 @struct.dataclass
@@ -42,6 +55,7 @@ def is_eos(tokens: jax.Array, eos_ids: tuple[int, ...]) -> jax.Array:
 )
 def _generate_ar(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, temperature, pad_id):
     b = tokens.shape[0]
+    key = jax.random.key(0) if key is None else key
     _, last, cache = _prefill(params, cfg, tokens, prompt_lengths, cache)
     key, sub = jax.random.split(key)
     first = pick_token(last, sub, temperature)
@@ -93,11 +107,142 @@ def generate_ar(
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     b, t = tokens.shape
     slots = cache_slots if cache_slots is not None else t + max_new_tokens
-    check_capacity(np.zeros(b), t, slots, what="the prompt")
-    check_capacity(np.asarray(prompt_lengths), max_new_tokens, slots, what="prompt + max_new_tokens")
+    # Static check (prompt_lengths <= T): reading the lengths would be a device->host transfer.
+    check_capacity(np.zeros(b), t + max_new_tokens, slots, what="prompt + max_new_tokens")
     dtype = cache_dtype or jax.tree.leaves(params)[0].dtype
     cache = init_cache(cfg, b, slots, dtype)
     eos = tuple(cfg.eos_token_ids) if eos_ids is None else tuple(eos_ids)
-    key = jax.random.key(0) if key is None else key
     return _generate_ar(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32), cache,
                         key, max_new_tokens, eos, float(temperature), pad_id)
+
+
+@struct.dataclass
+class RoundStats:
+    """Per-round statistics of a speculative generation (R = max_new_tokens rounds at most).
+
+    accepted  int32[B, R]  draft tokens accepted in each round (-1 past the row's last round)
+    proposed  int32[B, R]  valid tree nodes proposed in each round (-1 likewise)
+    num_rounds int32[B]    target verification forwards per row
+    """
+
+    accepted: jax.Array
+    proposed: jax.Array
+    num_rounds: jax.Array
+
+    def mean_accepted_length(self) -> np.ndarray:
+        """tau / MAT per row: mean tokens emitted per round (accepted + the bonus)."""
+        acc = np.asarray(self.accepted)
+        rounds = np.maximum(np.asarray(self.num_rounds), 1)
+        return np.where(acc >= 0, acc + 1, 0).sum(1) / rounds
+
+    def acceptance_rate(self) -> np.ndarray:
+        """Accepted draft tokens / proposed draft tokens, per row."""
+        acc, prop = np.asarray(self.accepted), np.asarray(self.proposed)
+        return np.clip(acc, 0, None).sum(1) / np.maximum(np.clip(prop, 0, None).sum(1), 1)
+
+
+@struct.dataclass
+class SpeculativeOutput(GenerateOutput):
+    stats: RoundStats = None
+
+
+def _trim(out, count, max_new_tokens, eos_ids, pad_id):
+    """Cut each row at max_new_tokens and after its first EOS; pad the rest."""
+    out = out[:, :max_new_tokens]
+    eos = is_eos(out, eos_ids)
+    num = jnp.where(eos.any(axis=1), jnp.argmax(eos, axis=1) + 1, jnp.minimum(count, max_new_tokens)).astype(jnp.int32)
+    return jnp.where(jnp.arange(max_new_tokens)[None] < num[:, None], out, pad_id), num
+
+
+@functools.partial(
+    jax.jit, static_argnames=("cfg", "drafter", "max_new_tokens", "eos_ids", "sampling", "pad_id", "num_slots")
+)
+def _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos_ids, sampling,
+              pad_id, num_slots):
+    b = tokens.shape[0]
+    rows = jnp.arange(b)
+    depth = drafter.max_depth
+    key = jax.random.key(0) if key is None else key  # created on device: no host transfer
+    cache = init_cache(cfg, b, num_slots, jax.tree.leaves(params)[0].dtype)
+    _, last, cache = _prefill(params, cfg, tokens, prompt_lengths, cache)
+    key, sub = jax.random.split(key)
+    root = jax.random.categorical(sub, sampling.log_probs(last), axis=-1).astype(jnp.int32)
+    dstate = drafter.init(draft_params, tokens, prompt_lengths, max_new_tokens)
+    out = jnp.full((b, max_new_tokens + depth + 1), pad_id, jnp.int32).at[:, 0].set(root)
+    count = jnp.ones((b,), jnp.int32)
+    done = is_eos(root, eos_ids) | (count >= max_new_tokens)
+    minus = jnp.full((b, max_new_tokens), -1, jnp.int32)
+    stats = RoundStats(accepted=minus, proposed=minus, num_rounds=jnp.zeros((b,), jnp.int32))
+
+    def body(state):
+        root, out, count, done, cache, dstate, stats, key = state
+        key, k_draft, k_verify = jax.random.split(key, 3)
+        active = ~done
+        tree, draft_probs, dstate = drafter.propose(dstate, root, active, k_draft, sampling)
+        block = jnp.concatenate([root[:, None], tree.tokens], axis=1)  # [B, N+1]
+        logits, cache = forward(params, cfg, block, positions(tree, cache.lengths), ancestor_mask(tree), cache)
+        if sampling.greedy:
+            result = greedy_walk(tree, logits, depth)
+        elif drafter.uses_rejection(sampling):
+            result = chain_rejection(tree.tokens, draft_probs, logits, k_verify, sampling.temperature,
+                                     sampling.top_k, sampling.top_p)
+        else:
+            result = sampling_walk(tree, logits, k_verify, sampling.temperature, sampling.top_k, sampling.top_p,
+                                   max_depth=depth)
+        cache = commit(cache, result.path_slots, jnp.where(active, result.num_accepted + 1, 0))
+        dstate = drafter.observe(dstate, tree, result, active)
+
+        emitted, n_emit = result.emitted, result.num_accepted + 1  # [B, D+1], [B]
+        write = active[:, None] & (jnp.arange(depth + 1)[None] < n_emit[:, None])
+        idx = count[:, None] + jnp.arange(depth + 1)[None]
+        out = out.at[rows[:, None], idx].set(jnp.where(write, emitted, out[rows[:, None], idx]))
+        count = count + jnp.where(active, n_emit, 0)
+        done = done | jnp.any(write & is_eos(emitted, eos_ids), axis=1) | (count >= max_new_tokens)
+        r = stats.num_rounds
+        stats = RoundStats(
+            accepted=stats.accepted.at[rows, r].set(jnp.where(active, result.num_accepted, stats.accepted[rows, r])),
+            proposed=stats.proposed.at[rows, r].set(
+                jnp.where(active, tree.valid.sum(-1).astype(jnp.int32), stats.proposed[rows, r])),
+            num_rounds=r + active.astype(jnp.int32),
+        )
+        return jnp.where(active, result.bonus, root), out, count, done, cache, dstate, stats, key
+
+    state = (root, out, count, done, cache, dstate, stats, key)
+    _, out, count, _, cache, _, stats, _ = jax.lax.while_loop(lambda s: ~jnp.all(s[3]), body, state)
+    tokens_out, num = _trim(out, count, max_new_tokens, eos_ids, pad_id)
+    return SpeculativeOutput(tokens=tokens_out, num_tokens=num, cache=cache, stats=stats)
+
+
+def generate(
+    params,
+    cfg: ModelConfig,
+    drafter,
+    draft_params,
+    tokens: jax.Array,
+    prompt_lengths: jax.Array,
+    max_new_tokens: int,
+    *,
+    sampling: Sampling = Sampling(),
+    key: jax.Array | None = None,
+    eos_ids: tuple[int, ...] | None = None,
+    pad_id: int = 0,
+) -> SpeculativeOutput:
+    """Speculative generation with any drafter; the output distribution is the target's.
+
+    params/cfg: the target; drafter: a drafter object (static); draft_params: its
+    pytree (draft LM params, or None); tokens int32[B, T] right-padded prompts with
+    prompt_lengths int32[B]. Greedy (default) output equals `generate_ar` token for
+    token; with sampling it is distributed as `generate_ar` with the same `Sampling`.
+    Returns tokens int32[B, max_new_tokens], num_tokens, the target cache and RoundStats.
+    All checks happen here, before compiling; nothing in the call transfers to the host.
+    """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if tokens.ndim != 2 or prompt_lengths.shape != tokens.shape[:1]:
+        raise ValueError(f"tokens must be int32[B, T] and prompt_lengths int32[B], got {tokens.shape}, "
+                         f"{prompt_lengths.shape}")
+    drafter.validate(cfg)
+    num_slots = tokens.shape[1] + max_new_tokens + drafter.budget + 2
+    eos = tuple(cfg.eos_token_ids) if eos_ids is None else tuple(eos_ids)
+    return _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos, sampling,
+                     pad_id, num_slots)

@@ -1,0 +1,1 @@
+"""Benchmark harnesses and their command-line entry points (`python -m specjax.bench.<name>`)."""

@@ -1,0 +1,42 @@
+"""Linear speculative decoding: a draft LM proposes a chain of K tokens.
+
+Greedy: the draft's argmax at each step. Sampling (T > 0): each token is sampled from
+the draft's processed distribution (same temperature / top-k / top-p as the target) and
+the chain is verified by rejection sampling (Leviathan et al.), which needs those
+draft probabilities. This is DynaTree's "Linear K" baseline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from specjax.drafters.draft_lm import DraftLMDrafter, StaticTreeShape
+from specjax.models.model import ModelConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainDrafter(DraftLMDrafter):
+    draft_cfg: ModelConfig
+    num_tokens: int  # K
+
+    def __post_init__(self):
+        if self.num_tokens < 1:
+            raise ValueError(f"a chain drafter needs num_tokens (K) >= 1, got {self.num_tokens}")
+
+    @property
+    def tree_shape(self) -> StaticTreeShape:
+        return StaticTreeShape((1,) * self.num_tokens, self.num_tokens)
+
+    def uses_rejection(self, sampling) -> bool:
+        return not sampling.greedy
+
+    def choose(self, parent_logits, k, level, key, sampling):
+        """parent_logits f32[B, 1, V] -> (token int32[B, 1, 1], draft probs f32[B, 1, V] or None)."""
+        if sampling.greedy:
+            return jnp.argmax(parent_logits, axis=-1)[..., None].astype(jnp.int32), None
+        log_q = sampling.log_probs(parent_logits)
+        token = jax.random.categorical(key, log_q, axis=-1).astype(jnp.int32)
+        return token[..., None], jnp.exp(log_q)

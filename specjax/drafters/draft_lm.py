@@ -1,0 +1,227 @@
+"""A small autoregressive draft LM with its own KV cache, expanding a tree level by level.
+
+This is the engine behind the chain, fixed-tree and DynaTree drafters. The draft
+cache follows the target's committed sequence:
+
+  * `catch_up` — at the start of a round the draft has not processed the root (the
+    bonus token) and, if the previous round accepted a node the draft never forwarded
+    (a leaf at the deepest level), that node either. Both go through one 2-wide forward
+    [pending?, root] and are committed at once: they are final tokens.
+  * `expand_level` — level d of the tree is one batched draft forward of that level's
+    nodes, written into the draft cache's *pending region* at the level's static
+    offset (node i sits at region slot i), each node masking in its ancestors.
+  * `commit_path` — after verification the accepted nodes that were forwarded are
+    gathered into place (`cache.commit`); rollback is that gather, never a re-forward.
+
+Shapes: B batch, N tree budget, V vocab.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from specjax.models.cache import KVCache, commit, init_cache
+from specjax.models.model import ModelConfig, _prefill, forward
+from specjax.verify import WalkResult
+
+
+@struct.dataclass
+class DraftLMState:
+    params: dict
+    cache: KVCache
+    pending_token: jax.Array  # int32[B] accepted token the draft has not forwarded yet
+    has_pending: jax.Array  # bool[B]
+    forwarded: jax.Array  # bool[B, N] tree nodes whose K/V sit in the pending region this round
+
+
+def check_compatible(draft_cfg: ModelConfig, target_cfg: ModelConfig) -> None:
+    """Draft and target must share a vocabulary (same token ids): raise early otherwise."""
+    if draft_cfg.vocab_size != target_cfg.vocab_size:
+        raise ValueError(
+            f"draft and target vocabularies differ: draft vocab_size={draft_cfg.vocab_size}, "
+            f"target vocab_size={target_cfg.vocab_size}; a drafter must propose target token ids"
+        )
+
+
+def draft_cache_slots(prompt_width: int, max_new_tokens: int, budget: int) -> int:
+    """Slots the draft cache needs: prompt + generated + catch-up (2) + pending region (N)."""
+    return prompt_width + max_new_tokens + budget + 3
+
+
+def init_state(draft_cfg, params, tokens, prompt_lengths, num_slots: int, budget: int) -> DraftLMState:
+    """Prefill the draft cache with the prompts (traceable; called inside `generate`)."""
+    b = tokens.shape[0]
+    dtype = jax.tree.leaves(params)[0].dtype
+    _, _, cache = _prefill(params, draft_cfg, tokens, prompt_lengths, init_cache(draft_cfg, b, num_slots, dtype))
+    return DraftLMState(params=params, cache=cache, pending_token=jnp.zeros((b,), jnp.int32),
+                        has_pending=jnp.zeros((b,), bool), forwarded=jnp.zeros((b, budget), bool))
+
+
+def catch_up(draft_cfg, state: DraftLMState, root: jax.Array, active: jax.Array) -> tuple[jax.Array, DraftLMState]:
+    """Forward [pending?, root] and commit them; returns (root logits f32[B, V], state).
+
+    Rows that are not `active` (finished) commit nothing, so their cache never grows.
+    """
+    b = root.shape[0]
+    first = jnp.where(state.has_pending, state.pending_token, root)
+    tokens = jnp.stack([first, root], axis=1)  # [B, 2]; without a pending token slot 1 is a dummy
+    positions = state.cache.lengths[:, None] + jnp.arange(2, dtype=jnp.int32)[None]
+    mask = jnp.broadcast_to(jnp.tril(jnp.ones((2, 2), bool)), (b, 2, 2))
+    logits, cache = forward(state.params, draft_cfg, tokens, positions, mask, state.cache)
+    n = jnp.where(active, 1 + state.has_pending.astype(jnp.int32), 0)
+    cache = commit(cache, jnp.broadcast_to(jnp.arange(2, dtype=jnp.int32), (b, 2)), n)
+    root_logits = jnp.where(state.has_pending[:, None], logits[:, 1], logits[:, 0])
+    return root_logits, state.replace(cache=cache, has_pending=jnp.zeros_like(state.has_pending))
+
+
+def region_mask(parents: np.ndarray, budget: int) -> np.ndarray:
+    """Static ancestor-or-self mask of a static tree over the pending region: bool[N, N]."""
+    mask = np.eye(budget, dtype=bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            mask[i] |= mask[p]
+    return mask
+
+
+def expand_level(
+    draft_cfg, state: DraftLMState, tokens: jax.Array, depth: int, level: slice, mask_rows: jax.Array
+) -> tuple[jax.Array, DraftLMState]:
+    """Forward the nodes of one level into the pending region; returns their logits f32[B, W, V].
+
+    tokens: int32[B, W] the level's tokens (nodes level.start .. level.stop-1);
+    mask_rows: bool[B, W, N] which region slots each node sees (its ancestors and itself).
+    """
+    b, w = tokens.shape
+    # The root was committed by catch_up, so it sits at position lengths - 1.
+    positions = jnp.broadcast_to(state.cache.lengths[:, None] - 1 + depth, (b, w)).astype(jnp.int32)
+    logits, cache = forward(state.params, draft_cfg, tokens, positions, mask_rows, state.cache,
+                            region_offset=level.start)
+    forwarded = state.forwarded.at[:, level].set(True)
+    return logits, state.replace(cache=cache, forwarded=forwarded)
+
+
+def commit_path(state: DraftLMState, result: WalkResult, active: jax.Array) -> DraftLMState:
+    """Commit the accepted nodes the draft forwarded; remember the one it did not.
+
+    Along a root-to-leaf path the forwarded nodes form a prefix (a node is forwarded
+    only if its level was expanded), so the last accepted node is the only one that
+    can be missing; it becomes the next round's pending token.
+    """
+    nodes = jnp.maximum(result.path_slots[:, 1:] - 1, 0)  # [B, D] region slot = node index
+    on_path = jnp.arange(nodes.shape[1])[None] < result.num_accepted[:, None]
+    fwd = jnp.take_along_axis(state.forwarded, nodes, axis=1) & on_path
+    n_forwarded = jnp.sum(fwd, axis=1).astype(jnp.int32)
+    has_pending = active & (n_forwarded < result.num_accepted)
+    last = jnp.take_along_axis(result.accepted_tokens, jnp.maximum(result.num_accepted - 1, 0)[:, None], axis=1)[:, 0]
+    cache = commit(state.cache, nodes, jnp.where(active, n_forwarded, 0))
+    return state.replace(cache=cache, pending_token=jnp.where(has_pending, last, 0), has_pending=has_pending,
+                         forwarded=jnp.zeros_like(state.forwarded))
+
+
+class StaticTreeShape:
+    """The topology of a tree fixed at trace time, in BFS order.
+
+    parents int[N] (-1 = child of the root), depth int[N], and `levels`: (start, stop)
+    node ranges per depth. Level d's nodes are the children of level d-1's nodes in
+    parent-major order, `branching[d-1]` per parent; only the last level may be cut short
+    by the node budget (the first parents keep their children).
+    """
+
+    def __init__(self, branching: tuple[int, ...], max_nodes: int):
+        if not branching or min(branching) < 1:
+            raise ValueError(f"a draft tree needs depth >= 1 and branching >= 1 per level, got {branching}")
+        if max_nodes < 1:
+            raise ValueError(f"the node budget must be >= 1, got {max_nodes}")
+        parents, depth, levels = [], [], []
+        prev = [-1]
+        for d, k in enumerate(branching, start=1):
+            start = len(parents)
+            width = min(len(prev) * k, max_nodes - start)
+            if width <= 0:
+                break
+            for j in range(width):
+                parents.append(prev[j // k])
+                depth.append(d)
+            levels.append((start, start + width))
+            full = width == len(prev) * k
+            prev = list(range(start, start + width))
+            if not full:
+                break
+        self.parents = np.asarray(parents, np.int32)
+        self.depth = np.asarray(depth, np.int32)
+        self.levels = tuple(levels)
+        self.branching = tuple(branching[: len(levels)])
+
+    @property
+    def budget(self) -> int:
+        return len(self.parents)
+
+    @property
+    def max_depth(self) -> int:
+        return len(self.levels)
+
+
+class DraftLMDrafter:
+    """Base of the drafters whose proposals come from a draft LM over a static tree shape.
+
+    Subclasses are frozen dataclasses (hashable: static under jit) holding the draft
+    config and settings, and define `tree_shape` and `choose(parent_logits, k, level, key,
+    sampling) -> (tokens int32[B, P, k], probs f32[B, P, V] or None)`.
+    """
+
+    draft_cfg: ModelConfig
+
+    @property
+    def tree_shape(self) -> StaticTreeShape:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def budget(self) -> int:
+        return self.tree_shape.budget
+
+    @property
+    def max_depth(self) -> int:
+        return self.tree_shape.max_depth
+
+    def validate(self, target_cfg: ModelConfig) -> None:
+        check_compatible(self.draft_cfg, target_cfg)
+
+    def uses_rejection(self, sampling) -> bool:
+        """Whether sampling verification is chain rejection (needs draft probs) or the tree walk."""
+        return False
+
+    def init(self, params, tokens, prompt_lengths, max_new_tokens: int) -> DraftLMState:
+        slots = draft_cache_slots(tokens.shape[1], max_new_tokens, self.budget)
+        return init_state(self.draft_cfg, params, tokens, prompt_lengths, slots, self.budget)
+
+    def propose(self, state: DraftLMState, root, active, key, sampling):
+        """Returns (Tree [B, N], draft probs f32[B, D, V] of each level's parent or None, state)."""
+        from specjax.tree import Tree  # local: tree.py imports nothing from here, keep it that way
+
+        shape = self.tree_shape
+        b = root.shape[0]
+        parent_logits, state = catch_up(self.draft_cfg, state, root, active)
+        parent_logits = parent_logits[:, None]  # [B, 1, V]
+        mask = jnp.asarray(region_mask(shape.parents, shape.budget))
+        tokens = jnp.zeros((b, shape.budget), jnp.int32)
+        level_probs = []
+        keys = jax.random.split(key, shape.max_depth)
+        for d, ((start, stop), k) in enumerate(zip(shape.levels, shape.branching), start=1):
+            kids, probs = self.choose(parent_logits, k, d, keys[d - 1], sampling)  # [B, P, k]
+            level_tokens = kids.reshape(b, -1)[:, : stop - start]
+            tokens = tokens.at[:, start:stop].set(level_tokens)
+            level_probs.append(probs)
+            if d < shape.max_depth:  # the deepest level is verified by the target, never forwarded
+                rows = jnp.broadcast_to(mask[start:stop], (b, stop - start, shape.budget))
+                parent_logits, state = expand_level(self.draft_cfg, state, level_tokens, d, slice(start, stop), rows)
+        tree = Tree(tokens=tokens, parents=jnp.broadcast_to(jnp.asarray(shape.parents), (b, shape.budget)),
+                    depth=jnp.broadcast_to(jnp.asarray(shape.depth), (b, shape.budget)),
+                    valid=jnp.ones((b, shape.budget), bool))
+        probs = None if level_probs[0] is None else jnp.concatenate(level_probs, axis=1)
+        return tree, probs, state
+
+    def observe(self, state: DraftLMState, tree, result: WalkResult, active) -> DraftLMState:
+        return commit_path(state, result, active)

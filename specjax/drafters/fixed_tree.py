@@ -1,0 +1,43 @@
+"""A fixed-shape draft tree: every node gets the draft LM's top-B tokens as children,
+down to depth D, truncated in BFS order at N_max nodes (DynaTree's "Fixed Tree" baseline,
+e.g. D=5, B=2, N_max=256).
+
+One batched draft forward per depth level; the tree's topology is static, only its
+tokens depend on the draft. Verified by the greedy walk (T = 0) or the lossless
+sampling walk (T > 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+from specjax.drafters.draft_lm import DraftLMDrafter, StaticTreeShape
+from specjax.models.model import ModelConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedTreeDrafter(DraftLMDrafter):
+    draft_cfg: ModelConfig
+    depth: int  # D
+    branching: int  # B
+    max_nodes: int = 256  # N_max
+
+    def __post_init__(self):
+        if self.depth < 1:
+            raise ValueError(f"fixed tree depth must be >= 1, got {self.depth}")
+        if self.branching < 1:
+            raise ValueError(f"fixed tree branching must be >= 1, got {self.branching}")
+        if self.max_nodes < 1:
+            raise ValueError(f"fixed tree node budget max_nodes must be >= 1, got {self.max_nodes}")
+        if self.branching > self.draft_cfg.vocab_size:
+            raise ValueError(f"branching {self.branching} exceeds the draft vocabulary ({self.draft_cfg.vocab_size})")
+
+    @property
+    def tree_shape(self) -> StaticTreeShape:
+        return StaticTreeShape((self.branching,) * self.depth, self.max_nodes)
+
+    def choose(self, parent_logits, k, level, key, sampling):
+        """parent_logits f32[B, P, V] -> (top-k tokens int32[B, P, k], None)."""
+        return jax.lax.top_k(parent_logits, k)[1].astype("int32"), None
