@@ -63,6 +63,18 @@ def assert_lossless(params, cfg, prompts, ar, spec):
             assert margin < MARGIN_EPS, f"speculative output differs from AR at margin {margin:.3e} (not a near-tie)"
 
 
+def assert_round_stats(spec, drafter):
+    """Every round emits 1..D+1 tokens (accepted + bonus); the last round was needed; rows own their rounds."""
+    acc, prop, rounds = (np.asarray(x) for x in (spec.stats.accepted, spec.stats.proposed, spec.stats.num_rounds))
+    for b in range(acc.shape[0]):
+        r = rounds[b]
+        assert np.all((acc[b, :r] >= 0) & (acc[b, :r] <= drafter.max_depth)) and np.all(acc[b, r:] == -1)
+        assert np.all(prop[b, :r] == drafter.budget) and np.all(prop[b, r:] == -1)
+        emitted = 1 + np.cumsum(acc[b, :r] + 1)  # the first token comes from the prefill
+        n = int(spec.num_tokens[b])
+        assert (r == 0 and n == 1) or (emitted[-1] >= n and (r == 1 or emitted[-2] < n))
+
+
 @st.composite
 def prompt_batches(draw, batch: int, vocab: int):
     return [draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=PROMPT_WIDTH)) for _ in range(batch)]
@@ -95,6 +107,7 @@ def test_greedy_lossless(pair, kind, kwargs, batch, data, seed, self_draft):
     ar = generate_ar(params, cfg, tokens, lengths, MAX_NEW, eos_ids=eos)
     spec = generate(params, cfg, drafter, draft_params, tokens, lengths, MAX_NEW, eos_ids=eos)
     assert_lossless(params, cfg, prompts, ar, spec)
+    assert_round_stats(spec, drafter)
     if self_draft:  # a draft identical to the target is accepted in full every round (its cache is right)
         acc = np.asarray(spec.stats.accepted)
         full = acc[acc >= 0] == drafter.max_depth
