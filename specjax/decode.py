@@ -23,7 +23,7 @@ import numpy as np
 from flax import struct
 
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache
-from specjax.models.model import ModelConfig, _prefill, forward
+from specjax.models.model import ModelConfig, prefill_unchecked, forward
 from specjax.sampling import Sampling
 from specjax.tree import ancestor_mask, positions
 from specjax.verify import chain_rejection, greedy_walk, sampling_walk
@@ -56,7 +56,7 @@ def is_eos(tokens: jax.Array, eos_ids: tuple[int, ...]) -> jax.Array:
 def _generate_ar(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, temperature, pad_id):
     b = tokens.shape[0]
     key = jax.random.key(0) if key is None else key
-    _, last, cache = _prefill(params, cfg, tokens, prompt_lengths, cache)
+    _, last, cache = prefill_unchecked(params, cfg, tokens, prompt_lengths, cache)
     key, sub = jax.random.split(key)
     first = pick_token(last, sub, temperature)
     out = jnp.full((b, max_new_tokens), pad_id, jnp.int32).at[:, 0].set(first)
@@ -164,7 +164,7 @@ def _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, m
     depth = drafter.max_depth
     key = jax.random.key(0) if key is None else key  # created on device: no host transfer
     cache = init_cache(cfg, b, num_slots, jax.tree.leaves(params)[0].dtype)
-    _, last, cache = _prefill(params, cfg, tokens, prompt_lengths, cache)
+    _, last, cache = prefill_unchecked(params, cfg, tokens, prompt_lengths, cache)
     key, sub = jax.random.split(key)
     root = jax.random.categorical(sub, sampling.log_probs(last), axis=-1).astype(jnp.int32)
     dstate = drafter.init(draft_params, tokens, prompt_lengths, max_new_tokens)

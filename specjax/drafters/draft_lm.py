@@ -24,7 +24,7 @@ import numpy as np
 from flax import struct
 
 from specjax.models.cache import KVCache, commit, init_cache
-from specjax.models.model import ModelConfig, _prefill, forward
+from specjax.models.model import ModelConfig, prefill_unchecked, forward
 from specjax.verify import WalkResult
 
 
@@ -55,7 +55,7 @@ def init_state(draft_cfg, params, tokens, prompt_lengths, num_slots: int, budget
     """Prefill the draft cache with the prompts (traceable; called inside `generate`)."""
     b = tokens.shape[0]
     dtype = jax.tree.leaves(params)[0].dtype
-    _, _, cache = _prefill(params, draft_cfg, tokens, prompt_lengths, init_cache(draft_cfg, b, num_slots, dtype))
+    _, _, cache = prefill_unchecked(params, draft_cfg, tokens, prompt_lengths, init_cache(draft_cfg, b, num_slots, dtype))
     return DraftLMState(params=params, cache=cache, pending_token=jnp.zeros((b,), jnp.int32),
                         has_pending=jnp.zeros((b,), bool), forwarded=jnp.zeros((b, budget), bool))
 

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError, eos_ids, read_rope
-from specjax.models.layers import ACTIVATIONS, apply_rotary, attend, init_normal, write_pending
+from specjax.models.layers import ACTIVATIONS, EmbedAndHead, apply_rotary, attend, init_normal, write_pending
 from specjax.models.loading_maps import ParamMap, Transform
 
 
@@ -184,25 +184,10 @@ class Block(nnx.Module):
         return x, k_all, v_all
 
 
-class Outer(nnx.Module):
-    """Embedding, final norm and output projection (everything outside the layer stack)."""
-
-    def __init__(self, cfg: GPTNeoXConfig, dtype, rngs: nnx.Rngs):
-        self.tied = cfg.tie_word_embeddings
-        self.embed_in = nnx.Embed(cfg.vocab_size, cfg.hidden_size, embedding_init=nnx.initializers.normal(0.02),
-                                  param_dtype=dtype, rngs=rngs)
-        self.final_layer_norm = _layer_norm(cfg, dtype, rngs)
-        if not self.tied:
-            self.embed_out = nnx.Linear(cfg.hidden_size, cfg.vocab_size, use_bias=False,
-                                        kernel_init=nnx.initializers.normal(0.02), param_dtype=dtype, rngs=rngs)
-
-    def embed(self, tokens):  # int32[B, T] -> [B, T, E]
-        return self.embed_in(tokens)
-
-    def logits(self, x):  # [B, T, E] -> f32[B, T, V]
-        x = self.final_layer_norm(x)
-        out = self.embed_in.attend(x) if self.tied else self.embed_out(x)
-        return out.astype(jnp.float32)
+def Outer(cfg: GPTNeoXConfig, dtype, rngs: nnx.Rngs) -> EmbedAndHead:
+    """Embedding `embed_in`, `final_layer_norm`, output projection `embed_out` (HF names)."""
+    return EmbedAndHead(cfg.vocab_size, cfg.hidden_size, _layer_norm(cfg, dtype, rngs), cfg.tie_word_embeddings,
+                        dtype, rngs)
 
 
 def param_maps(cfg: GPTNeoXConfig) -> tuple[list[ParamMap], list[ParamMap]]:
@@ -211,12 +196,12 @@ def param_maps(cfg: GPTNeoXConfig) -> tuple[list[ParamMap], list[ParamMap]]:
     T = Transform
     p = "gpt_neox.layers.{i}."
     outer = [
-        ParamMap("gpt_neox.embed_in.weight", ("embed_in", "embedding"), T.identity()),
-        ParamMap("gpt_neox.final_layer_norm.weight", ("final_layer_norm", "scale"), T.identity()),
-        ParamMap("gpt_neox.final_layer_norm.bias", ("final_layer_norm", "bias"), T.identity()),
+        ParamMap("gpt_neox.embed_in.weight", ("embed", "embedding"), T.identity()),
+        ParamMap("gpt_neox.final_layer_norm.weight", ("final_norm", "scale"), T.identity()),
+        ParamMap("gpt_neox.final_layer_norm.bias", ("final_norm", "bias"), T.identity()),
     ]
     if not cfg.tie_word_embeddings:
-        outer.append(ParamMap("embed_out.weight", ("embed_out", "kernel"), T.linear()))
+        outer.append(ParamMap("embed_out.weight", ("head", "kernel"), T.linear()))
     layer = [
         ParamMap(p + "input_layernorm.weight", ("input_layernorm", "scale"), T.identity()),
         ParamMap(p + "input_layernorm.bias", ("input_layernorm", "bias"), T.identity()),

@@ -101,3 +101,26 @@ def attend(
     probs = jax.nn.softmax(scores, axis=-1)
     out = jnp.einsum("bkgts,bskd->btkgd", probs, v_all.astype(jnp.float32))  # [B, T, K, G, D]
     return out.reshape(b, t, h, d).astype(q.dtype)
+
+
+class EmbedAndHead(nnx.Module):
+    """Everything outside the layer stack, shared by all architectures: token embedding
+    `embed`, final norm `final_norm` (given: LayerNorm or RMSNorm), and the output
+    projection `head` — absent when tied to the embedding."""
+
+    def __init__(self, vocab_size: int, hidden_size: int, final_norm: nnx.Module, tied: bool, dtype, rngs: nnx.Rngs):
+        init = nnx.initializers.normal(0.02)
+        self.tied = tied
+        self.embed = nnx.Embed(vocab_size, hidden_size, embedding_init=init, param_dtype=dtype, rngs=rngs)
+        self.final_norm = final_norm
+        if not tied:
+            self.head = nnx.Linear(hidden_size, vocab_size, use_bias=False, kernel_init=init, param_dtype=dtype,
+                                   rngs=rngs)
+
+    def embed_tokens(self, tokens: jax.Array) -> jax.Array:  # int32[B, T] -> [B, T, E]
+        return self.embed(tokens)
+
+    def logits(self, x: jax.Array) -> jax.Array:  # [B, T, E] -> f32[B, T, V]
+        x = self.final_norm(x)
+        out = self.embed.attend(x) if self.tied else self.head(x)
+        return out.astype(jnp.float32)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError, eos_ids, read_rope
-from specjax.models.layers import ACTIVATIONS, RMSNorm, apply_rotary, attend, init_normal, write_pending
+from specjax.models.layers import ACTIVATIONS, EmbedAndHead, RMSNorm, apply_rotary, attend, init_normal, write_pending
 from specjax.models.loading_maps import ParamMap, Transform
 
 _ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
@@ -204,25 +204,10 @@ class Block(nnx.Module):
         return x + self.mlp(self.post_attention_layernorm(x)), k_all, v_all
 
 
-class Outer(nnx.Module):
-    """Embedding, final norm and output projection (everything outside the layer stack)."""
-
-    def __init__(self, cfg: LlamaConfig, dtype, rngs: nnx.Rngs):
-        self.tied = cfg.tie_word_embeddings
-        self.embed_tokens = nnx.Embed(cfg.vocab_size, cfg.hidden_size,
-                                      embedding_init=nnx.initializers.normal(0.02), param_dtype=dtype, rngs=rngs)
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
-        if not self.tied:
-            self.lm_head = nnx.Linear(cfg.hidden_size, cfg.vocab_size, use_bias=False,
-                                      kernel_init=nnx.initializers.normal(0.02), param_dtype=dtype, rngs=rngs)
-
-    def embed(self, tokens):  # int32[B, T] -> [B, T, E]
-        return self.embed_tokens(tokens)
-
-    def logits(self, x):  # [B, T, E] -> f32[B, T, V]
-        x = self.norm(x)
-        out = self.embed_tokens.attend(x) if self.tied else self.lm_head(x)
-        return out.astype(jnp.float32)
+def Outer(cfg: LlamaConfig, dtype, rngs: nnx.Rngs) -> EmbedAndHead:
+    """Embedding `embed_tokens`, final `norm`, output projection `lm_head` (HF names)."""
+    return EmbedAndHead(cfg.vocab_size, cfg.hidden_size, RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype),
+                        cfg.tie_word_embeddings, dtype, rngs)
 
 
 def param_maps(cfg: LlamaConfig) -> tuple[list[ParamMap], list[ParamMap]]:
@@ -231,11 +216,11 @@ def param_maps(cfg: LlamaConfig) -> tuple[list[ParamMap], list[ParamMap]]:
     T = Transform
     p = "model.layers.{i}."
     outer = [
-        ParamMap("model.embed_tokens.weight", ("embed_tokens", "embedding"), T.identity()),
-        ParamMap("model.norm.weight", ("norm", "weight"), T.identity()),
+        ParamMap("model.embed_tokens.weight", ("embed", "embedding"), T.identity()),
+        ParamMap("model.norm.weight", ("final_norm", "weight"), T.identity()),
     ]
     if not cfg.tie_word_embeddings:
-        outer.append(ParamMap("lm_head.weight", ("lm_head", "kernel"), T.linear()))
+        outer.append(ParamMap("lm_head.weight", ("head", "kernel"), T.linear()))
     heads_in = lambda n: T.reshape_transpose((n * d, e), (n, d, e), (2, 0, 1))  # [n*D, E] -> [E, n, D]
     layer = [
         ParamMap(p + "input_layernorm.weight", ("input_layernorm", "weight"), T.identity()),

@@ -2,8 +2,10 @@
 
 A model is a frozen config (static under jit) plus a plain params pytree:
 
-    params = {<outer modules>: ...,            # embedding, final norm, output projection
-              "layers": {<block params>: ...}}  # every leaf stacked on a leading [L] axis
+    params = {"embed": {"embedding": [V, E]},     # the same outer names for every architecture
+              "final_norm": {...},
+              "head": {"kernel": [E, V]},         # absent when tied to the embedding
+              "layers": {<block params>: ...}}    # every leaf stacked on a leading [L] axis
 
 The architecture's NNX modules are rebuilt from the params inside the traced function
 (`nnx.merge`), and the stacked `Block` is scanned over layers with `lax.scan`, so one
@@ -57,7 +59,7 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
 @functools.lru_cache(maxsize=None)
 def _abstract(cfg: ModelConfig, part: str, dtype_name: str):
     """(graphdef, abstract state) of the Outer or Block module for `cfg` — no allocation."""
-    cls = getattr(family(cfg), part)
+    cls = getattr(family(cfg), part)  # a module class or a factory function
     module = nnx.eval_shape(lambda: cls(cfg, jnp.dtype(dtype_name), nnx.Rngs(0)))
     return nnx.split(module)
 
@@ -116,7 +118,7 @@ def forward(
     outer = _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"})
     mask = cache_attention_mask(cache.lengths, block_mask, cache.num_slots)  # [B, T, S]
     write_at = cache.lengths + region_offset  # [B]
-    embeddings = outer.embed(tokens)  # [B, T, E]
+    embeddings = outer.embed_tokens(tokens)  # [B, T, E]
     want_hidden = bool(hidden_layers)
 
     def layer(carry, xs):
@@ -162,7 +164,8 @@ def pad_prompts(prompts: list[list[int]], length: int | None = None, pad_id: int
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
-def _prefill(params, cfg, tokens, prompt_lengths, cache):
+def prefill_unchecked(params, cfg, tokens, prompt_lengths, cache):
+    """`prefill` without the host-side checks: for use inside other jitted functions."""
     b, t = tokens.shape
     positions = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
     logits, cache = forward(params, cfg, tokens, positions, causal_mask(b, t), cache)
@@ -183,10 +186,10 @@ def prefill(params, cfg: ModelConfig, tokens: jax.Array, prompt_lengths: jax.Arr
     lengths = np.asarray(prompt_lengths)
     if lengths.min() < 1 or lengths.max() > tokens.shape[1]:
         raise ValueError(f"prompt_lengths must lie in [1, {tokens.shape[1]}], got {lengths.tolist()}")
-    return _prefill(params, cfg, tokens, prompt_lengths, cache)
+    return prefill_unchecked(params, cfg, tokens, prompt_lengths, cache)
 
 
 __all__ = [
     "ModelConfig", "KVCache", "init_cache", "commit", "config_from_hf", "init_params", "param_shapes",
-    "forward", "forward_jit", "prefill", "causal_mask", "pad_prompts", "family",
+    "forward", "forward_jit", "prefill", "prefill_unchecked", "causal_mask", "pad_prompts", "family",
 ]
