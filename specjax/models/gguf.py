@@ -158,7 +158,8 @@ def config_from_gguf(meta: dict[str, Any], tensor_names: set[str] | frozenset[st
         if name in _LLAMA_KEYS_OFF:
             allowed, feature = _LLAMA_KEYS_OFF[name]
             if get(name) not in allowed:
-                raise UnsupportedConfigError(f"GGUF key 'llama.{name}' = {get(name)!r} implies {feature}, not supported")
+                raise UnsupportedConfigError(
+                    f"GGUF key 'llama.{name}' = {get(name)!r} implies {feature}, not supported")
             continue
         if name.startswith("rope.scaling."):  # attn_factor, orig_ctx_len, finetuned, ... (type is checked above)
             if meta.get("llama.rope.scaling.type", "none") == "none":
@@ -246,7 +247,8 @@ def unpermute_rope_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
 
 def _expected_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
     """GGUF name -> numpy shape (= reversed ggml ne) every tensor of `cfg` must have."""
-    v, e, h, k, d, f = cfg.vocab_size, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
+    v, e, f = cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size
+    h, k, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     shapes = {"token_embd.weight": (v, e), "output_norm.weight": (e,)}
     if not cfg.tie_word_embeddings:
         shapes["output.weight"] = (v, e)
@@ -410,7 +412,8 @@ def tokenizer_from_gguf(meta: dict[str, Any]) -> GGUFTokenizer:
         return GGUFTokenizer(Tokenizer.from_str(meta["tokenizer.huggingface.json"]), **ids)
     kind = meta.get("tokenizer.ggml.model")
     if kind != "gpt2":
-        raise UnsupportedConfigError(f"GGUF tokenizer.ggml.model {kind!r} is not supported (only 'gpt2' byte-level BPE)")
+        raise UnsupportedConfigError(
+            f"GGUF tokenizer.ggml.model {kind!r} is not supported (only 'gpt2' byte-level BPE)")
     pre = meta.get("tokenizer.ggml.pre")
     if pre not in _PRE_TOKENIZERS:
         raise UnsupportedConfigError(
@@ -433,13 +436,14 @@ def tokenizer_from_gguf(meta: dict[str, Any]) -> GGUFTokenizer:
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
                             for t, ty in zip(tokens, types) if ty == _TOKEN_CONTROL])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t, ty in zip(tokens, types) if ty == _TOKEN_USER])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                    for t, ty in zip(tokens, types) if ty == _TOKEN_USER])
     add = [(n, ids[f"{n}_token_id"]) for n in ("bos", "eos") if meta.get(f"tokenizer.ggml.add_{n}_token", False)]
     if any(i is None for _, i in add):
         raise GGUFError("tokenizer.ggml.add_bos/eos_token is set but the token id is missing")
     if add:
-        pieces = {n: tokens[i] for n, i in add}
-        single = " ".join(([pieces["bos"]] if "bos" in pieces else []) + ["$A"] + ([pieces["eos"]] if "eos" in pieces else []))
+        bos, eos = ([tokens[i] for n, i in add if n == which] for which in ("bos", "eos"))
+        single = " ".join(bos + ["$A"] + eos)  # e.g. "<s> $A" for add_bos_token
         pair = single + " " + single.replace("$A", "$B")
         tok.post_processor = processors.TemplateProcessing(single=single, pair=pair,
                                                            special_tokens=[(tokens[i], i) for _, i in add])
