@@ -33,14 +33,12 @@ from specjax.verify import chain_rejection, greedy_walk, sampling_walk
 class GenerateOutput:
     tokens: jax.Array  # int32[B, max_new_tokens], pad_id after each row's end
     num_tokens: jax.Array  # int32[B] generated tokens per row (an EOS token counts and ends the row)
-    cache: KVCache  # target cache with prompt + generated tokens committed (except the last token)
+    cache: KVCache  # target cache: row b holds prompt + generated tokens except the last (P + num_tokens - 1)
 
 
-def pick_token(logits: jax.Array, key: jax.Array, temperature: float) -> jax.Array:
-    """Greedy (temperature 0) or temperature sampling of int32[B] from logits f32[B, V]."""
-    if temperature == 0.0:
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    return jax.random.categorical(key, logits / temperature, axis=-1).astype(jnp.int32)
+def pick_token(logits: jax.Array, key: jax.Array, sampling: Sampling) -> jax.Array:
+    """One token int32[B] from logits f32[B, V] under `sampling` (argmax when greedy)."""
+    return jax.random.categorical(key, sampling.log_probs(logits), axis=-1).astype(jnp.int32)
 
 
 def is_eos(tokens: jax.Array, eos_ids: tuple[int, ...]) -> jax.Array:
@@ -51,14 +49,14 @@ def is_eos(tokens: jax.Array, eos_ids: tuple[int, ...]) -> jax.Array:
 
 
 @functools.partial(
-    jax.jit, static_argnames=("cfg", "max_new_tokens", "eos_ids", "temperature", "pad_id"), donate_argnames=("cache",)
+    jax.jit, static_argnames=("cfg", "max_new_tokens", "eos_ids", "sampling", "pad_id"), donate_argnames=("cache",)
 )
-def _generate_ar(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, temperature, pad_id):
+def _generate_ar(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling, pad_id):
     b = tokens.shape[0]
     key = jax.random.key(0) if key is None else key
     _, last, cache = prefill_unchecked(params, cfg, tokens, prompt_lengths, cache)
     key, sub = jax.random.split(key)
-    first = pick_token(last, sub, temperature)
+    first = pick_token(last, sub, sampling)
     out = jnp.full((b, max_new_tokens), pad_id, jnp.int32).at[:, 0].set(first)
     done = is_eos(first, eos_ids)
     ones_mask = jnp.ones((b, 1, 1), bool)
@@ -72,7 +70,7 @@ def _generate_ar(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens
         logits, cache = forward(params, cfg, cur[:, None], cache.lengths[:, None], ones_mask, cache)
         cache = commit(cache, jnp.zeros((b, 1), jnp.int32), jnp.where(done, 0, 1))
         key, sub = jax.random.split(key)
-        nxt = jnp.where(done, pad_id, pick_token(logits[:, 0], sub, temperature))
+        nxt = jnp.where(done, pad_id, pick_token(logits[:, 0], sub, sampling))
         out = out.at[:, step].set(nxt)
         return step + 1, nxt, out, cache, done | is_eos(nxt, eos_ids), key
 
@@ -91,7 +89,7 @@ def generate_ar(
     *,
     cache_slots: int | None = None,
     eos_ids: tuple[int, ...] | None = None,
-    temperature: float = 0.0,
+    sampling: Sampling = Sampling(),
     key: jax.Array | None = None,
     pad_id: int = 0,
     cache_dtype=None,
@@ -107,20 +105,21 @@ def generate_ar(
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     b, t = tokens.shape
     slots = cache_slots if cache_slots is not None else t + max_new_tokens
-    # Static check (prompt_lengths <= T): reading the lengths would be a device->host transfer.
+    validate_prompts(tokens, prompt_lengths, cfg.vocab_size)
     check_capacity(np.zeros(b), t + max_new_tokens, slots, what="prompt + max_new_tokens")
     dtype = cache_dtype or jax.tree.leaves(params)[0].dtype
     cache = init_cache(cfg, b, slots, dtype)
     eos = tuple(cfg.eos_token_ids) if eos_ids is None else tuple(eos_ids)
     return _generate_ar(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32), cache,
-                        key, max_new_tokens, eos, float(temperature), pad_id)
+                        key, max_new_tokens, eos, sampling, pad_id)
 
 
 @struct.dataclass
 class RoundStats:
     """Per-round statistics of a speculative generation (R = max_new_tokens rounds at most).
 
-    accepted  int32[B, R]  draft tokens accepted in each round (-1 past the row's last round)
+    accepted  int32[B, R]  draft tokens accepted in each round (-1 past the row's last round);
+                           the last round counts only what the output kept (max_new_tokens, EOS)
     proposed  int32[B, R]  valid tree nodes proposed in each round (-1 likewise)
     num_rounds int32[B]    target verification forwards per row
     """
@@ -144,14 +143,7 @@ class RoundStats:
 @struct.dataclass
 class SpeculativeOutput(GenerateOutput):
     stats: RoundStats = None
-
-
-def _trim(out, count, max_new_tokens, eos_ids, pad_id):
-    """Cut each row at max_new_tokens and after its first EOS; pad the rest."""
-    out = out[:, :max_new_tokens]
-    eos = is_eos(out, eos_ids)
-    num = jnp.where(eos.any(axis=1), jnp.argmax(eos, axis=1) + 1, jnp.minimum(count, max_new_tokens)).astype(jnp.int32)
-    return jnp.where(jnp.arange(max_new_tokens)[None] < num[:, None], out, pad_id), num
+    draft_state: object = None  # the drafter's final state (e.g. its KV cache), for inspection
 
 
 @functools.partial(
@@ -162,6 +154,7 @@ def _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, m
     b = tokens.shape[0]
     rows = jnp.arange(b)
     depth = drafter.max_depth
+    steps = jnp.arange(depth + 1)[None]  # [1, D+1]
     key = jax.random.key(0) if key is None else key  # created on device: no host transfer
     cache = init_cache(cfg, b, num_slots, jax.tree.leaves(params)[0].dtype)
     _, last, cache = prefill_unchecked(params, cfg, tokens, prompt_lengths, cache)
@@ -189,28 +182,54 @@ def _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, m
         else:
             result = sampling_walk(tree, logits, k_verify, sampling.temperature, sampling.top_k, sampling.top_p,
                                    max_depth=depth)
-        cache = commit(cache, result.path_slots, jnp.where(active, result.num_accepted + 1, 0))
-        dstate = drafter.observe(dstate, tree, result, active)
 
-        emitted, n_emit = result.emitted, result.num_accepted + 1  # [B, D+1], [B]
-        write = active[:, None] & (jnp.arange(depth + 1)[None] < n_emit[:, None])
-        idx = count[:, None] + jnp.arange(depth + 1)[None]
+        # Keep only what the output will hold: up to max_new_tokens and through the first EOS.
+        # Committing more would let finished rows outgrow their cache while others continue.
+        emitted = result.emitted  # [B, D+1]: accepted tokens then the bonus
+        eos_at = is_eos(emitted, eos_ids) & (steps <= result.num_accepted[:, None])
+        keep = jnp.minimum(result.num_accepted + 1, max_new_tokens - count)
+        keep = jnp.minimum(keep, jnp.where(eos_at.any(axis=1), jnp.argmax(eos_at, axis=1) + 1, keep))
+        keep = jnp.where(active, keep, 0)  # tokens emitted this round, >= 1 for active rows
+        # The target commits the root and keep - 1 accepted nodes; the last kept token is next round's root.
+        cache = commit(cache, result.path_slots, keep)
+        kept = result.replace(num_accepted=jnp.maximum(keep - 1, 0))
+        dstate = drafter.observe(dstate, tree, kept, active)
+
+        idx = count[:, None] + steps
+        write = steps < keep[:, None]
         out = out.at[rows[:, None], idx].set(jnp.where(write, emitted, out[rows[:, None], idx]))
-        count = count + jnp.where(active, n_emit, 0)
-        done = done | jnp.any(write & is_eos(emitted, eos_ids), axis=1) | (count >= max_new_tokens)
+        next_root = jnp.take_along_axis(emitted, jnp.maximum(keep - 1, 0)[:, None], axis=1)[:, 0]
+        count = count + keep
+        done = done | eos_at.any(axis=1) | (count >= max_new_tokens)
         r = stats.num_rounds
         stats = RoundStats(
-            accepted=stats.accepted.at[rows, r].set(jnp.where(active, result.num_accepted, stats.accepted[rows, r])),
+            accepted=stats.accepted.at[rows, r].set(jnp.where(active, kept.num_accepted, stats.accepted[rows, r])),
             proposed=stats.proposed.at[rows, r].set(
                 jnp.where(active, tree.valid.sum(-1).astype(jnp.int32), stats.proposed[rows, r])),
             num_rounds=r + active.astype(jnp.int32),
         )
-        return jnp.where(active, result.bonus, root), out, count, done, cache, dstate, stats, key
+        return jnp.where(active, next_root, root), out, count, done, cache, dstate, stats, key
 
     state = (root, out, count, done, cache, dstate, stats, key)
-    _, out, count, _, cache, _, stats, _ = jax.lax.while_loop(lambda s: ~jnp.all(s[3]), body, state)
-    tokens_out, num = _trim(out, count, max_new_tokens, eos_ids, pad_id)
-    return SpeculativeOutput(tokens=tokens_out, num_tokens=num, cache=cache, stats=stats)
+    _, out, count, _, cache, dstate, stats, _ = jax.lax.while_loop(lambda s: ~jnp.all(s[3]), body, state)
+    tokens_out = jnp.where(jnp.arange(max_new_tokens)[None] < count[:, None], out[:, :max_new_tokens], pad_id)
+    return SpeculativeOutput(tokens=tokens_out, num_tokens=count, cache=cache, stats=stats, draft_state=dstate)
+
+
+def validate_prompts(tokens, prompt_lengths, vocab_size: int) -> None:
+    """Every row needs 1..T prompt tokens, each a valid id (an out-of-range id would embed as
+    NaN). Reads the prompts with an explicit `device_get` (allowed under
+    `jax.transfer_guard("disallow")`), once, before anything runs."""
+    tokens, lengths = (np.asarray(x) for x in jax.device_get((tokens, prompt_lengths)))
+    width = tokens.shape[1]
+    if tokens.ndim != 2 or lengths.shape != tokens.shape[:1]:
+        raise ValueError(f"tokens must be int32[B, T] and prompt_lengths int32[B], got {tokens.shape}, {lengths.shape}")
+    if lengths.min() < 1 or lengths.max() > width:
+        raise ValueError(f"prompt_lengths must lie in [1, {width}] (the padded prompt width), got {lengths.tolist()}")
+    used = np.arange(width)[None] < lengths[:, None]
+    bad = tokens[used][(tokens[used] < 0) | (tokens[used] >= vocab_size)]
+    if bad.size:
+        raise ValueError(f"prompt token ids {sorted(set(bad.tolist()))[:8]} are outside the vocabulary [0, {vocab_size})")
 
 
 def generate(
@@ -238,11 +257,12 @@ def generate(
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if tokens.ndim != 2 or prompt_lengths.shape != tokens.shape[:1]:
-        raise ValueError(f"tokens must be int32[B, T] and prompt_lengths int32[B], got {tokens.shape}, "
-                         f"{prompt_lengths.shape}")
     drafter.validate(cfg)
-    num_slots = tokens.shape[1] + max_new_tokens + drafter.budget + 2
+    validate_prompts(tokens, prompt_lengths, cfg.vocab_size)
+    # Worst case: an active row has committed < T + M - 1 tokens and writes its N + 1 pending
+    # slots; a finished row has committed exactly P + num_tokens - 1 <= T + M - 1 and keeps
+    # writing (uncommitted) pending slots while other rows run: T + M + N slots cover both.
+    num_slots = tokens.shape[1] + max_new_tokens + drafter.budget
     eos = tuple(cfg.eos_token_ids) if eos_ids is None else tuple(eos_ids)
     return _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos, sampling,
                      pad_id, num_slots)

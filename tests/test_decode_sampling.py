@@ -1,7 +1,9 @@
 """Sampling losslessness of the whole speculative loop (statistical).
 
-A tiny target transformer with a 6-token vocabulary; the exact law of its next 3
-tokens after a prompt is enumerated (6^3 sequences, one batched forward). Then 20,000
+A tiny target transformer with a 4-token vocabulary; the exact law of its next 5
+tokens after a prompt is enumerated (4^5 sequences, one batched forward). Five tokens
+need several rounds after the prefill's first token, so accepted paths, their commits
+and the bonus after a fully accepted chain all shape the sampled law. Then 20,000
 rows of the same prompt go through `generate` (each row draws its own randomness, so
 rows are independent samples) and a G-test compares the empirical law with the exact
 one — for the sampling walk over a fixed tree and for chain rejection sampling. A
@@ -26,8 +28,8 @@ from specjax.models import GPTNeoXConfig, init_cache, init_params, pad_prompts, 
 from specjax.sampling import Sampling
 from tests.tiny_models import perturbed
 
-VOCAB, NEW, SAMPLES = 6, 3, 20_000
-PROMPT = [1, 4, 2]
+VOCAB, NEW, SAMPLES = 4, 5, 20_000
+PROMPT = [1, 3, 2]
 ACCEPT_P, REJECT_P = 1e-3, 1e-6
 TARGET = GPTNeoXConfig(vocab_size=VOCAB, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32, rotary_dim=4)
 DRAFT = GPTNeoXConfig(vocab_size=VOCAB, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=16, rotary_dim=4)
@@ -36,15 +38,15 @@ DRAFT_PARAMS = perturbed(init_params(DRAFT, jax.random.key(2)), 3, 0.6)
 
 
 def exact_law(sampling: Sampling) -> np.ndarray:
-    """P(x1, x2, x3 | prompt) under the processed target, float64[V, V, V]."""
-    seqs = [PROMPT + list(s) for s in itertools.product(range(VOCAB), repeat=NEW - 1)]
-    tokens, lengths = pad_prompts(seqs)
-    logits, _, _ = prefill(TARGET_PARAMS, TARGET, tokens, lengths, init_cache(TARGET, len(seqs), tokens.shape[1]))
-    logp = np.asarray(sampling.log_probs(logits), np.float64)  # [V^2, P + 2, V]
+    """P(x_1..x_NEW | prompt) under the processed target, float64[V] * NEW."""
+    prefixes = list(itertools.product(range(VOCAB), repeat=NEW - 1))
+    tokens, lengths = pad_prompts([PROMPT + list(x) for x in prefixes])
+    logits, _, _ = prefill(TARGET_PARAMS, TARGET, tokens, lengths, init_cache(TARGET, len(prefixes), tokens.shape[1]))
+    logp = np.asarray(sampling.log_probs(logits), np.float64)  # [V^(NEW-1), P + NEW - 1, V]
     p = len(PROMPT)
     law = np.zeros((VOCAB,) * NEW)
-    for row, (a, b) in enumerate(itertools.product(range(VOCAB), repeat=NEW - 1)):
-        law[a, b] = np.exp(logp[row, p - 1, a] + logp[row, p, b] + logp[row, p + 1])
+    for row, x in enumerate(prefixes):
+        law[x] = np.exp(sum(logp[row, p - 1 + i, t] for i, t in enumerate(x)) + logp[row, p + NEW - 2])
     return law / law.sum()
 
 

@@ -47,8 +47,14 @@ def check_compatible(draft_cfg: ModelConfig, target_cfg: ModelConfig) -> None:
 
 
 def draft_cache_slots(prompt_width: int, max_new_tokens: int, budget: int) -> int:
-    """Slots the draft cache needs: prompt + generated + catch-up (2) + pending region (N)."""
-    return prompt_width + max_new_tokens + budget + 3
+    """Slots the draft cache needs (T + M + N).
+
+    The draft never commits past the target's committed length + 1 (the root), which is
+    <= T + M - 1 for an active row, so after catch-up its pending region [len, len + N)
+    ends below T + M + N - 1; a finished row has committed <= T + M - 1 and its
+    uncommitted catch-up (2 slots) and region writes stay below T + M + N as well.
+    """
+    return prompt_width + max_new_tokens + budget
 
 
 def init_state(draft_cfg, params, tokens, prompt_lengths, num_slots: int, budget: int) -> DraftLMState:
