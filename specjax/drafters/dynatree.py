@@ -1,0 +1,501 @@
+"""DynaTree (Algorithm 1 of the paper): an adaptive draft tree grown level by level.
+
+A draft LM grows a token tree below the root (the last committed token). Three
+mechanisms, selected by `DynaTreeDrafter.phase` as in the paper's ablation (Table 1):
+
+  Phase 1  confidence-aware branching: a node u with draft confidence
+           c(u) = max_v q_D(v | u) gets B(u) = B_min if c >= tau_h, B_mid if
+           tau_l <= c < tau_h, B_max if c < tau_l children: its top-B(u) draft tokens.
+           Fixed depth D_0, node budget N_max, no probability pruning.
+  Phase 2  + dynamic depth and pruning: u is expanded iff
+               d(u) < D_max  and  p(u) >= rho_stop  and  (d(u) < D_0  or  p(u) >= rho_deep)
+           (and p(u) >= tau, Algorithm 1 line 14), where p(u) is the cumulative draft
+           probability of the root-to-u path; a child v with p(v) < tau is pruned (never
+           created, so it costs no budget).
+  Phase 3  + historical adjustment of (tau_h, tau_l, D_0) per batch row, from a sliding
+           window of the last W rounds' acceptance statistic (schedule below).
+
+Conventions (ours, where the paper is silent). d(u) = `Tree.depth` = number of draft
+tokens on the root-to-u path (the paper's first node u_0 has d = 1); with this count the
+paper's gate `d(u) < D_max` bounds the tree depth by D_max and matches the authors' code
+(it gates on the child's depth). As in Algorithm 1 (line 10) the first level is the single
+node u_0 = the draft's top-1 token, always kept. Expansion is breadth first with a FIFO
+frontier; under the budget the surviving candidates are the first ones in BFS order:
+level by level, within a level by (parent position, child rank), child rank = position
+in the draft's "log-prob descending, token id ascending" order (`lax.top_k`). This is
+exactly the order in which Algorithm 1 with a FIFO queue inserts nodes, so the greedy
+(rank-0) chain always survives while budget remains. All comparisons are in log space
+in float32: p >= rho  <=>  lbar >= log(rho) (rho = 0 disables a test).
+
+Static-shape expansion (`build_tree`, one batched draft forward per level). Valid nodes
+are packed: level d of a row occupies tree slots [o_d, o_d + n_d) with
+o_d = n_1 + ... + n_{d-1}, so a row's valid nodes are a prefix of its N_max slots and
+node i sits at draft-cache region slot i. Level d has a static width W_d (`level_widths`),
+the largest count level d can reach in any tree under the budget (a small dynamic
+program over level counts; proofs/dynatree.md, Lemma 1). The level's nodes are forwarded
+at the per-row region offset o_d; slots past n_d hold don't-care tokens whose K/V land at region slots
+>= o_{d+1}, i.e. where the next level is written later or never read: a valid node sees
+only the committed prefix, its ancestors and itself. Candidates are the top-B_max
+children of every level slot; a candidate is live iff its parent is valid and
+expandable, its rank < B(parent) and its p >= tau; the first N_max - (nodes so far) live
+candidates in BFS order are kept (`cumsum`), and scattered to their packed positions.
+The deepest level is never forwarded (`forwarded` marks the others for `commit_path`).
+
+Phase 3 schedule (the paper defers it to an appendix that does not give it; ours,
+following the direction of Sec. 3.3 and the constants of the authors' code). After each
+round, row b records a_r = accepted nodes / depth of its proposed tree (in [0, 1]; the
+fraction of the tree's depth that was committed, = accepted / drafted for a chain). Let
+a_bar be the mean of the last min(k, W) records, k = rounds since the row's last move.
+Once k >= min_rounds:
+  a_bar > accept_high  ->  aggressive:   D_0 += 1, tau_h -= step, tau_l -= step
+  a_bar < accept_low   ->  conservative: D_0 -= 1, tau_h += step, tau_l += step
+each clipped to its range (`d0_range`, `tau_h_range`, `tau_l_range`, with
+max tau_l_range < min tau_h_range so tau_l < tau_h always), and a move clears the
+window (k = 0), so every decision is based on rounds drafted with the current values.
+Lower thresholds give more nodes B_min (narrower, deeper trees under the budget) and a
+larger D_0 lets more paths grow past the base depth. All of it is per-row state arrays.
+
+Verification: greedy walk at T = 0, the lossless sampling walk at T > 0 (the tree is then
+built from the draft's processed distribution, same temperature / top-k / top-p).
+Shapes: B batch, N = N_max budget, V vocab, W_d level width, K = B_max.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from specjax.drafters.draft_lm import (DraftLMDrafter, DraftLMState, catch_up, check_compatible, commit_path,
+                                       draft_cache_slots, init_state)
+from specjax.models.model import ModelConfig, forward
+from specjax.tree import Tree
+from specjax.verify import WalkResult
+
+_NEG_INF = float("-inf")
+
+
+# ======================================================================== knobs
+
+
+@struct.dataclass
+class Knobs:
+    """Per-row drafting parameters, probability domain; every field f32/int32[B].
+
+    Phase 3 moves tau_h, tau_l and d0. Passing `DynaTreeParams(lm, knobs)` as the draft
+    params overrides the drafter's defaults without recompiling (parameter sweeps); the
+    static fields stay the bounds (b's are clipped to [1, B_max], depth to the static
+    levels). Phase 1 reads only tau_h, tau_l, the b's and d0 (its fixed depth).
+    """
+
+    tau_h: jax.Array
+    tau_l: jax.Array
+    d0: jax.Array
+    d_max: jax.Array
+    b_min: jax.Array
+    b_mid: jax.Array
+    b_max: jax.Array
+    rho_stop: jax.Array
+    rho_deep: jax.Array
+    tau: jax.Array
+
+    def broadcast(self, batch: int) -> "Knobs":
+        ints = ("d0", "d_max", "b_min", "b_mid", "b_max")
+        return Knobs(**{f.name: jnp.broadcast_to(jnp.asarray(getattr(self, f.name),
+                                                             jnp.int32 if f.name in ints else jnp.float32), (batch,))
+                        for f in dataclasses.fields(self)})
+
+
+@struct.dataclass
+class TreeKnobs:
+    """What `build_tree` consumes: log-domain thresholds f32[B] (log 0 = -inf disables a
+    test) and integer limits int32[B]. Separate from `Knobs` so that a reference can be
+    fed the very same float32 thresholds."""
+
+    log_tau_h: jax.Array
+    log_tau_l: jax.Array
+    log_rho_stop: jax.Array
+    log_rho_deep: jax.Array
+    log_tau: jax.Array
+    d0: jax.Array
+    d_max: jax.Array
+    b_min: jax.Array
+    b_mid: jax.Array
+    b_max: jax.Array
+
+
+@struct.dataclass
+class DynaTreeParams:
+    """Draft params with knob overrides: `lm` the draft LM params, `knobs` a `Knobs`
+    (scalars or [B] per field)."""
+
+    lm: dict
+    knobs: Knobs
+
+
+@struct.dataclass
+class DynaTreeState:
+    lm: DraftLMState
+    knobs: Knobs  # current per-row knobs ([B] each)
+    window: jax.Array  # f32[B, W] acceptance statistics, newest first
+    count: jax.Array  # int32[B] entries recorded since the row's last move (<= W)
+
+    @property
+    def cache(self):
+        """The draft KV cache (as on `DraftLMState`, for code that inspects draft caches)."""
+        return self.lm.cache
+
+
+# ======================================================================== tree construction
+
+
+@functools.lru_cache(maxsize=None)
+def level_widths(max_nodes: int, num_levels: int, max_branch: int) -> tuple[int, ...]:
+    """Static widths W_1..W_L' (L' <= num_levels): W_d = the largest node count level d
+    can have in any tree the construction can build (proofs/dynatree.md, Lemma 1).
+
+    Level counts obey n_1 = 1 and 1 <= n_{d+1} <= min(K n_d, N - S_d), S_d = n_1 + .. + n_d
+    (a level is empty once one is). With m_d(c) = the least S_d over such sequences with
+    n_d = c (inf if none), m_1(1) = 1 and
+        m_{d+1}(c) = c + min{ m_d(c') : K c' >= c, m_d(c') + c <= N },
+    W_d = max{c : m_d(c) < inf}. Levels that cannot be reached are dropped. O(L N^2) on
+    the host, cached.
+    """
+    if max_nodes < 1 or num_levels < 1 or max_branch < 1:
+        raise ValueError(f"need max_nodes, num_levels, max_branch >= 1, got {max_nodes}, {num_levels}, {max_branch}")
+    least = {1: 1}  # c -> m_d(c) for the reachable counts c of the current level
+    widths = [1]
+    for _ in range(1, num_levels):
+        nxt = {}
+        for c in range(1, max_nodes + 1):
+            prev = [m for cp, m in least.items() if max_branch * cp >= c and m + c <= max_nodes]
+            if prev:
+                nxt[c] = c + min(prev)
+        if not nxt:
+            break
+        least = nxt
+        widths.append(max(nxt))
+    return tuple(widths)
+
+
+@struct.dataclass
+class Level:
+    """One level handed to the distribution function (W = its static width).
+
+    tokens int32[B, W]; slots int32[B, W] tree slot of each node (>= N past the level's
+    nodes); parent_slots int32[B, W] (-1 = child of the root); valid bool[B, W];
+    mask_rows bool[B, W, N] ancestor-or-self slots (all False for invalid nodes);
+    offset int32[B] = slots[:, 0].
+    """
+
+    tokens: jax.Array
+    slots: jax.Array
+    parent_slots: jax.Array
+    valid: jax.Array
+    mask_rows: jax.Array
+    offset: jax.Array
+
+
+@struct.dataclass
+class TreeInfo:
+    """Per-node by-products of `build_tree` ([B, N]; 0 / False on padding).
+
+    cum_logp f32 (log p(u)); forwarded bool (the node's level was forwarded);
+    expandable bool (passed the depth/probability gate); branching int32 (B(u) from the
+    confidence rule, for forwarded nodes); log_conf f32 (log c(u), forwarded nodes).
+    """
+
+    cum_logp: jax.Array
+    forwarded: jax.Array
+    expandable: jax.Array
+    branching: jax.Array
+    log_conf: jax.Array
+
+
+LevelFn = Callable  # (carry, Level, depth: int) -> (log-probs f32[B, W, V], carry)
+
+
+def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nodes: int, num_levels: int,
+               max_branch: int):
+    """Algorithm 1 (DRAFTTREE) for a batch, static shapes: returns (Tree, TreeInfo, carry).
+
+    root_logp f32[B, V]: draft log-probs after the root. `level_fn(carry, level, d)`
+    returns the draft log-probs f32[B, W_d, V] after each node of level d (d < L'); the
+    draft LM plugs in a cached forward, tests a synthetic table. The Tree is packed
+    (valid nodes first), BFS ordered, with <= max_nodes nodes and depth <= L' <= num_levels.
+    """
+    b, _ = root_logp.shape
+    n, k = max_nodes, max_branch
+    widths = level_widths(n, num_levels, k)
+    depth_count = len(widths)
+    rows = jnp.arange(b)[:, None]
+    node_ids = jnp.arange(n, dtype=jnp.int32)
+    clip_b = lambda x: jnp.clip(x, 1, k).astype(jnp.int32)  # noqa: E731
+    b_min, b_mid, b_max = clip_b(knobs.b_min), clip_b(knobs.b_mid), clip_b(knobs.b_max)
+    fix = lambda x: jnp.where(x == 0, 0.0, x).astype(jnp.float32)  # -0.0 -> +0.0 (top_k tie rule)  # noqa: E731
+
+    out = dict(tokens=jnp.zeros((b, n), jnp.int32), parents=jnp.full((b, n), -1, jnp.int32),
+               depth=jnp.zeros((b, n), jnp.int32), valid=jnp.zeros((b, n), bool),
+               cum_logp=jnp.zeros((b, n), jnp.float32), forwarded=jnp.zeros((b, n), bool),
+               expandable=jnp.zeros((b, n), bool), branching=jnp.zeros((b, n), jnp.int32),
+               log_conf=jnp.zeros((b, n), jnp.float32))
+
+    def put(name, slots, values, valid):  # scatter a level's values to its tree slots
+        idx = jnp.where(valid, slots, n)  # out of range -> dropped
+        out[name] = out[name].at[rows, idx].set(values.astype(out[name].dtype), mode="drop")
+
+    # Level 1: u_0 = the draft's top-1 token (Algorithm 1, line 10).
+    top_lp, top_tok = jax.lax.top_k(fix(root_logp), 1)  # [B, 1]
+    tokens, cum = top_tok.astype(jnp.int32), top_lp
+    valid = jnp.ones((b, 1), bool)
+    parent_slots = jnp.full((b, 1), -1, jnp.int32)
+    offset = jnp.zeros((b,), jnp.int32)
+    used = jnp.ones((b,), jnp.int32)  # nodes in the levels built so far
+    slots = offset[:, None] + jnp.arange(1, dtype=jnp.int32)[None]
+    anc = (node_ids[None, None, :] == slots[..., None]) & valid[..., None]  # [B, W, N]
+
+    for d in range(1, depth_count + 1):
+        put("tokens", slots, tokens, valid)
+        put("parents", slots, parent_slots, valid)
+        put("depth", slots, jnp.full_like(slots, d), valid)
+        put("valid", slots, valid, valid)
+        put("cum_logp", slots, cum, valid)
+        if d == depth_count:  # the deepest level is verified by the target, never forwarded
+            break
+        level = Level(tokens=tokens, slots=slots, parent_slots=parent_slots, valid=valid, mask_rows=anc, offset=offset)
+        logp, carry = level_fn(carry, level, d)  # [B, W, V]
+        top_lp, top_tok = jax.lax.top_k(fix(logp), k)  # [B, W, K], rank order
+        log_conf = top_lp[..., 0]
+        nb = jnp.where(log_conf >= knobs.log_tau_h[:, None], b_min[:, None],
+                       jnp.where(log_conf >= knobs.log_tau_l[:, None], b_mid[:, None], b_max[:, None]))
+        gate = (valid & (d < knobs.d_max[:, None]) & (cum >= knobs.log_rho_stop[:, None])
+                & (cum >= knobs.log_tau[:, None]) & ((d < knobs.d0[:, None]) | (cum >= knobs.log_rho_deep[:, None])))
+        put("forwarded", slots, valid, valid)
+        put("expandable", slots, gate, valid)
+        put("branching", slots, nb, valid)
+        put("log_conf", slots, log_conf, valid)
+
+        # Candidates in BFS order (parent position, rank); keep the first `N - used` live ones.
+        w, w_next = tokens.shape[1], widths[d]
+        child_cum = cum[..., None] + top_lp  # [B, W, K]
+        live = (gate[..., None] & (jnp.arange(k)[None, None] < nb[..., None])
+                & (child_cum >= knobs.log_tau[:, None, None])).reshape(b, w * k)
+        rank = jnp.cumsum(live, axis=1, dtype=jnp.int32)  # 1-based position among live candidates
+        keep = live & (rank <= (n - used)[:, None])
+        count = jnp.sum(keep, axis=1, dtype=jnp.int32)
+        src = jnp.zeros((b, w_next), jnp.int32).at[rows, jnp.where(keep, rank - 1, w_next)].set(
+            jnp.broadcast_to(jnp.arange(w * k, dtype=jnp.int32), (b, w * k)), mode="drop")  # candidate of each position
+        parent_pos = src // k
+        valid = jnp.arange(w_next)[None] < count[:, None]
+        tokens = jnp.where(valid, jnp.take_along_axis(top_tok.reshape(b, w * k), src, axis=1), 0).astype(jnp.int32)
+        cum = jnp.where(valid, jnp.take_along_axis(child_cum.reshape(b, w * k), src, axis=1), 0.0)
+        parent_slots = jnp.where(valid, jnp.take_along_axis(slots, parent_pos, axis=1), -1)
+        offset = used
+        used = used + count
+        slots = offset[:, None] + jnp.arange(w_next, dtype=jnp.int32)[None]
+        parent_anc = jnp.take_along_axis(anc, parent_pos[..., None], axis=1)  # [B, W', N]
+        anc = (parent_anc | (node_ids[None, None, :] == slots[..., None])) & valid[..., None]
+
+    tree = Tree(tokens=out["tokens"], parents=out["parents"], depth=out["depth"], valid=out["valid"])
+    info = TreeInfo(cum_logp=out["cum_logp"], forwarded=out["forwarded"], expandable=out["expandable"],
+                    branching=out["branching"], log_conf=out["log_conf"])
+    return tree, info, carry
+
+
+def draft_lm_level_fn(draft_cfg: ModelConfig, log_probs: Callable) -> LevelFn:
+    """The draft LM as a `build_tree` distribution function (carry: DraftLMState).
+
+    Forwards the level at region offset `level.offset` (per row) with positions
+    committed length - 1 + d (the root sits at committed length - 1, see `catch_up`).
+    """
+
+    def level_fn(state: DraftLMState, level: Level, depth: int):
+        b, w = level.tokens.shape
+        positions = jnp.broadcast_to(state.cache.lengths[:, None] - 1 + depth, (b, w)).astype(jnp.int32)
+        logits, cache = forward(state.params, draft_cfg, level.tokens, positions, level.mask_rows, state.cache,
+                                region_offset=level.offset)
+        return log_probs(logits), state.replace(cache=cache)
+
+    return level_fn
+
+
+# ======================================================================== Phase 3 schedule
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """Phase-3 constants (see the module docstring); hashable."""
+
+    window: int = 10
+    min_rounds: int = 5
+    accept_high: float = 0.8
+    accept_low: float = 0.6
+    step: float = 0.05
+    d0_range: tuple[int, int] = (2, 7)
+    tau_h_range: tuple[float, float] = (0.5, 0.95)
+    tau_l_range: tuple[float, float] = (0.1, 0.45)
+
+
+def acceptance_statistic(tree: Tree, result: WalkResult) -> jax.Array:
+    """a_r f32[B]: accepted nodes / depth of the proposed tree (0 for an empty tree)."""
+    depth = jnp.max(jnp.where(tree.valid, tree.depth, 0), axis=1)
+    return jnp.where(depth > 0, result.num_accepted / jnp.maximum(depth, 1), 0.0).astype(jnp.float32)
+
+
+def update_history(knobs: Knobs, window, count, a, active, sched: Schedule):
+    """One round of the Phase-3 schedule: (knobs, window f32[B, W], count int32[B]) -> same.
+
+    Rows that are not `active` are left unchanged.
+    """
+    w = window.shape[1]
+    window = jnp.where(active[:, None], jnp.concatenate([a[:, None], window[:, :-1]], axis=1), window)
+    count = jnp.where(active, jnp.minimum(count + 1, w), count)
+    filled = jnp.arange(w)[None] < count[:, None]
+    mean = jnp.sum(jnp.where(filled, window, 0.0), axis=1) / jnp.maximum(count, 1)
+    ready = active & (count >= sched.min_rounds)
+    up, down = ready & (mean > sched.accept_high), ready & (mean < sched.accept_low)
+
+    def move(x, delta, lo, hi):  # aggressive (up): x + delta, conservative (down): x - delta, clipped
+        return jnp.where(up, jnp.clip(x + delta, lo, hi), jnp.where(down, jnp.clip(x - delta, lo, hi), x))
+
+    knobs = knobs.replace(
+        d0=move(knobs.d0, 1, *sched.d0_range).astype(jnp.int32),
+        tau_h=move(knobs.tau_h, -sched.step, *sched.tau_h_range).astype(jnp.float32),
+        tau_l=move(knobs.tau_l, -sched.step, *sched.tau_l_range).astype(jnp.float32),
+    )
+    return knobs, window, jnp.where(up | down, 0, count)
+
+
+# ======================================================================== the drafter
+
+
+@dataclasses.dataclass(frozen=True)
+class DynaTreeDrafter(DraftLMDrafter):
+    """DynaTree with a draft LM. Defaults: Appendix A (D_0=5, D_max=8, (B_min, B_max) =
+    (1, 3), (tau_h, tau_l) = (0.9, 0.4)); B_mid = 2, rho_stop = 0.1, rho_deep = 0.5,
+    tau = 0.05, N_max = 256 and the Phase-3 constants are the authors' benchmark settings
+    (the paper does not list them). `phase` in {1, 2, 3}, see the module docstring."""
+
+    draft_cfg: ModelConfig
+    phase: int = 3
+    d0: int = 5
+    d_max: int = 8
+    b_min: int = 1
+    b_mid: int = 2
+    b_max: int = 3
+    tau_h: float = 0.9
+    tau_l: float = 0.4
+    rho_stop: float = 0.1
+    rho_deep: float = 0.5
+    tau: float = 0.05
+    n_max: int = 256
+    schedule: Schedule | None = None  # None: Schedule(d0_range=(min(2, d0), d_max - 1))
+
+    def __post_init__(self):
+        if self.phase not in (1, 2, 3):
+            raise ValueError(f"DynaTree phase must be 1, 2 or 3, got {self.phase}")
+        if not 1 <= self.b_min <= self.b_mid <= self.b_max:
+            raise ValueError(f"need 1 <= b_min <= b_mid <= b_max, got {self.b_min}, {self.b_mid}, {self.b_max}")
+        if self.b_max > self.draft_cfg.vocab_size:
+            raise ValueError(f"b_max {self.b_max} exceeds the draft vocabulary ({self.draft_cfg.vocab_size})")
+        if not 0 < self.tau_l < self.tau_h < 1:
+            raise ValueError(f"need 0 < tau_l < tau_h < 1, got tau_l={self.tau_l}, tau_h={self.tau_h}")
+        if self.n_max < 1:
+            raise ValueError(f"the node budget n_max must be >= 1, got {self.n_max}")
+        if self.d0 < 1:
+            raise ValueError(f"base depth d0 must be >= 1, got {self.d0}")
+        if self.phase >= 2:
+            if not self.d0 < self.d_max:
+                raise ValueError(f"need 1 <= d0 < d_max, got d0={self.d0}, d_max={self.d_max}")
+            if not 0 < self.rho_stop < self.rho_deep < 1:
+                raise ValueError(f"need 0 < rho_stop < rho_deep < 1, got {self.rho_stop}, {self.rho_deep}")
+            if not 0 <= self.tau < 1:
+                raise ValueError(f"pruning threshold tau must lie in [0, 1), got {self.tau}")
+        if self.phase == 3:
+            s = self.sched
+            (dlo, dhi), (hlo, hhi), (llo, lhi) = s.d0_range, s.tau_h_range, s.tau_l_range
+            if not (1 <= dlo <= self.d0 <= dhi < self.d_max and 0 < llo <= self.tau_l <= lhi < hlo <= self.tau_h
+                    <= hhi < 1):
+                raise ValueError(f"Phase-3 ranges must contain the knobs, with the tau_l range below the tau_h "
+                                 f"range and the d0 range inside [1, d_max): {s}, d0={self.d0}, "
+                                 f"tau_h={self.tau_h}, tau_l={self.tau_l}")
+            if not (1 <= s.min_rounds <= s.window and 0 <= s.accept_low <= s.accept_high <= 1 and s.step > 0):
+                raise ValueError(f"need 1 <= min_rounds <= window, 0 <= accept_low <= accept_high <= 1, step > 0: {s}")
+
+    @property
+    def sched(self) -> Schedule:
+        return self.schedule or Schedule(d0_range=(min(2, self.d0), self.d_max - 1))
+
+    @property
+    def num_levels(self) -> int:
+        """Static depth bound: D_0 in Phase 1, D_max otherwise."""
+        return self.d0 if self.phase == 1 else self.d_max
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return level_widths(self.n_max, self.num_levels, self.b_max)
+
+    @property
+    def budget(self) -> int:
+        return self.n_max
+
+    @property
+    def max_depth(self) -> int:
+        return len(self.widths)
+
+    def validate(self, target_cfg: ModelConfig) -> None:
+        check_compatible(self.draft_cfg, target_cfg)
+
+    def default_knobs(self, batch: int) -> Knobs:
+        return Knobs(tau_h=self.tau_h, tau_l=self.tau_l, d0=self.d0, d_max=self.d_max, b_min=self.b_min,
+                     b_mid=self.b_mid, b_max=self.b_max, rho_stop=self.rho_stop, rho_deep=self.rho_deep,
+                     tau=self.tau).broadcast(batch)
+
+    def tree_knobs(self, knobs: Knobs) -> TreeKnobs:
+        """Log-domain knobs for `build_tree`; Phase 1 turns off the depth gate and pruning."""
+        log = lambda x: jnp.log(x.astype(jnp.float32))  # noqa: E731
+        if self.phase == 1:
+            off = jnp.full_like(knobs.tau_h, _NEG_INF)
+            return TreeKnobs(log_tau_h=log(knobs.tau_h), log_tau_l=log(knobs.tau_l), log_rho_stop=off,
+                             log_rho_deep=off, log_tau=off, d0=knobs.d0, d_max=knobs.d0, b_min=knobs.b_min,
+                             b_mid=knobs.b_mid, b_max=knobs.b_max)
+        return TreeKnobs(log_tau_h=log(knobs.tau_h), log_tau_l=log(knobs.tau_l), log_rho_stop=log(knobs.rho_stop),
+                         log_rho_deep=log(knobs.rho_deep), log_tau=log(knobs.tau), d0=knobs.d0, d_max=knobs.d_max,
+                         b_min=knobs.b_min, b_mid=knobs.b_mid, b_max=knobs.b_max)
+
+    def init(self, params, tokens, prompt_lengths, max_new_tokens: int) -> DynaTreeState:
+        b = tokens.shape[0]
+        if isinstance(params, DynaTreeParams):
+            params, knobs = params.lm, params.knobs.broadcast(b)
+        else:
+            knobs = self.default_knobs(b)
+        # Level d is written at region offset o_d <= N with its full static width W_d.
+        slots = draft_cache_slots(tokens.shape[1], max_new_tokens, self.n_max + max(self.widths))
+        lm = init_state(self.draft_cfg, params, tokens, prompt_lengths, slots, self.n_max)
+        w = self.sched.window
+        return DynaTreeState(lm=lm, knobs=knobs, window=jnp.zeros((b, w), jnp.float32),
+                             count=jnp.zeros((b,), jnp.int32))
+
+    def log_probs(self, sampling) -> Callable:
+        """Draft log-probs: plain softmax when greedy (the paper), else the processed law."""
+        return (lambda x: jax.nn.log_softmax(x.astype(jnp.float32), axis=-1)) if sampling.greedy else sampling.log_probs
+
+    def propose(self, state: DynaTreeState, root, active, key, sampling):
+        """Returns (Tree [B, N_max], None, state)."""
+        log_probs = self.log_probs(sampling)
+        root_logits, lm = catch_up(self.draft_cfg, state.lm, root, active)
+        tree, info, lm = build_tree(log_probs(root_logits), draft_lm_level_fn(self.draft_cfg, log_probs), lm,
+                                    self.tree_knobs(state.knobs), max_nodes=self.n_max, num_levels=self.num_levels,
+                                    max_branch=self.b_max)
+        return tree, None, state.replace(lm=lm.replace(forwarded=info.forwarded))
+
+    def observe(self, state: DynaTreeState, tree, result: WalkResult, active) -> DynaTreeState:
+        if self.phase == 3:
+            knobs, window, count = update_history(state.knobs, state.window, state.count,
+                                                  acceptance_statistic(tree, result), active, self.sched)
+            state = state.replace(knobs=knobs, window=window, count=count)
+        return state.replace(lm=commit_path(state.lm, result, active))
