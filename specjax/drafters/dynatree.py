@@ -73,6 +73,7 @@ from flax import struct
 from specjax.drafters.draft_lm import (DraftLMDrafter, DraftLMState, catch_up, check_compatible, commit_path,
                                        draft_cache_slots, init_state)
 from specjax.models.model import ModelConfig, forward
+from specjax.ops import top_k
 from specjax.tree import Tree
 from specjax.verify import WalkResult
 
@@ -249,7 +250,7 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
         out[name] = out[name].at[rows, idx].set(values.astype(out[name].dtype), mode="drop")
 
     # Level 1: u_0 = the draft's top-1 token (Algorithm 1, line 10).
-    top_lp, top_tok = jax.lax.top_k(fix(root_logp), 1)  # [B, 1]
+    top_lp, top_tok = top_k(fix(root_logp), 1)  # [B, 1]
     tokens, cum = top_tok.astype(jnp.int32), top_lp
     valid = jnp.ones((b, 1), bool)
     parent_slots = jnp.full((b, 1), -1, jnp.int32)
@@ -268,7 +269,7 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
             break
         level = Level(tokens=tokens, slots=slots, parent_slots=parent_slots, valid=valid, mask_rows=anc, offset=offset)
         logp, carry = level_fn(carry, level, d)  # [B, W, V]
-        top_lp, top_tok = jax.lax.top_k(fix(logp), k)  # [B, W, K], rank order
+        top_lp, top_tok = top_k(fix(logp), k)  # [B, W, K], rank order
         log_conf = top_lp[..., 0]
         nb = jnp.where(log_conf >= knobs.log_tau_h[:, None], b_min[:, None],
                        jnp.where(log_conf >= knobs.log_tau_l[:, None], b_mid[:, None], b_max[:, None]))

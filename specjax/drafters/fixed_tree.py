@@ -14,6 +14,7 @@ import dataclasses
 import jax
 
 from specjax.drafters.draft_lm import DraftLMDrafter, StaticTreeShape
+from specjax.ops import top_k
 from specjax.models.model import ModelConfig
 
 
@@ -40,4 +41,4 @@ class FixedTreeDrafter(DraftLMDrafter):
 
     def choose(self, parent_logits, k, level, key, sampling):
         """parent_logits f32[B, P, V] -> (top-k tokens int32[B, P, k], None)."""
-        return jax.lax.top_k(parent_logits, k)[1].astype("int32"), None
+        return top_k(parent_logits, k)[1].astype("int32"), None

@@ -1,0 +1,1 @@
+"""Training of small LMs for specjax (tokenizer + causal-LM training loop)."""

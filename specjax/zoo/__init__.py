@@ -1,0 +1,58 @@
+"""The specjax model zoo: tiny checkpoints trained by `specjax.train`, committed in the repo.
+
+=====================  ==========================================================
+name                   what
+=====================  ==========================================================
+``tiny-neox-target``   GPT-NeoX (Pythia architecture), ~4.9M params, 4 layers x 192
+``tiny-neox-draft``    GPT-NeoX, ~1.1M params, 2 layers x 64 (its drafter)
+=====================  ==========================================================
+
+Both share one 8,192-token byte-level BPE tokenizer (``tokenizer.json`` in each dir;
+``<|endoftext|>`` = id 0 = EOS and document separator; prompts are encoded as
+``[0] + ids``, see ``encode``). Each directory is a plain Hugging Face checkpoint
+(``config.json`` + float16 ``model.safetensors``) that loads with
+``specjax.models.load_checkpoint`` and with transformers' ``GPTNeoXForCausalLM``.
+How they were trained: ``TRAINING.md`` next to this file.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import jax.numpy as jnp
+
+ZOO_DIR = pathlib.Path(__file__).resolve().parent
+NAMES = ("tiny-neox-target", "tiny-neox-draft")
+EOS_ID = 0
+
+__all__ = ["ZOO_DIR", "NAMES", "EOS_ID", "path", "load", "load_tokenizer", "encode"]
+
+
+def path(name: str) -> pathlib.Path:
+    """The committed checkpoint directory of zoo model `name`."""
+    if name not in NAMES:
+        raise KeyError(f"unknown zoo model {name!r}; available: {NAMES}")
+    d = ZOO_DIR / name
+    if not (d / "model.safetensors").exists():
+        raise FileNotFoundError(f"{d} has no model.safetensors (see {ZOO_DIR / 'TRAINING.md'})")
+    return d
+
+
+def load_tokenizer(name: str = NAMES[0]):
+    """The `tokenizers.Tokenizer` stored with zoo model `name`."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path(name) / "tokenizer.json"))
+
+
+def load(name: str, dtype=jnp.float32):
+    """(cfg, params, tokenizer) of zoo model `name`, params cast to `dtype`."""
+    from specjax.models import load_checkpoint
+
+    cfg, params = load_checkpoint(path(name), dtype)
+    return cfg, params, load_tokenizer(name)
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    """Prompt ids in the form the zoo models were trained on: EOS separator, then the text."""
+    return [EOS_ID] + tokenizer.encode(text).ids

@@ -1,0 +1,137 @@
+"""The committed zoo models (specjax/zoo): loading, HF parity, tokenizer, quality floors.
+
+No network: the held-out texts below are hard-coded copies of Wikipedia openings whose
+titles `split_of(title, "wiki")` puts in the *test* split (checked here), so nothing
+the models were trained on is used to judge them. Thresholds were set from measured
+values with margin (see specjax/zoo/TRAINING.md for the measurements).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax import zoo
+from specjax.data.prompts import split_of
+from specjax.models import causal_mask, forward, init_cache, load_checkpoint, pad_prompts
+
+# Held-out (test split) wiki article openings: (title, text).
+HELDOUT = [
+    ("Eiffel Tower", "The Eiffel Tower is a lattice tower on the Champ de Mars in Paris, France. It is named after "
+     "the engineer Gustave Eiffel, whose company designed and built the tower from 1887 to 1889."),
+    ("Heavy metal music", "Heavy metal is a genre of rock music that developed in the late 1960s and early 1970s, "
+     "largely in the United Kingdom and United States. With roots in blues rock, psychedelic rock and acid rock, "
+     "heavy metal bands developed a thick, monumental sound characterized by distorted guitars, extended guitar "
+     "solos, emphatic beats and loudness."),
+    ("Metamorphoses", "The Metamorphoses is a Latin narrative poem from 8 CE by the Roman poet Ovid. It is considered "
+     "his magnum opus. The poem chronicles the history of the world from its creation to the deification of Julius "
+     "Caesar in a mythico-historical framework comprising over 250 myths, 15 books, and 11,995 lines."),
+    ("Palace of Versailles", "The Palace of Versailles is a château and historic monument in Versailles in the "
+     "Yvelines department of France, southwest of Paris. It served as the principal residence of the French kings "
+     "Louis XIV, Louis XV, and Louis XVI."),
+]
+# Held-out wiki prompts (first sentences of test-split openings).
+PROMPTS = [
+    ("Guitar", "The guitar is a stringed musical instrument that is usually fretted and typically has six or twelve "
+     "strings."),
+    ("Anime", "Anime  is animation originating from Japan."),
+    ("Contemporary art", "Contemporary art is generally art created from the 1970s onwards."),
+    ("Paradise Lost", "Paradise Lost is an epic poem in blank verse by the English poet John Milton (1608–1674)."),
+    ("Music video", "A music video is a video that integrates a song or an album with imagery that is produced for "
+     "promotional or musical artistic purposes."),
+    ("Mirror (1975 film)", "Mirror is a 1975 Soviet avant-garde drama film directed by Andrei Tarkovsky and written "
+     "by Tarkovsky and Aleksandr Misharin."),
+]
+
+TARGET_MAX_LOSS = 6.0  # nats/token on HELDOUT: measured 5.20; log(8192) = 9.01, add-one unigram 7.21
+MIN_MEAN_ACCEPTED = 2.0  # tokens per round, ChainDrafter(draft_cfg, 4), greedy, 32 tokens: measured 2.57
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {name: zoo.load(name) for name in zoo.NAMES}
+
+
+def _ours(cfg, params, ids):
+    tokens = jnp.asarray([ids], jnp.int32)
+    t = tokens.shape[1]
+    logits, _ = forward(params, cfg, tokens, jnp.arange(t, dtype=jnp.int32)[None], causal_mask(1, t),
+                        init_cache(cfg, 1, t, jnp.float32))
+    return np.asarray(logits[0])
+
+
+def test_heldout_texts_are_in_the_test_split():
+    assert all(split_of(title, "wiki") == "test" for title, _ in HELDOUT + PROMPTS)
+
+
+def test_files_and_sizes():
+    total = 0
+    for name in zoo.NAMES:
+        d = zoo.path(name)
+        assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in d.iterdir()}
+        total += sum(p.stat().st_size for p in d.iterdir())
+    assert total <= 40 * 2**20
+
+
+@pytest.mark.parametrize("name", zoo.NAMES)
+def test_loads_and_matches_transformers(models, name):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg, params = load_checkpoint(zoo.path(name), jnp.float32)
+    assert jax.tree.leaves(params)[0].dtype == jnp.float32
+    assert cfg.use_parallel_residual and cfg.rotary_dim == cfg.head_dim // 4 and not cfg.tie_word_embeddings
+    hf = transformers.GPTNeoXForCausalLM.from_pretrained(zoo.path(name), dtype=torch.float32).eval()
+    tok = models[name][2]
+    ids = zoo.encode(tok, HELDOUT[0][1])
+    with torch.no_grad():
+        ref = hf(torch.tensor([ids])).logits[0].float().numpy()
+    ours = _ours(cfg, params, ids)
+    diff = float(np.abs(ours - ref).max())
+    print(f"{name}: max |logits ours - transformers| = {diff:.2e} over {len(ids)} tokens")
+    assert diff <= 1e-4
+
+
+def test_tokenizer_roundtrip_and_shared(models):
+    tok_t, tok_d = models["tiny-neox-target"][2], models["tiny-neox-draft"][2]
+    assert tok_t.to_str() == tok_d.to_str()
+    assert tok_t.token_to_id("<|endoftext|>") == zoo.EOS_ID == 0
+    assert tok_t.get_vocab_size() == 8192
+    for cfg, _, _ in models.values():
+        assert cfg.vocab_size == tok_t.get_vocab_size() and cfg.eos_token_ids == (0,)
+    samples = [t for _, t in HELDOUT] + ["def f(x):\n    return x ** 2  # ünïcödé — 中文 🙂\n\n\tUser: hi!"]
+    for s in samples:
+        ids = tok_t.encode(s).ids
+        assert tok_t.decode(ids) == s
+    wiki = HELDOUT[0][1]
+    assert len(tok_t.encode(wiki).ids) < len(wiki) / 3  # real merges, not bytes
+
+
+def test_target_heldout_loss(models):
+    cfg, params, tok = models["tiny-neox-target"]
+    nll = []
+    for _, text in HELDOUT:
+        ids = zoo.encode(tok, text)
+        logp = jax.nn.log_softmax(_ours(cfg, params, ids)[:-1], axis=-1)
+        nll.extend(-np.asarray(logp)[np.arange(len(ids) - 1), ids[1:]])
+    loss = float(np.mean(nll))
+    print(f"target held-out loss {loss:.3f} nats/token (ppl {math.exp(loss):.1f}); log(V) = {math.log(8192):.2f}")
+    assert loss < TARGET_MAX_LOSS
+
+
+def test_chain_drafting_accepts(models):
+    from specjax.decode import generate, generate_ar
+    from specjax.drafters.chain import ChainDrafter
+
+    tcfg, tparams, tok = models["tiny-neox-target"]
+    dcfg, dparams, _ = models["tiny-neox-draft"]
+    tokens, lengths = pad_prompts([zoo.encode(tok, p) for _, p in PROMPTS])
+    out = generate(tparams, tcfg, ChainDrafter(dcfg, 4), dparams, tokens, lengths, 32, eos_ids=())
+    ref = generate_ar(tparams, tcfg, tokens, lengths, 32, eos_ids=())
+    np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(ref.tokens))
+    mal = out.stats.mean_accepted_length()
+    print(f"mean accepted length (K=4) per prompt {np.round(mal, 2).tolist()}, mean {mal.mean():.3f}")
+    assert mal.mean() > MIN_MEAN_ACCEPTED
