@@ -40,7 +40,7 @@ import numpy as np
 
 from specjax.models.hf_config import UnsupportedConfigError
 from specjax.models.llama import LlamaConfig
-from specjax.models.loading import CheckpointError, params_from_tensors
+from specjax.models.loading import CheckpointError, params_from_tensors, raise_on_mismatch
 
 __all__ = [
     "GGUFError", "GGUFCheckpoint", "GGUFTokenizer", "load_gguf", "read_gguf", "read_metadata", "config_from_gguf",
@@ -277,15 +277,8 @@ def hf_tensors_from_gguf(cfg: LlamaConfig, tensors: dict[str, np.ndarray]) -> di
     bad = [f"{n}: numpy {tensors[n].shape} (ggml ne {list(tensors[n].shape[::-1])}) vs expected {expected[n]} "
            f"(ne {list(expected[n][::-1])})" for n in sorted(set(expected) & set(tensors), key=_natural)
            if tuple(tensors[n].shape) != expected[n]]
-    problems = []
-    if missing:
-        problems.append(f"missing tensors: {missing}")
-    if unknown:
-        problems.append(f"unknown tensors: {[_hint(n) for n in unknown]}")
-    if bad:
-        problems.append("wrong shapes: " + "; ".join(bad))
-    if problems:
-        raise GGUFError("GGUF tensors do not match the llama config: " + " | ".join(problems))
+    raise_on_mismatch(GGUFError, "GGUF tensors do not match the llama config", missing, [_hint(n) for n in unknown],
+                      bad, "unknown tensors")
     out = {}
     for name, arr in tensors.items():
         m = re.fullmatch(r"blk\.(\d+)\.(.+)", name)

@@ -117,6 +117,20 @@ def read_tensors(directory: Path, allow_pickle: bool = False) -> dict[str, np.nd
     raise CheckpointError(f"no model.safetensors, model.safetensors.index.json or pytorch_model*.bin in {directory}")
 
 
+def raise_on_mismatch(error: type[Exception], what: str, missing: list, unexpected: list, bad_shapes: list[str],
+                      unexpected_label: str = "unexpected tensors") -> None:
+    """Raise `error` listing every missing, unexpected and wrongly shaped tensor at once."""
+    problems = []
+    if missing:
+        problems.append(f"missing tensors: {missing}")
+    if unexpected:
+        problems.append(f"{unexpected_label}: {unexpected}")
+    if bad_shapes:
+        problems.append("wrong shapes: " + "; ".join(bad_shapes))
+    if problems:
+        raise error(f"{what}: " + " | ".join(problems))
+
+
 def _get(tree: dict, path: tuple[str, ...]):
     for p in path:
         tree = tree[p]
@@ -171,15 +185,8 @@ def params_from_tensors(cfg: ModelConfig, tensors: dict[str, np.ndarray], dtype=
                 remaining.pop(key)
     ignored = [re.compile(p) for p in fam.IGNORED_KEYS]
     unexpected = sorted(k for k in remaining if not any(p.fullmatch(k) for p in ignored))
-    problems = []
-    if missing:
-        problems.append(f"missing tensors: {missing}")
-    if unexpected:
-        problems.append(f"unexpected tensors (not in the {cfg.model_type} key map): {unexpected}")
-    if bad_shapes:
-        problems.append("wrong shapes: " + "; ".join(bad_shapes))
-    if problems:
-        raise CheckpointError(f"checkpoint does not match {cfg.model_type}: " + " | ".join(problems))
+    raise_on_mismatch(CheckpointError, f"checkpoint does not match {cfg.model_type}", missing, unexpected, bad_shapes,
+                      f"unexpected tensors (not in the {cfg.model_type} key map)")
     if jax.tree.structure(params) != jax.tree.structure(shapes):
         raise CheckpointError("internal error: key map does not cover every parameter")  # a bug in a key map
     return jax.tree.map(lambda a, s: jnp.asarray(a, dtype=s.dtype), params, shapes)
