@@ -180,7 +180,8 @@ def prefill(params, cfg: ModelConfig, tokens: jax.Array, prompt_lengths: jax.Arr
     tokens: int32[B, T]; prompt_lengths: int32[B] in [1, T]. Padding is handled by
     `lengths` alone: pad positions are written to scratch slots and never committed.
     Returns (logits f32[B, T, V], logits of each row's last prompt token f32[B, V], cache).
-    Raises ValueError (before compiling) if the prompts do not fit in the cache.
+    The input cache is donated (consumed): use the returned one. Raises ValueError
+    (before compiling) if the prompts do not fit in the cache.
     """
     check_capacity(cache.lengths, tokens.shape[1], cache.num_slots, what="the prompt")
     lengths = np.asarray(prompt_lengths)
