@@ -25,6 +25,7 @@ from flax import struct
 
 from specjax.models.cache import KVCache, commit, init_cache
 from specjax.models.model import ModelConfig, prefill_unchecked, forward
+from specjax.tree import Tree
 from specjax.verify import WalkResult
 
 
@@ -205,8 +206,6 @@ class DraftLMDrafter:
 
     def propose(self, state: DraftLMState, root, active, key, sampling):
         """Returns (Tree [B, N], draft probs f32[B, D, V] of each level's parent or None, state)."""
-        from specjax.tree import Tree  # local: tree.py imports nothing from here, keep it that way
-
         shape = self.tree_shape
         b = root.shape[0]
         parent_logits, state = catch_up(self.draft_cfg, state, root, active)

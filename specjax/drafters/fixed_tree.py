@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 
 from specjax.drafters.draft_lm import DraftLMDrafter, StaticTreeShape
 from specjax.ops import top_k
