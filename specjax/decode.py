@@ -10,7 +10,10 @@ round-trip. A speculative round is the same for every method:
 Drafters are frozen dataclasses (static under jit) with `budget`, `max_depth`,
 `validate(target_cfg)`, `uses_rejection(sampling)`, `init(params, tokens,
 prompt_lengths, max_new_tokens) -> state`, `propose(state, root, active, key, sampling)
--> (Tree, draft_probs | None, state)` and `observe(state, tree, result, active) -> state`.
+-> (Tree, draft_probs | None, state)` and `observe(state, tree, result, active) -> state`;
+optionally `verify_widths` (static, ascending, ending at `budget`): the target then
+verifies only the smallest such prefix of the tree's slots that holds every valid node
+(adaptive trees are mostly far below their budget).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from flax import struct
 
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache
 from specjax.models.model import ModelConfig, prefill_unchecked, forward
+from specjax.ops import switch_on_width
 from specjax.sampling import Sampling
 from specjax.tree import ancestor_mask, positions
 from specjax.verify import chain_rejection, greedy_walk, sampling_walk
@@ -121,11 +125,13 @@ class RoundStats:
     accepted  int32[B, R]  draft tokens accepted in each round (-1 past the row's last round);
                            the last round counts only what the output kept (max_new_tokens, EOS)
     proposed  int32[B, R]  valid tree nodes proposed in each round (-1 likewise)
+    depth     int32[B, R]  depth of the proposed tree in each round (-1 likewise)
     num_rounds int32[B]    target verification forwards per row
     """
 
     accepted: jax.Array
     proposed: jax.Array
+    depth: jax.Array
     num_rounds: jax.Array
 
     def mean_accepted_length(self) -> np.ndarray:
@@ -135,9 +141,15 @@ class RoundStats:
         return np.where(acc >= 0, acc + 1, 0).sum(1) / rounds
 
     def acceptance_rate(self) -> np.ndarray:
-        """Accepted draft tokens / proposed draft tokens, per row."""
+        """Accepted draft tokens / proposed draft tokens (all tree nodes), per row."""
         acc, prop = np.asarray(self.accepted), np.asarray(self.proposed)
         return np.clip(acc, 0, None).sum(1) / np.maximum(np.clip(prop, 0, None).sum(1), 1)
+
+    def path_acceptance_rate(self) -> np.ndarray:
+        """Accepted draft tokens / depth of the proposed trees, per row: the fraction of
+        the drafted path that was committed (= acceptance_rate for a chain)."""
+        acc, depth = np.asarray(self.accepted), np.asarray(self.depth)
+        return np.clip(acc, 0, None).sum(1) / np.maximum(np.clip(depth, 0, None).sum(1), 1)
 
 
 @struct.dataclass
@@ -165,23 +177,32 @@ def _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, m
     count = jnp.ones((b,), jnp.int32)
     done = is_eos(root, eos_ids) | (count >= max_new_tokens)
     minus = jnp.full((b, max_new_tokens), -1, jnp.int32)
-    stats = RoundStats(accepted=minus, proposed=minus, num_rounds=jnp.zeros((b,), jnp.int32))
+    stats = RoundStats(accepted=minus, proposed=minus, depth=minus, num_rounds=jnp.zeros((b,), jnp.int32))
 
     def body(state):
         root, out, count, done, cache, dstate, stats, key = state
         key, k_draft, k_verify = jax.random.split(key, 3)
         active = ~done
         tree, draft_probs, dstate = drafter.propose(dstate, root, active, k_draft, sampling)
-        block = jnp.concatenate([root[:, None], tree.tokens], axis=1)  # [B, N+1]
-        logits, cache = forward(params, cfg, block, positions(tree, cache.lengths), ancestor_mask(tree), cache)
-        if sampling.greedy:
-            result = greedy_walk(tree, logits, depth)
-        elif drafter.uses_rejection(sampling):
-            result = chain_rejection(tree.tokens, draft_probs, logits, k_verify, sampling.temperature,
-                                     sampling.top_k, sampling.top_p)
-        else:
-            result = sampling_walk(tree, logits, k_verify, sampling.temperature, sampling.top_k, sampling.top_p,
-                                   max_depth=depth)
+
+        def verify(width, cache, tree, draft_probs):  # one target forward over [root, first `width` nodes]
+            tree = jax.tree.map(lambda x: x[:, :width], tree)
+            block = jnp.concatenate([root[:, None], tree.tokens], axis=1)  # [B, width+1]
+            logits, cache = forward(params, cfg, block, positions(tree, cache.lengths), ancestor_mask(tree), cache)
+            if sampling.greedy:
+                return greedy_walk(tree, logits, depth), cache
+            if drafter.uses_rejection(sampling):
+                return chain_rejection(tree.tokens, draft_probs, logits, k_verify, sampling.temperature,
+                                       sampling.top_k, sampling.top_p), cache
+            return sampling_walk(tree, logits, k_verify, sampling.temperature, sampling.top_k, sampling.top_p,
+                                 max_depth=depth), cache
+
+        # Slots past the last valid node of every row are dead weight: verify at the smallest
+        # of the drafter's static widths that holds them (parents precede children, so a
+        # prefix of the slots is a tree).
+        extent = jnp.max(jnp.where(tree.valid, jnp.arange(1, drafter.budget + 1)[None], 0))
+        widths = getattr(drafter, "verify_widths", (drafter.budget,))
+        result, cache = switch_on_width(extent, widths, verify, (cache, tree, draft_probs))
 
         # Keep only what the output will hold: up to max_new_tokens and through the first EOS.
         # Committing more would let finished rows outgrow their cache while others continue.
@@ -206,6 +227,8 @@ def _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, m
             accepted=stats.accepted.at[rows, r].set(jnp.where(active, kept.num_accepted, stats.accepted[rows, r])),
             proposed=stats.proposed.at[rows, r].set(
                 jnp.where(active, tree.valid.sum(-1).astype(jnp.int32), stats.proposed[rows, r])),
+            depth=stats.depth.at[rows, r].set(
+                jnp.where(active, jnp.max(jnp.where(tree.valid, tree.depth, 0), axis=-1), stats.depth[rows, r])),
             num_rounds=r + active.astype(jnp.int32),
         )
         return jnp.where(active, next_root, root), out, count, done, cache, dstate, stats, key

@@ -5,11 +5,17 @@ into the sort; inside a larger program it often fuses the consumers (gathers) in
 falls back to a full stable sort over the last axis — for a draft vocabulary of 8k and a
 few hundred tree nodes, ~100x slower on CPU. An optimization barrier on the outputs keeps
 the fast kernel.
+
+`width_buckets` / `switch_on_width`: run work whose live size is only known at run time
+(the nodes of an adaptive tree) at the smallest of a few static widths that holds it.
 """
 
 from __future__ import annotations
 
+import functools
+
 import jax
+import jax.numpy as jnp
 from jax import lax
 
 
@@ -17,3 +23,35 @@ def top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     """`lax.top_k` (values, int32 indices over the last axis, ties -> lower index), kept on the fast kernel."""
     values, indices = lax.top_k(x, k)
     return lax.optimization_barrier((values, indices))
+
+
+def width_buckets(width: int, smallest: int = 4, factor: int = 2) -> tuple[int, ...]:
+    """Static widths for work whose live size varies at run time: smallest, smallest *
+    factor, ... (those below `width`), then `width` itself. At most a factor `factor` of
+    the work past the live size is wasted, at the price of one compiled branch per width."""
+    if width < 1 or smallest < 1 or factor < 2:
+        raise ValueError(f"need width >= 1, smallest >= 1, factor >= 2, got {width}, {smallest}, {factor}")
+    out, w = [], smallest
+    while w < width:
+        out.append(w)
+        w *= factor
+    return (*out, width)
+
+
+def switch_on_width(live, widths: tuple[int, ...], branch, operands, empty=None):
+    """`branch(w, *operands)` for the smallest static `w` in `widths` with `w >= live`.
+
+    live: int32 scalar (traced) <= widths[-1], e.g. the number of live nodes of a packed
+    level, maximised over the batch. With `empty` given, `empty(*operands)` runs instead
+    when live == 0. One `lax.switch`: only the chosen branch executes, so the cost follows
+    the live size, while every shape stays static. All branches must return the same
+    shapes (pad to the full width inside the branch).
+    """
+    branches = [functools.partial(branch, w) for w in widths]
+    index = jnp.sum(live > jnp.asarray(widths[:-1], jnp.int32)).astype(jnp.int32) if len(widths) > 1 else jnp.int32(0)
+    if empty is not None:
+        branches = [empty, *branches]
+        index = jnp.where(live == 0, 0, index + 1)
+    if len(branches) == 1:
+        return branches[0](*operands)
+    return lax.switch(index, branches, *operands)

@@ -73,11 +73,16 @@ from flax import struct
 from specjax.drafters.draft_lm import (DraftLMDrafter, DraftLMState, catch_up, check_compatible, commit_path,
                                        draft_cache_slots, init_state)
 from specjax.models.model import ModelConfig, forward
-from specjax.ops import top_k
+from specjax.ops import switch_on_width, top_k, width_buckets
 from specjax.tree import Tree
 from specjax.verify import WalkResult
 
 _NEG_INF = float("-inf")
+
+
+def _no_negative_zero(logp):
+    """f32 with -0.0 -> +0.0: `top_k` orders -0.0 below +0.0, the reference treats them as equal."""
+    return jnp.where(logp == 0, 0.0, logp).astype(jnp.float32)
 
 
 # ======================================================================== knobs
@@ -220,12 +225,36 @@ class TreeInfo:
 LevelFn = Callable  # (carry, Level, depth: int) -> (log-probs f32[B, W, V], carry)
 
 
+def expand_level_topk(level_fn: LevelFn, carry, level: Level, depth: int, k: int, *, bucketed: bool = True):
+    """The top-k children of every node of a level: (log-probs f32[B, W, k], tokens int32[B, W, k], carry).
+
+    The level's live nodes are a prefix of its W slots, so only the first w of them need
+    the draft: with `bucketed`, `level_fn` runs on the smallest static width w of
+    `width_buckets(W)` holding the live nodes of every row; padding slots get log-prob
+    -inf. Unbucketed, the whole width is forwarded.
+    """
+    width = level.tokens.shape[1]
+
+    def expand(w, carry, level):
+        sub = jax.tree.map(lambda x: x[:, :w] if x.ndim > 1 else x, level)  # offset [B] stays
+        logp, carry = level_fn(carry, sub, depth)  # [B, w, V]
+        lp, tok = top_k(_no_negative_zero(logp), k)
+        pad = ((0, 0), (0, width - w), (0, 0))
+        return jnp.pad(lp, pad, constant_values=_NEG_INF), jnp.pad(tok, pad), carry
+
+    if not bucketed:
+        return expand(width, carry, level)
+    live = jnp.max(jnp.sum(level.valid, axis=1, dtype=jnp.int32))
+    return switch_on_width(live, width_buckets(width), expand, (carry, level))
+
+
 def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nodes: int, num_levels: int,
-               max_branch: int):
+               max_branch: int, bucketed: bool = True):
     """Algorithm 1 (DRAFTTREE) for a batch, static shapes: returns (Tree, TreeInfo, carry).
 
     root_logp f32[B, V]: draft log-probs after the root. `level_fn(carry, level, d)`
-    returns the draft log-probs f32[B, W_d, V] after each node of level d (d < L'); the
+    returns the draft log-probs f32[B, w, V] after each node of `level` (level d < L',
+    cut to a static width w <= W_d holding its live nodes, see `expand_level_topk`); the
     draft LM plugs in a cached forward, tests a synthetic table. The Tree is packed
     (valid nodes first), BFS ordered, with <= max_nodes nodes and depth <= L' <= num_levels.
     """
@@ -237,7 +266,6 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
     node_ids = jnp.arange(n, dtype=jnp.int32)
     clip_b = lambda x: jnp.clip(x, 1, k).astype(jnp.int32)  # noqa: E731
     b_min, b_mid, b_max = clip_b(knobs.b_min), clip_b(knobs.b_mid), clip_b(knobs.b_max)
-    fix = lambda x: jnp.where(x == 0, 0.0, x).astype(jnp.float32)  # -0.0 -> +0.0 (top_k tie rule)  # noqa: E731
 
     out = dict(tokens=jnp.zeros((b, n), jnp.int32), parents=jnp.full((b, n), -1, jnp.int32),
                depth=jnp.zeros((b, n), jnp.int32), valid=jnp.zeros((b, n), bool),
@@ -245,40 +273,27 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
                expandable=jnp.zeros((b, n), bool), branching=jnp.zeros((b, n), jnp.int32),
                log_conf=jnp.zeros((b, n), jnp.float32))
 
-    def put(name, slots, values, valid):  # scatter a level's values to its tree slots
-        idx = jnp.where(valid, slots, n)  # out of range -> dropped
-        out[name] = out[name].at[rows, idx].set(values.astype(out[name].dtype), mode="drop")
+    def put(out, lvl, **values):  # scatter a level's values to its tree slots
+        idx = jnp.where(lvl["valid"], lvl["slots"], n)  # out of range -> dropped
+        return {**out, **{name: out[name].at[rows, idx].set(v.astype(out[name].dtype), mode="drop")
+                          for name, v in values.items()}}
 
-    # Level 1: u_0 = the draft's top-1 token (Algorithm 1, line 10).
-    top_lp, top_tok = top_k(fix(root_logp), 1)  # [B, 1]
-    tokens, cum = top_tok.astype(jnp.int32), top_lp
-    valid = jnp.ones((b, 1), bool)
-    parent_slots = jnp.full((b, 1), -1, jnp.int32)
-    offset = jnp.zeros((b,), jnp.int32)
-    used = jnp.ones((b,), jnp.int32)  # nodes in the levels built so far
-    slots = offset[:, None] + jnp.arange(1, dtype=jnp.int32)[None]
-    anc = (node_ids[None, None, :] == slots[..., None]) & valid[..., None]  # [B, W, N]
-
-    for d in range(1, depth_count + 1):
-        put("tokens", slots, tokens, valid)
-        put("parents", slots, parent_slots, valid)
-        put("depth", slots, jnp.full_like(slots, d), valid)
-        put("valid", slots, valid, valid)
-        put("cum_logp", slots, cum, valid)
+    def grow(d, out, carry, lvl):
+        """Write level d, expand it, and grow the next level only if some row has one."""
+        out = put(out, lvl, tokens=lvl["tokens"], parents=lvl["parent_slots"], depth=jnp.full_like(lvl["slots"], d),
+                  valid=lvl["valid"], cum_logp=lvl["cum"])
         if d == depth_count:  # the deepest level is verified by the target, never forwarded
-            break
-        level = Level(tokens=tokens, slots=slots, parent_slots=parent_slots, valid=valid, mask_rows=anc, offset=offset)
-        logp, carry = level_fn(carry, level, d)  # [B, W, V]
-        top_lp, top_tok = top_k(fix(logp), k)  # [B, W, K], rank order
+            return out, carry
+        tokens, cum, valid, slots, used = lvl["tokens"], lvl["cum"], lvl["valid"], lvl["slots"], lvl["used"]
+        level = Level(tokens=tokens, slots=slots, parent_slots=lvl["parent_slots"], valid=valid,
+                      mask_rows=lvl["anc"], offset=lvl["offset"])
+        top_lp, top_tok, carry = expand_level_topk(level_fn, carry, level, d, k, bucketed=bucketed)  # [B, W, K]
         log_conf = top_lp[..., 0]
         nb = jnp.where(log_conf >= knobs.log_tau_h[:, None], b_min[:, None],
                        jnp.where(log_conf >= knobs.log_tau_l[:, None], b_mid[:, None], b_max[:, None]))
         gate = (valid & (d < knobs.d_max[:, None]) & (cum >= knobs.log_rho_stop[:, None])
                 & (cum >= knobs.log_tau[:, None]) & ((d < knobs.d0[:, None]) | (cum >= knobs.log_rho_deep[:, None])))
-        put("forwarded", slots, valid, valid)
-        put("expandable", slots, gate, valid)
-        put("branching", slots, nb, valid)
-        put("log_conf", slots, log_conf, valid)
+        out = put(out, lvl, forwarded=valid, expandable=gate, branching=nb, log_conf=log_conf)
 
         # Candidates in BFS order (parent position, rank); keep the first `N - used` live ones.
         w, w_next = tokens.shape[1], widths[d]
@@ -292,14 +307,25 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
             jnp.broadcast_to(jnp.arange(w * k, dtype=jnp.int32), (b, w * k)), mode="drop")  # candidate of each position
         parent_pos = src // k
         valid = jnp.arange(w_next)[None] < count[:, None]
-        tokens = jnp.where(valid, jnp.take_along_axis(top_tok.reshape(b, w * k), src, axis=1), 0).astype(jnp.int32)
-        cum = jnp.where(valid, jnp.take_along_axis(child_cum.reshape(b, w * k), src, axis=1), 0.0)
-        parent_slots = jnp.where(valid, jnp.take_along_axis(slots, parent_pos, axis=1), -1)
-        offset = used
-        used = used + count
-        slots = offset[:, None] + jnp.arange(w_next, dtype=jnp.int32)[None]
-        parent_anc = jnp.take_along_axis(anc, parent_pos[..., None], axis=1)  # [B, W', N]
-        anc = (parent_anc | (node_ids[None, None, :] == slots[..., None])) & valid[..., None]
+        next_slots = used[:, None] + jnp.arange(w_next, dtype=jnp.int32)[None]
+        parent_anc = jnp.take_along_axis(lvl["anc"], parent_pos[..., None], axis=1)  # [B, W', N]
+        nxt = dict(
+            tokens=jnp.where(valid, jnp.take_along_axis(top_tok.reshape(b, w * k), src, axis=1), 0).astype(jnp.int32),
+            cum=jnp.where(valid, jnp.take_along_axis(child_cum.reshape(b, w * k), src, axis=1), 0.0),
+            parent_slots=jnp.where(valid, jnp.take_along_axis(slots, parent_pos, axis=1), -1),
+            valid=valid, offset=used, used=used + count, slots=next_slots,
+            anc=(parent_anc | (node_ids[None, None, :] == next_slots[..., None])) & valid[..., None])
+        # Deeper levels cost nothing once every row's tree has stopped growing.
+        return jax.lax.cond(jnp.any(valid), functools.partial(grow, d + 1), lambda out, carry, _: (out, carry),
+                            out, carry, nxt)
+
+    # Level 1: u_0 = the draft's top-1 token (Algorithm 1, line 10).
+    top_lp, top_tok = top_k(_no_negative_zero(root_logp), 1)  # [B, 1]
+    zero = jnp.zeros((b,), jnp.int32)
+    first = dict(tokens=top_tok.astype(jnp.int32), cum=top_lp, parent_slots=jnp.full((b, 1), -1, jnp.int32),
+                 valid=jnp.ones((b, 1), bool), offset=zero, used=zero + 1, slots=zero[:, None],
+                 anc=(node_ids == 0)[None, None, :] & jnp.ones((b, 1, 1), bool))
+    out, carry = grow(1, out, carry, first)
 
     tree = Tree(tokens=out["tokens"], parents=out["parents"], depth=out["depth"], valid=out["valid"])
     info = TreeInfo(cum_logp=out["cum_logp"], forwarded=out["forwarded"], expandable=out["expandable"],
@@ -443,6 +469,11 @@ class DynaTreeDrafter(DraftLMDrafter):
     @property
     def budget(self) -> int:
         return self.n_max
+
+    @property
+    def verify_widths(self) -> tuple[int, ...]:
+        """The target verifies the packed tree at the smallest of these widths holding it."""
+        return width_buckets(self.n_max, smallest=8)
 
     @property
     def max_depth(self) -> int:
