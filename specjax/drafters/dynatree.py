@@ -230,7 +230,7 @@ def expand_level_topk(level_fn: LevelFn, carry, level: Level, depth: int, k: int
 
     The level's live nodes are a prefix of its W slots, so only the first w of them need
     the draft: with `bucketed`, `level_fn` runs on the smallest static width w of
-    `width_buckets(W)` holding the live nodes of every row; padding slots get log-prob
+    `width_buckets(W, smallest=1)` holding the live nodes of every row; padding slots get log-prob
     -inf. Unbucketed, the whole width is forwarded.
     """
     width = level.tokens.shape[1]
@@ -245,7 +245,7 @@ def expand_level_topk(level_fn: LevelFn, carry, level: Level, depth: int, k: int
     if not bucketed:
         return expand(width, carry, level)
     live = jnp.max(jnp.sum(level.valid, axis=1, dtype=jnp.int32))
-    return switch_on_width(live, width_buckets(width), expand, (carry, level))
+    return switch_on_width(live, width_buckets(width, smallest=1), expand, (carry, level))
 
 
 def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nodes: int, num_levels: int,
@@ -473,7 +473,7 @@ class DynaTreeDrafter(DraftLMDrafter):
     @property
     def verify_widths(self) -> tuple[int, ...]:
         """The target verifies the packed tree at the smallest of these widths holding it."""
-        return width_buckets(self.n_max, smallest=8)
+        return width_buckets(self.n_max, smallest=4)
 
     @property
     def max_depth(self) -> int:

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError, eos_ids, read_rope
-from specjax.models.layers import ACTIVATIONS, EmbedAndHead, apply_rotary, attend, init_normal, write_pending
+from specjax.models.layers import ACTIVATIONS, EmbedAndHead, LayerKV, apply_rotary, attend, init_normal
 from specjax.models.loading_maps import ParamMap, Transform
 
 
@@ -129,20 +129,20 @@ class Attention(nnx.Module):
             self.qkv_bias = nnx.Param(jnp.zeros((3, h, d), dtype))
             self.dense_bias = nnx.Param(jnp.zeros((e,), dtype))
 
-    def __call__(self, x, positions, mask, k_all, v_all, write_at):
-        """x: [B, T, E]; k_all/v_all: [B, S, H, D] this layer's cache. Returns (out, k_all, v_all)."""
+    def __call__(self, x, positions, mask, kv: LayerKV):
+        """x: [B, T, E]; kv: the stacked cache and this layer's index. Returns (out, kv)."""
         cfg = self.cfg
         qkv = jnp.einsum("bte,ejhd->jbthd", x, self.qkv[...])  # [3, B, T, H, D]
         if cfg.attention_bias:
             qkv = qkv + self.qkv_bias[...][:, None, None]
         q, k, v = (apply_rotary(qkv[0], positions, cfg.rotary_dim, cfg.rope_theta),
                    apply_rotary(qkv[1], positions, cfg.rotary_dim, cfg.rope_theta), qkv[2])
-        k_all, v_all = write_pending(k_all, k, write_at), write_pending(v_all, v, write_at)
+        k_all, v_all, kv = kv.append(k, v)  # [B, S, K, D] each
         out = attend(q, k_all, v_all, mask, cfg.head_dim**-0.5)  # [B, T, H, D]
         out = jnp.einsum("bthd,hde->bte", out, self.dense[...])
         if cfg.attention_bias:
             out = out + self.dense_bias[...]
-        return out, k_all, v_all
+        return out, kv
 
 
 class MLP(nnx.Module):
@@ -173,14 +173,14 @@ class Block(nnx.Module):
         self.attention = Attention(cfg, dtype, rngs)
         self.mlp = MLP(cfg, dtype, rngs)
 
-    def __call__(self, x, positions, mask, k_all, v_all, write_at):
-        attn, k_all, v_all = self.attention(self.input_layernorm(x), positions, mask, k_all, v_all, write_at)
+    def __call__(self, x, positions, mask, kv: LayerKV):
+        attn, kv = self.attention(self.input_layernorm(x), positions, mask, kv)
         if self.parallel:
             x = x + attn + self.mlp(self.post_attention_layernorm(x))
         else:
             x = x + attn
             x = x + self.mlp(self.post_attention_layernorm(x))
-        return x, k_all, v_all
+        return x, kv
 
 
 def Outer(cfg: GPTNeoXConfig, dtype, rngs: nnx.Rngs) -> EmbedAndHead:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
+from flax import nnx, struct
 
 ACTIVATIONS = {
     "gelu": lambda x: jax.nn.gelu(x, approximate=False),
@@ -73,16 +73,29 @@ def cache_attention_mask(lengths: jax.Array, block_mask: jax.Array, num_slots: i
     return (rel < 0)[:, None, :] | (in_region[:, None, :] & visible)
 
 
-def write_pending(cache_layer: jax.Array, new: jax.Array, write_at: jax.Array) -> jax.Array:
-    """Write each row's pending tokens at its own offset: cache_layer[b, write_at[b] + t] = new[b, t].
+@struct.dataclass
+class LayerKV:
+    """The stacked KV cache as one layer sees it: k, v [L, B, S, K, D], `layer` (int32
+    scalar, traced inside the layer scan) and `write_at` int32[B], where each row's
+    pending tokens go. `append` writes the new K/V in place into the stacked arrays (a
+    scatter of T slots; slicing a layer out, updating it and writing it back would copy
+    the whole layer cache three times per forward, which dominates small models)."""
 
-    cache_layer: [B, S, K, D]; new: [B, T, K, D]; write_at: int32[B]. The caller
-    guarantees write_at + T <= S (checked on the host before compiling, see
-    `cache.check_capacity`): inside jit an out-of-range write would silently clamp.
-    """
-    return jax.vmap(lambda c, n, off: jax.lax.dynamic_update_slice_in_dim(c, n.astype(c.dtype), off, axis=0))(
-        cache_layer, new, write_at
-    )
+    k: jax.Array
+    v: jax.Array
+    layer: jax.Array
+    write_at: jax.Array
+
+    def append(self, k_new: jax.Array, v_new: jax.Array):
+        """Write [B, T, K, D] new keys/values at write_at[b] + t; returns (k_layer, v_layer
+        [B, S, K, D] including them, updated LayerKV). The caller guarantees write_at + T
+        <= S (checked on the host before compiling, see `cache.check_capacity`)."""
+        b, t = k_new.shape[:2]
+        rows = jnp.arange(b)[:, None]
+        cols = self.write_at[:, None] + jnp.arange(t)[None]
+        k = self.k.at[self.layer, rows, cols].set(k_new.astype(self.k.dtype))
+        v = self.v.at[self.layer, rows, cols].set(v_new.astype(self.v.dtype))
+        return k[self.layer], v[self.layer], self.replace(k=k, v=v)
 
 
 def attend(

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError, eos_ids, read_rope
-from specjax.models.layers import ACTIVATIONS, EmbedAndHead, RMSNorm, apply_rotary, attend, init_normal, write_pending
+from specjax.models.layers import ACTIVATIONS, EmbedAndHead, LayerKV, RMSNorm, apply_rotary, attend, init_normal
 from specjax.models.loading_maps import ParamMap, Transform
 
 _ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
@@ -157,8 +157,8 @@ class Attention(nnx.Module):
             self.q_norm = RMSNorm(d, cfg.rms_norm_eps, dtype)
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps, dtype)
 
-    def __call__(self, x, positions, mask, k_all, v_all, write_at):
-        """x: [B, T, E]; k_all/v_all: [B, S, K, D] this layer's cache. Returns (out, k_all, v_all)."""
+    def __call__(self, x, positions, mask, kv: LayerKV):
+        """x: [B, T, E]; kv: the stacked cache and this layer's index. Returns (out, kv)."""
         cfg = self.cfg
         q = jnp.einsum("bte,ehd->bthd", x, self.q[...])  # [B, T, H, D]
         k = jnp.einsum("bte,ekd->btkd", x, self.k[...])  # [B, T, K, D]
@@ -169,12 +169,12 @@ class Attention(nnx.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rotary(q, positions, cfg.head_dim, cfg.rope_theta)
         k = apply_rotary(k, positions, cfg.head_dim, cfg.rope_theta)
-        k_all, v_all = write_pending(k_all, k, write_at), write_pending(v_all, v, write_at)
+        k_all, v_all, kv = kv.append(k, v)  # [B, S, K, D] each
         out = attend(q, k_all, v_all, mask, cfg.head_dim**-0.5)  # [B, T, H, D]
         out = jnp.einsum("bthd,hde->bte", out, self.o[...])
         if cfg.o_bias:
             out = out + self.o_bias[...]
-        return out, k_all, v_all
+        return out, kv
 
 
 class MLP(nnx.Module):
@@ -198,10 +198,10 @@ class Block(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
         self.mlp = MLP(cfg, dtype, rngs)
 
-    def __call__(self, x, positions, mask, k_all, v_all, write_at):
-        attn, k_all, v_all = self.self_attn(self.input_layernorm(x), positions, mask, k_all, v_all, write_at)
+    def __call__(self, x, positions, mask, kv: LayerKV):
+        attn, kv = self.self_attn(self.input_layernorm(x), positions, mask, kv)
         x = x + attn
-        return x + self.mlp(self.post_attention_layernorm(x)), k_all, v_all
+        return x + self.mlp(self.post_attention_layernorm(x)), kv
 
 
 def Outer(cfg: LlamaConfig, dtype, rngs: nnx.Rngs) -> EmbedAndHead:

@@ -29,7 +29,7 @@ from flax import nnx
 from specjax.models import gpt_neox, llama
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache
 from specjax.models.hf_config import UnsupportedConfigError
-from specjax.models.layers import cache_attention_mask
+from specjax.models.layers import LayerKV, cache_attention_mask
 
 ModelConfig = Union[gpt_neox.GPTNeoXConfig, llama.LlamaConfig]
 
@@ -125,10 +125,8 @@ def forward(
         x, k_cache, v_cache = carry
         layer_params, i = xs
         block = _merge(cfg, "Block", layer_params)
-        x, k_i, v_i = block(x, positions, mask, k_cache[i], v_cache[i], write_at)
-        k_cache = jax.lax.dynamic_update_index_in_dim(k_cache, k_i, i, axis=0)
-        v_cache = jax.lax.dynamic_update_index_in_dim(v_cache, v_i, i, axis=0)
-        return (x, k_cache, v_cache), (x if want_hidden else None)
+        x, kv = block(x, positions, mask, LayerKV(k=k_cache, v=v_cache, layer=i, write_at=write_at))
+        return (x, kv.k, kv.v), (x if want_hidden else None)
 
     (x, k, v), per_layer = jax.lax.scan(
         layer, (embeddings, cache.k, cache.v), (params["layers"], jnp.arange(cfg.num_layers))
