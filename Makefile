@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specjax-installed
 
-.PHONY: run test test-fast venv clean
+.PHONY: run test test-fast notebooks venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+# Execute every notebooks/*.py in place: `jupytext --sync`, run it (SPECJAX_PROFILE=$(NOTEBOOK_PROFILE)),
+# write notebooks/<name>.ipynb with its outputs. Outputs go to notebooks/results/ (gitignored).
+NOTEBOOK_PROFILE ?= cpu-tiny
+notebooks: $(STAMP)
+	$(PY) tests/test_notebooks.py --profile $(NOTEBOOK_PROFILE) $(NOTEBOOKS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
