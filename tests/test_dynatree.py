@@ -177,6 +177,46 @@ def test_tree_invariants_dy2(shape, data, seed):
     check_dy2(tree, info, table, root_hash, ref_knobs, n, levels)
 
 
+@settings(max_examples=20)
+@given(data=st.data(), seed=st.integers(0, 2**32 - 1))
+def test_draft_work_follows_the_live_tree(data, seed):
+    """Each level is forwarded at the smallest power-of-two width holding its live nodes
+    (over the batch; capped at the static width W_d), and a level no row reaches is not
+    forwarded at all: the draft's
+    work is at most twice the live tree, never the static widths. The level function
+    adds the width it was run at to a counter in the carry, so only executed branches count."""
+    n, levels, k = 30, 6, 4
+    rng = np.random.default_rng(seed)
+    table = jnp.asarray(synthetic_table(rng, CONTEXTS, VOCAB))
+    root_hash = jnp.asarray(rng.integers(0, CONTEXTS, ROWS), jnp.int32)
+    knobs, _ = log_knobs([data.draw(knob_rows(levels, k)) for _ in range(ROWS)])
+    tree, info, work = count_draft_work(table, root_hash, knobs, max_nodes=n, num_levels=levels, max_branch=k)
+    depth, fwd = np.asarray(tree.depth), np.asarray(info.forwarded)
+    widths = level_widths(n, levels, k)
+    expected = 0
+    for d in range(1, len(widths)):
+        live = int((fwd & (depth == d)).sum(axis=1).max())
+        expected += 0 if live == 0 else min(1 << (live - 1).bit_length(), widths[d - 1])  # power of two, capped
+    static = sum(widths[:-1])
+    assert int(work) == expected <= static, (int(work), expected, static)
+
+
+@functools.partial(jax.jit, static_argnames=("max_nodes", "num_levels", "max_branch"))
+def count_draft_work(table, root_hash, knobs, *, max_nodes, num_levels, max_branch):
+    inner = table_level_fn(table)
+
+    def level_fn(carry, level, depth):
+        logp, inner_carry = inner(carry[0], level, depth)
+        return logp, (inner_carry, carry[1] + level.tokens.shape[1])
+
+    b = root_hash.shape[0]
+    carry = ((root_hash, jnp.zeros((b, max_nodes), jnp.int32), jnp.zeros((b, max_nodes, max_nodes), bool)),
+             jnp.int32(0))
+    tree, info, (_, work) = build_tree(table[root_hash], level_fn, carry, knobs, max_nodes=max_nodes,
+                                       num_levels=num_levels, max_branch=max_branch)
+    return tree, info, work
+
+
 @pytest.mark.parametrize("n, levels, k", [(1, 4, 3), (3, 5, 3), (7, 4, 2), (12, 4, 3), (13, 5, 3), (20, 6, 2),
                                           (16, 4, 4), (30, 6, 4)])
 def test_level_widths_are_exact_maxima(n, levels, k):
