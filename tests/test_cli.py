@@ -1,7 +1,8 @@
-"""The README's main job, in process: the embedded pair, AR vs a speculative method.
+"""The README's main job, in process: the embedded pair, AR vs a speculative method, and
+the `specjax bench` table.
 
-`specjax generate` exits 1 if the speculative continuation differs from AR, so exit code 0
-is the end-to-end losslessness check of the shipped command.
+`specjax generate` and `specjax bench` exit 1 if a speculative continuation differs from
+AR, so exit code 0 is the end-to-end losslessness check of the shipped commands.
 """
 
 import pytest
@@ -14,3 +15,49 @@ def test_generate_command_matches_ar_on_the_embedded_pair(method, capsys):
     assert main(["generate", "--method", method, "--prompt", "The river flows through the", "--max-new-tokens", "12"]) == 0
     out = capsys.readouterr().out
     assert "[AR greedy]" in out and "identical to AR: True" in out and "mean accepted length" in out
+
+
+def test_generate_takes_any_method_spec_and_prints_rounds(capsys):
+    args = ["generate", "--method", "fixed3x2n8", "--prompt", "The river flows through the", "--max-new-tokens", "12",
+            "--rounds"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "[fixed3x2n8 speculative, greedy]" in out and "identical to AR: True" in out
+    rounds = [line for line in out.splitlines() if line.strip().startswith("round ")]
+    assert rounds and all("accepted" in r and "tree nodes" in r and "tree depth" in r for r in rounds)
+    hist = out.split("accepted draft tokens per round: ")[1].splitlines()[0]
+    assert [k for k, _ in (h.split(": ") for h in hist.split(", "))] == ["0", "1", "2", "3"]
+    assert sum(int(c) for _, c in (h.split(": ") for h in hist.split(", "))) == len(rounds)
+
+
+def test_generate_rejects_an_unknown_method(capsys):
+    assert main(["generate", "--method", "beam4", "--prompt", "The", "--max-new-tokens", "4"]) == 2
+    assert "unknown method 'beam4'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_command_on_the_embedded_pair(tmp_path, capsys):
+    from specjax.bench.harness import read_csv, read_json
+
+    args = ["bench", "--prompt", "The river flows through the", "--prompt", "The city of Paris is", "--prompts", "2",
+            "--warmup", "1", "--max-new-tokens", "16", "--methods", "ar,chain4,dynatree-p3", "--no-progress",
+            "--json", str(tmp_path / "b.json"), "--csv", str(tmp_path / "b.csv")]
+    assert main(args) == 0  # exit 1 would mean a method's greedy output differs from AR's
+    out = capsys.readouterr().out
+    assert "1 counted prompt (--prompt, 1 warm-up discarded)" in out and "environment: target=tiny-neox-target" in out
+    results, env, config = read_json(tmp_path / "b.json")
+    assert [r.method for r in results] == ["ar", "chain4", "dynatree-p3"] == config["methods"]
+    assert all(r.identical_to_ar and r.num_prompts == 1 and r.total_tokens == 16 for r in results)
+    assert results[0].speedup == 1.0 and results[2].acceptance_rate > 0 and env["draft"] == "tiny-neox-draft"
+    for r in results:
+        assert f"{r.method} " in out
+    rows, _ = read_csv(tmp_path / "b.csv")
+    assert [(r.method, r.throughput, r.accept_hist) for r in rows] == [(r.method, r.throughput, r.accept_hist)
+                                                                       for r in results]
+
+
+def test_bench_rejects_bad_arguments(capsys):
+    assert main(["bench", "--prompt", "The", "--prompts", "2", "--warmup", "2"]) == 2
+    assert "--warmup" in capsys.readouterr().err
+    assert main(["bench", "--methods", "ar,beam4", "--prompt", "The", "--prompt", "A", "--prompts", "2", "--warmup", "1"]) == 2
+    assert "unknown method 'beam4'" in capsys.readouterr().err

@@ -229,9 +229,10 @@ def expand_level_topk(level_fn: LevelFn, carry, level: Level, depth: int, k: int
     """The top-k children of every node of a level: (log-probs f32[B, W, k], tokens int32[B, W, k], carry).
 
     The level's live nodes are a prefix of its W slots, so only the first w of them need
-    the draft: with `bucketed`, `level_fn` runs on the smallest static width w of
-    `width_buckets(W, smallest=1)` holding the live nodes of every row; padding slots get log-prob
-    -inf. Unbucketed, the whole width is forwarded.
+    the draft: with `bucketed`, `level_fn` runs on the smallest static width w in
+    (1, 4, 16, 64, ..., W) holding the live nodes of every row (a factor 4 between widths
+    keeps the compiled branches few); padding slots get log-prob -inf. Unbucketed, the
+    whole width is forwarded.
     """
     width = level.tokens.shape[1]
 
@@ -245,7 +246,7 @@ def expand_level_topk(level_fn: LevelFn, carry, level: Level, depth: int, k: int
     if not bucketed:
         return expand(width, carry, level)
     live = jnp.max(jnp.sum(level.valid, axis=1, dtype=jnp.int32))
-    return switch_on_width(live, width_buckets(width, smallest=1), expand, (carry, level))
+    return switch_on_width(live, width_buckets(width, smallest=1, factor=4), expand, (carry, level))
 
 
 def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nodes: int, num_levels: int,

@@ -1,0 +1,476 @@
+"""The benchmark harness of the DynaTree reproduction (`specjax bench`, notebooks).
+
+Protocol (the paper's Sec. 4.1, batch 1, one prompt at a time):
+
+1. Every prompt is cut to its last `prompt_width` tokens (left truncation: the model
+   continues the end of the text) and right-padded to that one common width (default: the
+   longest prompt), so each method compiles exactly once.
+2. Each method is compiled and run once on prompt 0, untimed: compile time is excluded.
+3. The first `warmup` prompts are run for every method and discarded (the paper discards
+   W = 2 runs); the remaining prompts are the counted ones.
+4. For each prompt, every method runs in turn (interleaved, so machine-speed drift hits all
+   methods alike): the TTFT call, then the full call, each timed with `time.perf_counter`
+   around `jax.block_until_ready`.
+
+`eos_ids=()` by default, so every method generates exactly `max_new_tokens` tokens. Under
+greedy decoding every method's tokens are compared with AR's on every prompt (warm-up
+prompts included): a lossless method that differs is a bug; it is recorded
+(`identical_to_ar=False`) and warned about, not raised.
+
+Metric definitions (T_p = tokens generated for prompt p; r = one verification round =
+one target forward after the prefill; a_r = draft tokens accepted in round r, the
+bonus / correction token excluded; d_r, n_r = depth and node count of round r's tree).
+Ratios are pooled over all rounds of the counted prompts; mean / std are over counted
+prompts (np.std, ddof = 0, as the authors).
+
+  throughput            mean_p T_p / t_p, t_p = wall time of the whole generate call (prefill
+                        included); `throughput_std` its std. speedup = throughput / AR's.
+  acceptance_rate       sum a_r / sum d_r: the fraction of the drafted path depth that was
+                        committed (RoundStats.path_acceptance_rate; = accepted / drafted for a
+                        chain). The last round's a_r only counts what the output kept.
+  node_acceptance_rate  sum a_r / sum n_r (accepted over all proposed tree nodes).
+  tokens_per_iteration  sum (a_r + 1) / rounds: tokens committed per round, bonus included.
+                        The first token comes from the prefill, so T_p = 1 + sum_r (a_r + 1).
+  avg_path_length       sum a_r / rounds (= tokens_per_iteration - 1).
+  accept_hist           [number of rounds with a_r = k for k = 0..max_depth].
+  mean_tree_nodes/depth sum n_r / rounds, sum d_r / rounds.
+  ttft_ms               wall time of the same call with max_new_tokens = 1: target prefill,
+                        draft prefill (drafter.init) and the first token, no round (its own
+                        compiled function, warmed like the other). Mean / std over prompts.
+  tpot_ms               (t_p - TTFT_p) / (T_p - 1), mean / std over prompts. TTFT comes from a
+                        separate call, so with tiny models (decode time ~ call jitter) TPOT is
+                        noisy and can even be negative.
+AR counts each decoding step as a round with a_r = 0 (tokens_per_iteration 1, path 0);
+its drafting metrics are None.
+
+What the authors' code measures (github.com/cny123222/DynaTree; the paper's Table 1 rows
+are in results/adaptive/main/paper_benchmark_main_with_linear.json, written by
+papers/benchmark_adaptive_paper.py):
+  * Their "Avg. Path Len" is not "before the bonus token": it is mean_p of
+    stats["avg_accepted_path_length"] = total_tokens / total_rounds, where every round's
+    count includes the bonus / correction token (`_select_best_path` in
+    spec_decode/core/tree_speculative_generator.py returns len(path) + 1). Their
+    "Tokens/Iter" is T / int(mean_p total_rounds_p) (`tokens_per_round`). Both are tokens
+    per round incl. the bonus; Path Len averages per-prompt ratios, Tokens/Iter divides by
+    the mean round count, and mean(T / r_p) >= T / mean(r_p) (1/x is convex) - hence
+    Path Len > Tokens/Iter (Phase 3: 6.63 vs 1000/154 = 6.49).
+  * Their tree "Accept." is `depth_acceptance_rate` (tree_speculative_generator.py,
+    get_stats) = sum_r tokens committed in r (bonus incl.) / sum_r (tree_depth + 2) with the
+    configured depth (D = 5; D_0 = 5 for every phase: the adaptive generators in
+    tree_speculative_generator_adaptive.py inherit generate(), Phase 3 moves base_depth,
+    not tree_depth), i.e. Path Len / 7 in Table 1 (6.63 / 7 = 94.7 %, 6.27 / 7 = 89.6 %,
+    5.45 / 7 = 77.9 %, 5.65 / 7 = 80.8 %); it exceeds 100 % at T = 1500
+    (paper_benchmark_main_1500tokens.json: 102.2 %). Their trees put a draft token at
+    depth 0, so "D = 5" allows 6 draft tokens + 1 bonus per round (our depth-5 tree: 5 + 1).
+    Their numbers follow from `per_prompt`: Path Len = mean_p (tokens_p - 1) / rounds_p (our
+    first token comes from the prefill, theirs from round 1), Accept = Path Len / (their D + 2)
+    = Path Len / (our depth + 1).
+    Linear (spec_decode/core/speculative_generator.py): committed tokens incl. the
+    correction / bonus / (K x rounds), up to (K + 1) / K.
+  * TTFT: a separate target-only forward over the prompt (no draft prefill), outside the
+    timed generate call; TPOT = (generate time - TTFT) / T. Throughput = T / generate time
+    (tokenisation + prefill included), mean over prompts; speedup = mean / AR mean.
+  * Warm-up: W + N runs with prompt index run % N, the first W discarded (so N prompts
+    are counted and prompts 0..W-1 run twice); each method runs all prompts before the next.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import gc
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import types
+import typing
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.bench.methods import Method, parse_method
+from specjax.sampling import Sampling
+
+__all__ = ["Method", "MethodResult", "environment", "format_table", "parse_method", "prepare_prompts", "random_pair",
+           "read_csv", "read_json", "run_benchmark", "summarise", "write_csv", "write_json"]
+
+GREEDY = Sampling()
+
+
+@dataclasses.dataclass
+class MethodResult:
+    """One method's measurements over the counted prompts (definitions: module docstring)."""
+
+    method: str
+    num_prompts: int
+    total_tokens: int  # generated tokens over the counted prompts
+    total_seconds: float  # wall time of their full calls
+    throughput: float  # tokens/s, mean over prompts
+    throughput_std: float
+    speedup: float | None  # vs AR of the same run; None without AR
+    acceptance_rate: float | None  # accepted / tree depth (None for AR)
+    node_acceptance_rate: float | None  # accepted / proposed nodes
+    tokens_per_iteration: float | None  # committed tokens per round, bonus included
+    avg_path_length: float | None  # accepted draft tokens per round
+    ttft_ms: float | None
+    ttft_std_ms: float | None
+    tpot_ms: float | None
+    tpot_std_ms: float | None
+    accept_hist: list[int]  # rounds with 0, 1, ..., max_depth accepted draft tokens
+    mean_tree_nodes: float | None
+    mean_tree_depth: float | None
+    rounds: int  # verification rounds (AR: decoding steps)
+    identical_to_ar: bool | None  # greedy only; None when not checked
+    per_prompt: list[dict]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MethodResult:
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass
+class _Run:
+    """One timed generation (host arrays): generated tokens, seconds, TTFT seconds, per-round stats."""
+
+    prompt: int
+    prompt_len: int
+    tokens: np.ndarray
+    seconds: float
+    ttft: float | None
+    accepted: np.ndarray | None = None
+    proposed: np.ndarray | None = None
+    depth: np.ndarray | None = None
+
+
+# ======================================================================== running
+
+
+def prepare_prompts(prompts: list[list[int]], prompt_width: int | None = None, pad_id: int = 0):
+    """[(tokens int32[1, W], lengths int32[1])] per prompt: the last `prompt_width` tokens of
+    each (default: the longest prompt's length), right-padded to W = prompt_width."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("need at least one prompt, each with at least one token")
+    width = max(len(p) for p in prompts) if prompt_width is None else prompt_width
+    if width < 1:
+        raise ValueError(f"prompt_width must be >= 1, got {width}")
+    out = []
+    for p in prompts:
+        p = list(p)[-width:]
+        row = np.full((1, width), pad_id, np.int32)
+        row[0, : len(p)] = p
+        out.append((jnp.asarray(row), jnp.asarray([len(p)], jnp.int32)))
+    return out
+
+
+def resolve_methods(methods, draft) -> list[Method]:
+    """Parse spec strings against the draft config; reject duplicates and drafters without draft params."""
+    draft_cfg = draft[0] if draft is not None else None
+    out = [m if isinstance(m, Method) else parse_method(m, draft_cfg) for m in methods]
+    names = [m.name for m in out]
+    if not out or len(set(names)) != len(names):
+        raise ValueError(f"need at least one method and distinct names, got {names}")
+    for m in out:
+        if not m.is_ar and draft is None and m.draft_params_override is None:
+            raise ValueError(f"method {m.name!r} needs draft params: pass draft=(cfg, params)")
+    return out
+
+
+def _runner(method: Method, target, draft, sampling: Sampling, eos_ids: tuple[int, ...]):
+    """(tokens, lengths, max_new_tokens) -> generate output, for one method."""
+    from specjax.decode import generate, generate_ar
+
+    cfg, params = target
+    if method.is_ar:
+        return lambda tokens, lengths, n: generate_ar(params, cfg, tokens, lengths, n, eos_ids=eos_ids,
+                                                      sampling=sampling)
+    draft_params = method.draft_params_override if method.draft_params_override is not None else draft[1]
+    return lambda tokens, lengths, n: generate(params, cfg, method.drafter, draft_params, tokens, lengths, n,
+                                               sampling=sampling, eos_ids=eos_ids)
+
+
+def _timed(run, tokens, lengths, n: int):
+    """(output, seconds) of one call, `jax.block_until_ready` inside the timed region, no GC pause in it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        out = jax.block_until_ready(run(tokens, lengths, n))
+        return out, time.perf_counter() - start
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _record(index: int, lengths, out, seconds: float, ttft: float | None) -> _Run:
+    """Host copy of one generation (after the timed region)."""
+    num = int(out.num_tokens[0])
+    run = _Run(prompt=index, prompt_len=int(lengths[0]), tokens=np.asarray(out.tokens[0, :num]), seconds=seconds,
+               ttft=ttft)
+    stats = getattr(out, "stats", None)
+    if stats is not None:
+        acc, prop, depth = (np.asarray(x[0]) for x in jax.device_get((stats.accepted, stats.proposed, stats.depth)))
+        r = int(stats.num_rounds[0])
+        run.accepted, run.proposed, run.depth = acc[:r], prop[:r], depth[:r]
+    return run
+
+
+def _measure(runners, batch, max_new_tokens: int, warmup: int, ttft: bool, progress: bool) -> dict[str, list[_Run]]:
+    """Steps 2-4 of the protocol: every method's runs on every prompt (warm-up ones included)."""
+    from tqdm import tqdm
+
+    runs: dict[str, list[_Run]] = {m.name: [] for m, _ in runners}
+    with tqdm(total=len(runners) * (1 + len(batch)), disable=not progress, file=sys.stderr, unit="run",
+              dynamic_ncols=True) as bar:
+        for m, run in runners:  # compile + first run of both calls, untimed
+            bar.set_description(f"compile {m.name}")
+            jax.block_until_ready(run(*batch[0], max_new_tokens))
+            if ttft:
+                jax.block_until_ready(run(*batch[0], 1))
+            bar.update()
+        for i, (tokens, lengths) in enumerate(batch):
+            bar.set_description("warm-up" if i < warmup else f"prompt {i - warmup + 1}/{len(batch) - warmup}")
+            for m, run in runners:  # interleaved: every method on this prompt
+                first = _timed(run, tokens, lengths, 1)[1] if ttft else None
+                out, seconds = _timed(run, tokens, lengths, max_new_tokens)
+                runs[m.name].append(_record(i, lengths, out, seconds, first))
+                bar.update()
+    return runs
+
+
+def run_benchmark(target, draft, prompts: list[list[int]], methods: list[Method | str], *, max_new_tokens: int,
+                  prompt_width: int | None = None, warmup: int = 1, sampling: Sampling = GREEDY,
+                  eos_ids: tuple[int, ...] = (), progress: bool = True, ttft: bool = True) -> list[MethodResult]:
+    """Benchmark `methods` (Method objects or specs, see `specjax.bench.methods`) on `prompts`.
+
+    target / draft: (cfg, params) pairs (draft may be None for AR only); prompts: token id
+    lists, the first `warmup` of them run and discarded. The protocol and the metrics are
+    in the module docstring; `ttft=False` skips the TTFT calls (and their compiles): TTFT /
+    TPOT are then None. Returns one MethodResult per method, in order.
+    """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    methods = resolve_methods(methods, draft)
+    batch = prepare_prompts(prompts, prompt_width)
+    if not 0 <= warmup < len(batch):
+        raise ValueError(f"warmup must lie in [0, {len(batch)}) (number of prompts), got {warmup}")
+    runners = [(m, _runner(m, target, draft, sampling, tuple(eos_ids))) for m in methods]
+    runs = _measure(runners, batch, max_new_tokens, warmup, ttft, progress)
+
+    ar = next((m.name for m in methods if m.is_ar), None)
+    results = []
+    for m in methods:
+        same = _same_as(runs[m.name], runs[ar]) if ar is not None and sampling.greedy else None
+        results.append(summarise(m.name, runs[m.name][warmup:], 1 if m.is_ar else m.drafter.max_depth + 1, same))
+        if same is not None and not all(same):
+            bad = [run.prompt for run, ok in zip(runs[m.name], same) if not ok]
+            warnings.warn(f"LOSSLESSNESS VIOLATION: {m.name}'s greedy output differs from AR's on prompts {bad} "
+                          f"(indices into `prompts`); a lossless method must match AR token for token",
+                          RuntimeWarning, stacklevel=2)
+    if ar is not None:
+        base = results[[m.name for m in methods].index(ar)].throughput
+        for r in results:
+            r.speedup = r.throughput / base
+    return results
+
+
+def _same_as(runs: list[_Run], ar_runs: list[_Run]) -> list[bool]:
+    """Per run: identical generated tokens to AR's on the same prompt."""
+    return [len(a.tokens) == len(b.tokens) and bool(np.array_equal(a.tokens, b.tokens)) for a, b in zip(runs, ar_runs)]
+
+
+# ======================================================================== metrics
+
+
+def _mean_std(x) -> tuple[float | None, float | None]:
+    x = np.asarray([v for v in x if v is not None], float)
+    return (float(x.mean()), float(x.std())) if x.size else (None, None)
+
+
+def _ratio(num, den) -> float | None:
+    return float(num) / float(den) if den else None
+
+
+def summarise(method: str, runs: list[_Run], hist_size: int, same_as_ar: list[bool] | None = None) -> MethodResult:
+    """Pure: the MethodResult of one method's counted runs (`same_as_ar`: per run of all prompts,
+    warm-up included, or None if not checked)."""
+    spec = runs[0].accepted is not None
+    n = np.array([len(r.tokens) for r in runs])
+    secs = np.array([r.seconds for r in runs])
+    if spec:
+        acc = np.concatenate([r.accepted for r in runs]).astype(np.int64)
+        prop = np.concatenate([r.proposed for r in runs]).astype(np.int64)
+        depth = np.concatenate([r.depth for r in runs]).astype(np.int64)
+    else:  # AR: every decoding step is a round that accepts no draft token
+        acc, prop, depth = np.zeros(int((n - 1).sum()), np.int64), None, None
+    rounds = int(acc.size)
+    ttft = [r.ttft for r in runs]
+    tpot = [(r.seconds - r.ttft) / (k - 1) if r.ttft is not None and k > 1 else None for r, k in zip(runs, n)]
+    ttft_ms, ttft_std = _mean_std([None if t is None else 1e3 * t for t in ttft])
+    tpot_ms, tpot_std = _mean_std([None if t is None else 1e3 * t for t in tpot])
+    per_prompt = []
+    for j, r in enumerate(runs):
+        a = r.accepted if spec else np.zeros(max(len(r.tokens) - 1, 0), np.int64)
+        per_prompt.append({
+            "prompt": r.prompt, "prompt_tokens": r.prompt_len, "tokens": int(n[j]), "seconds": float(secs[j]),
+            "throughput": float(n[j] / secs[j]), "ttft_ms": None if r.ttft is None else 1e3 * r.ttft,
+            "tpot_ms": None if tpot[j] is None else 1e3 * tpot[j], "rounds": int(a.size),
+            "accepted": int(a.sum()), "proposed": int(r.proposed.sum()) if spec else None,
+            "depth": int(r.depth.sum()) if spec else None,
+            "identical_to_ar": None if same_as_ar is None else same_as_ar[r.prompt],
+        })
+    thr = n / secs
+    return MethodResult(
+        method=method, num_prompts=len(runs), total_tokens=int(n.sum()), total_seconds=float(secs.sum()),
+        throughput=float(thr.mean()), throughput_std=float(thr.std()), speedup=None,
+        acceptance_rate=_ratio(acc.sum(), depth.sum()) if spec else None,
+        node_acceptance_rate=_ratio(acc.sum(), prop.sum()) if spec else None,
+        tokens_per_iteration=_ratio((acc + 1).sum(), rounds), avg_path_length=_ratio(acc.sum(), rounds),
+        ttft_ms=ttft_ms, ttft_std_ms=ttft_std, tpot_ms=tpot_ms, tpot_std_ms=tpot_std,
+        accept_hist=np.bincount(acc, minlength=hist_size).tolist(),
+        mean_tree_nodes=_ratio(prop.sum(), rounds) if spec else None,
+        mean_tree_depth=_ratio(depth.sum(), rounds) if spec else None,
+        rounds=rounds, identical_to_ar=None if same_as_ar is None else all(same_as_ar), per_prompt=per_prompt)
+
+
+# ======================================================================== models, environment
+
+
+def random_pair(vocab: int = 512, seed: int = 0):
+    """Random GPT-NeoX target (6 x 256) and draft (2 x 64) as ((cfg, params), (cfg, params)):
+    acceptance is meaningless, only the machinery's overhead shows."""
+    from specjax.models import GPTNeoXConfig, init_params
+
+    target = GPTNeoXConfig(vocab_size=vocab, hidden_size=256, num_layers=6, num_heads=8, intermediate_size=1024,
+                           rotary_dim=8)
+    draft = GPTNeoXConfig(vocab_size=vocab, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=256,
+                          rotary_dim=4)
+    return ((target, init_params(target, jax.random.key(seed))),
+            (draft, init_params(draft, jax.random.key(seed + 1))))
+
+
+def _git_commit() -> str | None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return rev + ("-dirty" if dirty else "") if rev else None
+
+
+def environment(target_name: str, draft_name: str | None, target_params, extra: dict | None = None) -> dict:
+    """What the numbers were measured on (no hostname): device, library versions, dtype, CPUs."""
+    import flax
+    import jaxlib
+
+    dev = jax.devices()[0]
+    leaves = jax.tree.leaves(target_params)
+    env = {
+        "target": target_name, "draft": draft_name, "target_params": int(sum(x.size for x in leaves)),
+        "dtype": str(leaves[0].dtype) if leaves else None, "platform": dev.platform,
+        "device_kind": dev.device_kind, "device_count": jax.device_count(), "cpu_count": os.cpu_count(),
+        "machine": platform.machine(), "os": platform.system(), "python": platform.python_version(),
+        "jax": jax.__version__, "jaxlib": jaxlib.__version__, "flax": flax.__version__, "numpy": np.__version__,
+        "specjax_commit": _git_commit(),
+    }
+    return {**env, **(extra or {})}
+
+
+# ======================================================================== output
+
+
+def _fmt(x, spec: str, scale: float = 1.0) -> str:
+    return "-" if x is None else format(x * scale, spec)
+
+
+def format_table(results: list[MethodResult]) -> str:
+    """The results as a fixed-width text table (one row per method)."""
+    w = max([6] + [len(r.method) for r in results])
+    cols = [("method", w), ("tok/s", 9), ("± std", 7), ("speedup", 7), ("accept%", 7), ("node%", 6),
+            ("tok/iter", 8), ("path", 5), ("TTFT ms", 8), ("TPOT ms", 8), ("nodes", 6), ("depth", 5), ("=AR", 4)]
+    head = " ".join(name.ljust(width) if i == 0 else name.rjust(width) for i, (name, width) in enumerate(cols))
+    lines = [head, "-" * len(head)]
+    for r in results:
+        same = {True: "yes", False: "NO", None: "-"}[r.identical_to_ar]
+        cells = [r.method, _fmt(r.throughput, ".1f"), _fmt(r.throughput_std, ".1f"), _fmt(r.speedup, ".2f"),
+                 _fmt(r.acceptance_rate, ".1f", 100), _fmt(r.node_acceptance_rate, ".1f", 100),
+                 _fmt(r.tokens_per_iteration, ".2f"), _fmt(r.avg_path_length, ".2f"), _fmt(r.ttft_ms, ".2f"),
+                 _fmt(r.tpot_ms, ".3f"), _fmt(r.mean_tree_nodes, ".1f"), _fmt(r.mean_tree_depth, ".2f"), same]
+        lines.append(" ".join(c.ljust(width) if i == 0 else c.rjust(width)
+                              for i, (c, (_, width)) in enumerate(zip(cells, cols))))
+    return "\n".join(lines)
+
+
+def _clean(x):
+    """JSON-safe: NaN / inf -> None, numpy scalars -> Python."""
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def write_json(path, results: list[MethodResult], env: dict, config: dict) -> None:
+    """{"environment", "config", "results": [MethodResult.to_dict()]} as indented JSON."""
+    data = {"environment": env, "config": config, "results": [r.to_dict() for r in results]}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(_clean(data), f, indent=2, allow_nan=False)
+
+
+def read_json(path) -> tuple[list[MethodResult], dict, dict]:
+    """(results, environment, config) from `write_json`'s file."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    return [MethodResult.from_dict(d) for d in data["results"]], data["environment"], data["config"]
+
+
+_CSV_FIELDS = [f.name for f in dataclasses.fields(MethodResult) if f.name != "per_prompt"]
+
+
+def write_csv(path, results: list[MethodResult], env: dict) -> None:
+    """One row per method: the scalar fields, accept_hist as a JSON list, env values as env_<key>."""
+    env_cols = {f"env_{k}": "" if v is None else v for k, v in env.items()}
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=_CSV_FIELDS + list(env_cols))
+        writer.writeheader()
+        for r in results:
+            row = {k: _clean(getattr(r, k)) for k in _CSV_FIELDS}
+            row["accept_hist"] = json.dumps(row["accept_hist"])
+            writer.writerow({**{k: "" if v is None else v for k, v in row.items()}, **env_cols})
+
+
+def _parse_cell(kind, text: str):
+    if text == "":
+        return None
+    if isinstance(kind, types.UnionType):  # X | None
+        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    if kind is bool:
+        return text == "True"
+    if typing.get_origin(kind) is list:
+        return json.loads(text)
+    return kind(text)
+
+
+def read_csv(path) -> tuple[list[MethodResult], dict]:
+    """(results without per_prompt, environment as strings) from `write_csv`'s file."""
+    hints = typing.get_type_hints(MethodResult)
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    results = [MethodResult(**{k: _parse_cell(hints[k], row[k]) for k in _CSV_FIELDS}, per_prompt=[]) for row in rows]
+    env = {k[4:]: v for k, v in rows[0].items() if k.startswith("env_")} if rows else {}
+    return results, env

@@ -1,0 +1,135 @@
+"""Method specs for the benchmarks and the CLI: a short string -> a drafter.
+
+=====================================  ====================================================
+spec                                   method
+=====================================  ====================================================
+``ar``                                 plain autoregressive decoding (the baseline)
+``chain<K>`` / ``linear<K>``           a draft-LM chain of K tokens (``ChainDrafter``)
+``fixed<D>x<B>[n<N>]`` / ``tree...``   a fixed tree: top-B children per node down to depth D,
+                                       at most N nodes (default 256) (``FixedTreeDrafter``)
+``dynatree`` = ``dynatree-p3``,        DynaTree, Phase 1 / 2 / 3 of the paper's ablation
+``dynatree-p1``, ``dynatree-p2``       (``DynaTreeDrafter``, paper defaults)
+``<dynatree spec>:f=v,f=v``            the same with ``DynaTreeDrafter`` fields overridden,
+                                       e.g. ``dynatree-p3:d0=4,tau=0.03,n_max=64``
+``dynatree-zoo``                       Phase 3 tuned for the embedded pair (``PRESETS``)
+=====================================  ====================================================
+
+Bare ``chain`` / ``linear``, ``fixed`` / ``tree`` are aliases of ``chain4`` and
+``fixed5x2`` (the CLI's historical ``--method`` values). Depths count draft tokens on a
+root-to-leaf path (our convention; the DynaTree authors' "D" trees hold D + 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+__all__ = ["ALIASES", "PRESETS", "Method", "dynatree_fields", "parse_method"]
+
+ALIASES = {"chain": "chain4", "linear": "chain4", "fixed": "fixed5x2", "tree": "fixed5x2", "dynatree": "dynatree-p3"}
+
+# Named configurations. `dynatree-zoo`: Phase 3 tuned for the embedded pair (specjax.zoo) on
+# *validation* wiki prompts (notebooks/dynatree.py): its weak draft is rarely confident, so
+# the paper's gates (rho_stop 0.1, tau 0.05) stop paths after one or two tokens, and on a
+# CPU every verified node costs target time: narrow (B_max 2, B_mid 1), small (N_max 16),
+# loosely gated trees pay best.
+PRESETS = {"dynatree-zoo": "dynatree-p3:n_max=16,d_max=6,d0=5,b_mid=1,b_max=2,rho_stop=0.001,rho_deep=0.005,"
+                           "tau=0.001"}
+
+_CHAIN = re.compile(r"(?:chain|linear)(\d+)")
+_FIXED = re.compile(r"(?:fixed|tree)(\d+)x(\d+)(?:n(\d+))?")
+_DYNATREE = re.compile(r"dynatree(?:-p([0-9]+))?")
+_FORMS = "ar, chain<K> (linear<K>), fixed<D>x<B>[n<N>] (tree<D>x<B>[n<N>]), dynatree[-p1|-p2|-p3][:field=value,...]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """A benchmarked method: `name` (canonical spec), `drafter` (None = autoregressive) and
+    optional draft params to use instead of the draft model's (e.g. a `DynaTreeParams`)."""
+
+    name: str
+    drafter: object | None
+    draft_params_override: object | None = None
+
+    @property
+    def is_ar(self) -> bool:
+        return self.drafter is None
+
+
+def dynatree_fields() -> dict[str, type]:
+    """The overridable `DynaTreeDrafter` fields (those with an int / float / bool default) and their types."""
+    from specjax.drafters.dynatree import DynaTreeDrafter
+
+    out = {}
+    for f in dataclasses.fields(DynaTreeDrafter):
+        default = f.default
+        if f.name != "phase" and isinstance(default, (bool, int, float)):
+            out[f.name] = type(default)
+    return out
+
+
+def _parse_value(field: str, kind: type, text: str):
+    try:
+        if kind is bool:
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1")
+        if kind is int:
+            return int(text)
+        return float(text)
+    except ValueError:
+        what = {bool: "true or false", int: "an integer", float: "a number"}[kind]
+        raise ValueError(f"DynaTree field {field!r} needs {what}, got {text!r}") from None
+
+
+def _dynatree(phase: int, overrides: str, draft_cfg):
+    from specjax.drafters.dynatree import DynaTreeDrafter
+
+    fields, values = dynatree_fields(), {}
+    for item in filter(None, (s.strip() for s in overrides.split(","))):
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or not text.strip():
+            raise ValueError(f"DynaTree override {item!r} is not of the form field=value")
+        if key not in fields:
+            raise ValueError(f"unknown DynaTree field {key!r}; valid fields: {', '.join(sorted(fields))}")
+        if key in values:
+            raise ValueError(f"DynaTree field {key!r} is set twice")
+        values[key] = _parse_value(key, fields[key], text.strip())
+    drafter = DynaTreeDrafter(draft_cfg, phase=phase, **values)
+    name = f"dynatree-p{phase}" + (":" + ",".join(f"{k}={values[k]}" for k in values) if values else "")
+    return Method(name, drafter)
+
+
+def parse_method(spec: str, draft_cfg) -> Method:
+    """Parse a method spec (see the module docstring) into a `Method` with a canonical name.
+
+    `draft_cfg` is the draft model's config (unused for ``ar``). Raises ValueError naming
+    the accepted forms for an unknown spec, the valid fields for an unknown DynaTree
+    override, and the drafter's own message for an invalid parameter.
+    """
+    from specjax.drafters.chain import ChainDrafter
+    from specjax.drafters.fixed_tree import FixedTreeDrafter
+
+    text = spec.strip()
+    text = PRESETS.get(text.lower(), text)
+    head, colon, overrides = text.partition(":")
+    head = ALIASES.get(head.lower(), head.lower())
+    if head == "ar" and not colon:
+        return Method("ar", None)
+    if draft_cfg is None:
+        raise ValueError(f"method {spec!r} needs a draft model (only 'ar' runs without one)")
+    if m := _DYNATREE.fullmatch(head):
+        if m.group(1) not in ("1", "2", "3"):
+            raise ValueError(f"unknown DynaTree phase in {spec!r}: use dynatree-p1, dynatree-p2 or dynatree-p3")
+        return _dynatree(int(m.group(1)), overrides, draft_cfg)
+    if colon:
+        raise ValueError(f"only DynaTree methods take ':field=value' overrides, got {spec!r}")
+    if m := _CHAIN.fullmatch(head):
+        return Method(f"chain{int(m.group(1))}", ChainDrafter(draft_cfg, int(m.group(1))))
+    if m := _FIXED.fullmatch(head):
+        depth, branching = int(m.group(1)), int(m.group(2))
+        nodes = int(m.group(3)) if m.group(3) else 256
+        name = f"fixed{depth}x{branching}" + (f"n{nodes}" if nodes != 256 else "")
+        return Method(name, FixedTreeDrafter(draft_cfg, depth, branching, nodes))
+    raise ValueError(f"unknown method {spec!r}; use one of: {_FORMS}")

@@ -1,0 +1,201 @@
+"""The benchmark harness (`specjax.bench.harness`) and method specs (`specjax.bench.methods`).
+
+Tiny random models, 3 short prompts (1 warm-up), every method compiled once per module:
+the records' fields and round accounting, AR as the reference (speedup 1, identical
+outputs), JSON / CSV round trips, and a self-draft chain that accepts everything.
+"""
+
+import dataclasses
+import json
+import re
+
+import jax
+import numpy as np
+import pytest
+
+from specjax.bench import harness
+from specjax.bench.methods import Method, parse_method
+from specjax.drafters.chain import ChainDrafter
+from specjax.drafters.dynatree import DynaTreeDrafter
+from specjax.drafters.fixed_tree import FixedTreeDrafter
+from specjax.models import GPTNeoXConfig, init_params
+
+TARGET = GPTNeoXConfig(vocab_size=32, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, rotary_dim=4)
+DRAFT = GPTNeoXConfig(vocab_size=32, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, rotary_dim=8)
+METHODS = ["ar", "chain2", "fixed2x2n6", "dynatree-p3:d0=2,d_max=3,n_max=8"]
+MAX_NEW = 10  # = 1 + 3 rounds of 3 tokens for a chain of 2 that accepts everything
+PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6, 5, 3, 5, 8, 9], [7, 9, 3, 2, 3, 8]]
+WARMUP = 1
+
+
+def random_params(cfg, seed: int, sigma: float = 0.3):
+    """init_params plus N(0, sigma) noise on every leaf (logits far from uniform)."""
+    leaves, treedef = jax.tree.flatten(init_params(cfg, jax.random.key(seed)))
+    keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
+    return jax.tree.unflatten(treedef, [x + sigma * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)])
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return (TARGET, random_params(TARGET, 0)), (DRAFT, random_params(DRAFT, 2))
+
+
+@pytest.fixture(scope="module")
+def results(pair):
+    return harness.run_benchmark(*pair, PROMPTS, METHODS, max_new_tokens=MAX_NEW, warmup=WARMUP, progress=False)
+
+
+def test_every_record_has_every_field(results):
+    names = {f.name for f in dataclasses.fields(harness.MethodResult)}
+    assert [r.method for r in results] == METHODS
+    for r in results:
+        d = r.to_dict()
+        assert set(d) == names
+        assert r.num_prompts == len(PROMPTS) - WARMUP and len(r.per_prompt) == r.num_prompts
+        assert r.total_tokens == r.num_prompts * MAX_NEW  # eos_ids=() by default: every method generates them all
+        assert r.throughput > 0 and r.throughput_std >= 0 and r.total_seconds > 0
+        assert r.ttft_ms > 0 and r.ttft_std_ms >= 0 and r.tpot_std_ms >= 0
+        assert isinstance(r.tpot_ms, float)  # tiny models: decode time ~ timing jitter, the sign is not guaranteed
+        assert [p["prompt"] for p in r.per_prompt] == list(range(WARMUP, len(PROMPTS)))
+        spec = r.method != "ar"
+        for key in ("acceptance_rate", "node_acceptance_rate", "mean_tree_nodes", "mean_tree_depth"):
+            assert (d[key] is not None) == spec, key
+        if spec:
+            assert 0 <= r.node_acceptance_rate <= r.acceptance_rate <= 1
+            assert r.mean_tree_nodes >= r.mean_tree_depth >= 1
+
+
+def test_round_accounting(results):
+    for r in results:
+        hist = np.asarray(r.accept_hist)
+        assert hist.sum() == r.rounds
+        # The first token of each prompt comes from the prefill, the rest from rounds (accepted + bonus).
+        assert (np.arange(hist.size) + 1) @ hist + r.num_prompts == r.total_tokens
+        assert r.tokens_per_iteration == pytest.approx(r.avg_path_length + 1)
+        assert r.avg_path_length == pytest.approx(np.arange(hist.size) @ hist / r.rounds)
+        assert sum(p["rounds"] for p in r.per_prompt) == r.rounds
+    depth = {r.method: len(r.accept_hist) - 1 for r in results}
+    assert depth == {"ar": 0, "chain2": 2, "fixed2x2n6": 2, "dynatree-p3:d0=2,d_max=3,n_max=8": 3}
+
+
+def test_ar_is_the_reference(results):
+    for r in results:
+        assert r.identical_to_ar is True
+        assert all(p["identical_to_ar"] for p in r.per_prompt)
+    ar = results[0]
+    assert ar.speedup == 1.0 and ar.tokens_per_iteration == 1.0 and ar.avg_path_length == 0.0
+    assert ar.rounds == ar.total_tokens - ar.num_prompts
+    assert all(r.speedup == pytest.approx(r.throughput / ar.throughput) for r in results)
+
+
+def test_json_and_csv_round_trip(results, tmp_path):
+    env = harness.environment("tiny-target", "tiny-draft", init_params(TARGET, jax.random.key(0)), {"note": "x"})
+    assert env["platform"] == jax.devices()[0].platform and env["note"] == "x" and "hostname" not in env
+    config = {"max_new_tokens": MAX_NEW, "methods": METHODS}
+    harness.write_json(tmp_path / "r.json", results, env, config)
+    loaded, env2, config2 = harness.read_json(tmp_path / "r.json")
+    assert loaded == results and env2 == env and config2 == config
+    json.loads((tmp_path / "r.json").read_text())  # standard JSON (no NaN)
+
+    harness.write_csv(tmp_path / "r.csv", results, env)
+    rows, env3 = harness.read_csv(tmp_path / "r.csv")
+    assert rows == [dataclasses.replace(r, per_prompt=[]) for r in results]
+    assert env3["target"] == "tiny-target" and env3["target_params"] == str(env["target_params"])
+
+
+def test_format_table(results):
+    table = harness.format_table(results).splitlines()
+    assert len(table) == 2 + len(results) and len({len(line) for line in table}) == 1  # fixed width
+    assert table[0].split()[:3] == ["method", "tok/s", "±"]
+    assert table[2].startswith("ar ") and table[2].rstrip().endswith("yes")
+
+
+def test_self_draft_chain_accepts_everything(pair):
+    target, _ = pair
+    ar, chain = harness.run_benchmark(target, target, PROMPTS, ["ar", "chain2"], max_new_tokens=MAX_NEW,
+                                      warmup=WARMUP, progress=False, ttft=False)
+    assert chain.identical_to_ar and ar.ttft_ms is None and chain.tpot_ms is None
+    assert chain.acceptance_rate == pytest.approx(1.0) and chain.node_acceptance_rate == pytest.approx(1.0)
+    assert chain.accept_hist == [0, 0, chain.rounds] and chain.tokens_per_iteration == pytest.approx(3.0)
+
+
+def test_summarise_records_a_mismatch():
+    run = harness._Run(prompt=0, prompt_len=3, tokens=np.array([1, 2, 3]), seconds=0.5, ttft=0.1,
+                       accepted=np.array([1, 0]), proposed=np.array([2, 2]), depth=np.array([2, 2]))
+    r = harness.summarise("chain2", [run], 3, same_as_ar=[False])
+    assert r.identical_to_ar is False and r.per_prompt[0]["identical_to_ar"] is False
+    assert r.accept_hist == [1, 1, 0] and r.acceptance_rate == 0.25 and r.tpot_ms == pytest.approx(200.0)
+
+
+def test_prepare_prompts_keeps_the_last_tokens():
+    (t0, l0), (t1, l1) = harness.prepare_prompts([[1, 2, 3, 4, 5], [6, 7]], prompt_width=3)
+    assert t0.tolist() == [[3, 4, 5]] and l0.tolist() == [3]
+    assert t1.tolist() == [[6, 7, 0]] and l1.tolist() == [2]
+    assert harness.prepare_prompts([[1], [2, 3]])[0][0].shape == (1, 2)
+
+
+def test_run_benchmark_rejects_bad_arguments(pair):
+    target, draft = pair
+    with pytest.raises(ValueError, match="warmup"):
+        harness.run_benchmark(target, draft, PROMPTS, ["ar"], max_new_tokens=4, warmup=3, progress=False)
+    with pytest.raises(ValueError, match="distinct"):
+        harness.run_benchmark(target, draft, PROMPTS, ["chain4", "linear4"], max_new_tokens=4, progress=False)
+    with pytest.raises(ValueError, match="needs a draft"):
+        harness.run_benchmark(target, None, PROMPTS, ["ar", "chain2"], max_new_tokens=4, progress=False)
+
+
+@pytest.mark.parametrize("spec, name, drafter", [
+    ("ar", "ar", None),
+    ("chain4", "chain4", ChainDrafter(DRAFT, 4)),
+    ("linear3", "chain3", ChainDrafter(DRAFT, 3)),
+    ("chain", "chain4", ChainDrafter(DRAFT, 4)),
+    ("fixed5x2", "fixed5x2", FixedTreeDrafter(DRAFT, 5, 2, 256)),
+    ("tree4x3n64", "fixed4x3n64", FixedTreeDrafter(DRAFT, 4, 3, 64)),
+    ("fixed", "fixed5x2", FixedTreeDrafter(DRAFT, 5, 2, 256)),
+    ("dynatree", "dynatree-p3", DynaTreeDrafter(DRAFT, phase=3)),
+    ("dynatree-p1", "dynatree-p1", DynaTreeDrafter(DRAFT, phase=1)),
+    ("dynatree-p2", "dynatree-p2", DynaTreeDrafter(DRAFT, phase=2)),
+    ("dynatree-p3:d0=2,d_max=3,n_max=8", "dynatree-p3:d0=2,d_max=3,n_max=8",
+     DynaTreeDrafter(DRAFT, phase=3, d0=2, d_max=3, n_max=8)),
+    ("dynatree:tau=0.03, b_max=2", "dynatree-p3:tau=0.03,b_max=2", DynaTreeDrafter(DRAFT, tau=0.03, b_max=2)),
+])
+def test_parse_method_accepts(spec, name, drafter):
+    m = parse_method(spec, DRAFT)
+    assert m == Method(name, drafter) and parse_method(m.name, DRAFT) == m  # the name is a spec too
+    if isinstance(drafter, DynaTreeDrafter):
+        assert isinstance(m.drafter.tau, float) and isinstance(m.drafter.n_max, int)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("beam4", "unknown method 'beam4'; use one of: ar, chain<K>"),
+    ("chainx", "unknown method"),
+    ("fixed5", "unknown method"),
+    ("fixed5x2n", "unknown method"),
+    ("chain0", "num_tokens"),
+    ("fixed0x2", "depth must be >= 1"),
+    ("dynatree-p4", "dynatree-p1, dynatree-p2 or dynatree-p3"),
+    ("dynatree:foo=1", "unknown DynaTree field 'foo'; valid fields: b_max, b_mid, b_min, d0, d_max"),
+    ("dynatree:d0", "not of the form field=value"),
+    ("dynatree:d0=2.5", "'d0' needs an integer, got '2.5'"),
+    ("dynatree:tau=abc", "'tau' needs a number, got 'abc'"),
+    ("dynatree:d0=3,d0=4", "set twice"),
+    ("dynatree:tau_l=0.95", "tau_l < tau_h"),
+    ("chain4:k=2", "only DynaTree methods take"),
+])
+def test_parse_method_rejects(spec, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_method(spec, DRAFT)
+
+
+def test_parse_method_needs_a_draft_config_except_for_ar():
+    assert parse_method("ar", None).is_ar
+    with pytest.raises(ValueError, match="needs a draft model"):
+        parse_method("chain4", None)
+
+
+def test_a_mismatch_is_recorded_and_warned_about(pair, monkeypatch):
+    monkeypatch.setattr(harness, "_same_as", lambda runs, ar_runs: [runs is ar_runs or r.prompt != 2 for r in runs])
+    with pytest.warns(RuntimeWarning, match=r"LOSSLESSNESS VIOLATION: chain2's greedy output differs .* prompts \[2\]"):
+        _, chain = harness.run_benchmark(*pair, PROMPTS, ["ar", "chain2"], max_new_tokens=MAX_NEW, warmup=WARMUP,
+                                          progress=False, ttft=False)
+    assert chain.identical_to_ar is False and [p["identical_to_ar"] for p in chain.per_prompt] == [True, False]
