@@ -13,6 +13,7 @@ the fast kernel.
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -25,16 +26,17 @@ def top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     return lax.optimization_barrier((values, indices))
 
 
-def width_buckets(width: int, smallest: int = 4, factor: int = 2) -> tuple[int, ...]:
-    """Static widths for work whose live size varies at run time: smallest, smallest *
-    factor, ... (those below `width`), then `width` itself. At most a factor `factor` of
-    the work past the live size is wasted, at the price of one compiled branch per width."""
-    if width < 1 or smallest < 1 or factor < 2:
-        raise ValueError(f"need width >= 1, smallest >= 1, factor >= 2, got {width}, {smallest}, {factor}")
+def width_buckets(width: int, smallest: int = 4, factor: float = 2) -> tuple[int, ...]:
+    """Static widths for work whose live size varies at run time: smallest, then each the
+    previous times `factor` (rounded up), those below `width`, then `width` itself. At most
+    a factor `factor` of the work past the live size is wasted, at the price of one
+    compiled branch per width."""
+    if width < 1 or smallest < 1 or factor <= 1:
+        raise ValueError(f"need width >= 1, smallest >= 1, factor > 1, got {width}, {smallest}, {factor}")
     out, w = [], smallest
     while w < width:
         out.append(w)
-        w *= factor
+        w = max(w + 1, math.ceil(w * factor))
     return (*out, width)
 
 

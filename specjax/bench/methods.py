@@ -31,10 +31,10 @@ ALIASES = {"chain": "chain4", "linear": "chain4", "fixed": "fixed5x2", "tree": "
 # Named configurations. `dynatree-zoo`: Phase 3 tuned for the embedded pair (specjax.zoo) on
 # *validation* wiki prompts (notebooks/dynatree.py): its weak draft is rarely confident, so
 # the paper's gates (rho_stop 0.1, tau 0.05) stop paths after one or two tokens, and on a
-# CPU every verified node costs target time: narrow (B_max 2, B_mid 1), small (N_max 16),
-# loosely gated trees pay best.
-PRESETS = {"dynatree-zoo": "dynatree-p3:n_max=16,d_max=6,d0=5,b_mid=1,b_max=2,rho_stop=0.001,rho_deep=0.005,"
-                           "tau=0.001"}
+# CPU every verified node costs target time: narrow (B_max 2, B_mid 1, a second child only
+# when c(u) < 0.1), small (N_max 16), loosely gated trees pay best.
+PRESETS = {"dynatree-zoo": "dynatree-p3:n_max=16,d_max=6,d0=5,b_mid=1,b_max=2,tau_l=0.1,rho_stop=0.00001,"
+                           "rho_deep=0.00005,tau=0.001"}
 
 _CHAIN = re.compile(r"(?:chain|linear)(\d+)")
 _FIXED = re.compile(r"(?:fixed|tree)(\d+)x(\d+)(?:n(\d+))?")

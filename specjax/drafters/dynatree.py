@@ -473,8 +473,10 @@ class DynaTreeDrafter(DraftLMDrafter):
 
     @property
     def verify_widths(self) -> tuple[int, ...]:
-        """The target verifies the packed tree at the smallest of these widths holding it."""
-        return width_buckets(self.n_max, smallest=4)
+        """The target verifies the packed tree at the smallest of these widths holding it
+        (4, 6, 9, 14, ...: steps of 1.5x, since off an accelerator the target's cost grows
+        with every token it verifies)."""
+        return width_buckets(self.n_max, smallest=4, factor=1.5)
 
     @property
     def max_depth(self) -> int:
