@@ -87,7 +87,13 @@ def _generate(args) -> int:
     from specjax.decode import generate, generate_ar
     from specjax.models import pad_prompts
 
+    if args.draft and not args.checkpoint:
+        print("specjax generate: --draft needs --checkpoint", file=sys.stderr)
+        return 2
     cfg, params, encode, decode, draft, prompt = _load(args)
+    if draft is None and args.method != "ar":
+        print(f"specjax generate: no draft model (pass --draft DIR with --checkpoint): running AR only, "
+              f"not {args.method}", file=sys.stderr)
     method = None
     if draft is not None and args.method != "ar":
         try:
@@ -201,10 +207,16 @@ def _bench(args) -> int:
     except ValueError as e:
         print(f"specjax bench: {e}", file=sys.stderr)
         return 2
-    width = min(args.prompt_len, max(len(p) for p in prompts))
-    results = harness.run_benchmark(target, draft, prompts, methods, max_new_tokens=args.max_new_tokens,
-                                    prompt_width=width, warmup=args.warmup, progress=not args.no_progress,
-                                    ttft=not args.no_ttft)
+    try:
+        if args.prompt_len < 1 or min(len(p) for p in prompts) < 1:
+            raise ValueError(f"prompts need >= 1 token and --prompt-len >= 1, got --prompt-len {args.prompt_len}")
+        width = min(args.prompt_len, max(len(p) for p in prompts))
+        results = harness.run_benchmark(target, draft, prompts, methods, max_new_tokens=args.max_new_tokens,
+                                        prompt_width=width, warmup=args.warmup, progress=not args.no_progress,
+                                        ttft=not args.no_ttft)
+    except ValueError as e:
+        print(f"specjax bench: {e}", file=sys.stderr)
+        return 2
     config = {"methods": [m.name for m in methods], "prompts": source, "num_prompts": args.prompts,
               "warmup": args.warmup, "counted_prompts": args.prompts - args.warmup,
               "max_new_tokens": args.max_new_tokens, "prompt_width": width, "sampling": "greedy", "eos_ids": [],

@@ -12,8 +12,9 @@ Drafters are frozen dataclasses (static under jit) with `budget`, `max_depth`,
 prompt_lengths, max_new_tokens) -> state`, `propose(state, root, active, key, sampling)
 -> (Tree, draft_probs | None, state)` and `observe(state, tree, result, active) -> state`;
 optionally `verify_widths` (static, ascending, ending at `budget`): the target then
-verifies only the smallest such prefix of the tree's slots that holds every valid node
-(adaptive trees are mostly far below their budget).
+verifies only the smallest such prefix of the tree's slots that holds every valid node of
+the active rows (adaptive trees are mostly far below their budget; the walk results do
+not depend on the width, sampled draws do). Not combinable with chain rejection.
 """
 
 from __future__ import annotations
@@ -159,10 +160,11 @@ class SpeculativeOutput(GenerateOutput):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("cfg", "drafter", "max_new_tokens", "eos_ids", "sampling", "pad_id", "num_slots")
+    jax.jit,
+    static_argnames=("cfg", "drafter", "max_new_tokens", "eos_ids", "sampling", "pad_id", "num_slots", "reserve"),
 )
 def _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos_ids, sampling,
-              pad_id, num_slots):
+              pad_id, num_slots, reserve):
     b = tokens.shape[0]
     rows = jnp.arange(b)
     depth = drafter.max_depth
@@ -172,12 +174,17 @@ def _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, m
     _, last, cache = prefill_unchecked(params, cfg, tokens, prompt_lengths, cache)
     key, sub = jax.random.split(key)
     root = jax.random.categorical(sub, sampling.log_probs(last), axis=-1).astype(jnp.int32)
-    dstate = drafter.init(draft_params, tokens, prompt_lengths, max_new_tokens)
+    dstate = drafter.init(draft_params, tokens, prompt_lengths, reserve)
     out = jnp.full((b, max_new_tokens + depth + 1), pad_id, jnp.int32).at[:, 0].set(root)
     count = jnp.ones((b,), jnp.int32)
     done = is_eos(root, eos_ids) | (count >= max_new_tokens)
     minus = jnp.full((b, max_new_tokens), -1, jnp.int32)
     stats = RoundStats(accepted=minus, proposed=minus, depth=minus, num_rounds=jnp.zeros((b,), jnp.int32))
+
+    widths = getattr(drafter, "verify_widths", (drafter.budget,))
+    if widths[-1] != drafter.budget or (len(widths) > 1 and drafter.uses_rejection(sampling)):
+        raise ValueError(f"verify_widths {widths} must end at the budget {drafter.budget} and cannot be combined "
+                         f"with chain rejection (its draft probs and results have the full width)")
 
     def body(state):
         root, out, count, done, cache, dstate, stats, key = state
@@ -200,8 +207,8 @@ def _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, m
         # Slots past the last valid node of every row are dead weight: verify at the smallest
         # of the drafter's static widths that holds them (parents precede children, so a
         # prefix of the slots is a tree).
-        extent = jnp.max(jnp.where(tree.valid, jnp.arange(1, drafter.budget + 1)[None], 0))
-        widths = getattr(drafter, "verify_widths", (drafter.budget,))
+        budget = tree.valid.shape[1]
+        extent = jnp.max(jnp.where(tree.valid & active[:, None], jnp.arange(1, budget + 1)[None], 0))
         result, cache = switch_on_width(extent, widths, verify, (cache, tree, draft_probs))
 
         # Keep only what the output will hold: up to max_new_tokens and through the first EOS.
@@ -268,6 +275,7 @@ def generate(
     key: jax.Array | None = None,
     eos_ids: tuple[int, ...] | None = None,
     pad_id: int = 0,
+    reserve_new_tokens: int | None = None,
 ) -> SpeculativeOutput:
     """Speculative generation with any drafter; the output distribution is the target's.
 
@@ -277,6 +285,9 @@ def generate(
     token; with sampling it is distributed as `generate_ar` with the same `Sampling`.
     Returns tokens int32[B, max_new_tokens], num_tokens, the target cache and RoundStats.
     All checks happen here, before compiling; nothing in the call transfers to the host.
+    `reserve_new_tokens` (>= max_new_tokens) sizes the target and draft caches as for that
+    many new tokens, so that a short call (e.g. time to first token) runs on the same cache
+    shapes as the full one.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -285,7 +296,8 @@ def generate(
     # Worst case: an active row has committed < T + M - 1 tokens and writes its N + 1 pending
     # slots; a finished row has committed exactly P + num_tokens - 1 <= T + M - 1 and keeps
     # writing (uncommitted) pending slots while other rows run: T + M + N slots cover both.
-    num_slots = tokens.shape[1] + max_new_tokens + drafter.budget
+    reserve = max(max_new_tokens, reserve_new_tokens or 0)
+    num_slots = tokens.shape[1] + reserve + drafter.budget
     eos = tuple(cfg.eos_token_ids) if eos_ids is None else tuple(eos_ids)
     return _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos, sampling,
-                     pad_id, num_slots)
+                     pad_id, num_slots, reserve)

@@ -28,9 +28,9 @@ def top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
 
 def width_buckets(width: int, smallest: int = 4, factor: float = 2) -> tuple[int, ...]:
     """Static widths for work whose live size varies at run time: smallest, then each the
-    previous times `factor` (rounded up), those below `width`, then `width` itself. At most
-    a factor `factor` of the work past the live size is wasted, at the price of one
-    compiled branch per width."""
+    previous times `factor` (rounded up), those below `width`, then `width` itself. About
+    a factor `factor` (a little more after rounding up) of the work past the live size is
+    wasted at most, at the price of one compiled branch per width."""
     if width < 1 or smallest < 1 or factor <= 1:
         raise ValueError(f"need width >= 1, smallest >= 1, factor > 1, got {width}, {smallest}, {factor}")
     out, w = [], smallest

@@ -118,16 +118,19 @@ def test_build_tree_equals_slow_algorithm1(shape, data, seed):
     tok, par, dep, val = (np.asarray(x) for x in (tree.tokens, tree.parents, tree.depth, tree.valid))
     cum, fwd, exp_, br = (np.asarray(x) for x in (info.cum_logp, info.forwarded, info.expandable, info.branching))
     forwarded_levels = len(level_widths(n, levels, k)) - 1
+    refs = [reference_tree(table[root_hash[b]], lambda path, b=b: table[context_hash(root_hash[b], path, CONTEXTS)],
+                           ref_knobs[b], n, levels) for b in range(ROWS)]
+    # A level is forwarded iff it is not the deepest static one and some node of it (any row) may expand.
+    gated = {d for ref in refs for d, e in zip(ref["depth"], ref["expandable"]) if e}
     for b in range(ROWS):
-        ref = reference_tree(table[root_hash[b]], lambda path: table[context_hash(root_hash[b], path, CONTEXTS)],
-                             ref_knobs[b], n, levels)
+        ref = refs[b]
         m = len(ref["tokens"])
         assert val[b].sum() == m and val[b, :m].all(), f"row {b}: {val[b].sum()} nodes, reference {m}"
         assert tok[b, :m].tolist() == ref["tokens"], f"row {b} tokens"
         assert par[b, :m].tolist() == ref["parents"], f"row {b} parents"
         assert dep[b, :m].tolist() == ref["depth"], f"row {b} depth"
         np.testing.assert_array_equal(cum[b, :m], np.asarray(ref["cum"], np.float32))  # bit for bit
-        f = dep[b, :m] <= forwarded_levels
+        f = (dep[b, :m] <= forwarded_levels) & np.isin(dep[b, :m], list(gated))
         assert fwd[b, :m].tolist() == f.tolist() and not fwd[b, m:].any()
         assert exp_[b, :m][f].tolist() == np.asarray(ref["expandable"])[f].tolist(), f"row {b} expandable"
         assert br[b, :m][f].tolist() == np.asarray(ref["branching"])[f].tolist(), f"row {b} branching"
@@ -322,7 +325,8 @@ def test_greedy_lossless_and_real_trees(pair, self_draft, batch, fields, data, s
     for tok, par, dep, val, n_acc, acc_tok, active, d0, tau_h, tau_l in _RECORDS:
         tree = Tree(tokens=jnp.asarray(tok), parents=jnp.asarray(par), depth=jnp.asarray(dep), valid=jnp.asarray(val))
         check_tree(tree, vocab_size=cfg.vocab_size, unique_siblings=True, packed=True)
-        assert val[:, 0].all() and (dep.max(1) <= drafter.max_depth).all() and (val.sum(1) <= drafter.n_max).all()
+        assert val[active, 0].all() and not val[~active].any()  # finished rows draft nothing
+        assert (dep.max(1) <= drafter.max_depth).all() and (val.sum(1) <= drafter.n_max).all()
         if drafter.phase == 3:  # the knobs stay within their ranges
             assert ((s.d0_range[0] <= d0) & (d0 <= s.d0_range[1])).all() and (tau_l < tau_h).all()
             assert ((tau_h >= np.float32(s.tau_h_range[0])) & (tau_h <= np.float32(s.tau_h_range[1]))).all()
@@ -343,6 +347,30 @@ def test_greedy_lossless_and_real_trees(pair, self_draft, batch, fields, data, s
     assert all(gap < 1e-4 for *_, gap in near_ties), f"self-draft rejected its greedy chain: {near_ties}"
     if near_ties:
         print(f"self-draft near-ties (row, chain index, target logit gap): {near_ties}")
+
+
+class FullWidthDynaTree(DynaTreeDrafter):
+    """DynaTree whose tree is always verified at its full budget (no width buckets)."""
+
+    @property
+    def verify_widths(self):
+        return (self.n_max,)
+
+
+def test_verify_width_buckets_change_nothing_but_cost():
+    """Verifying only the smallest bucket holding the live tree gives the same tokens and
+    the same per-round acceptance as verifying all N_max slots: an `extent` that cut off a
+    valid node would lower acceptance here while greedy output stayed lossless."""
+    cfg, _ = PAIRS["neox32"]
+    params = random_params(cfg, 11)
+    fields = dict(phase=2, d0=2, d_max=4, n_max=24, rho_stop=1e-4, rho_deep=1e-3, tau=1e-4)
+    bucketed, full = DynaTreeDrafter(cfg, **fields), FullWidthDynaTree(cfg, **fields)  # self-draft: deep trees
+    assert len(bucketed.verify_widths) > 2
+    tokens, lengths = pad_prompts([[1, 5, 9, 2], [7, 7]], PROMPT_WIDTH)
+    outs = [generate(params, cfg, d, params, tokens, lengths, MAX_NEW, eos_ids=()) for d in (bucketed, full)]
+    for a, b in zip(jax.tree.leaves((outs[0].tokens, outs[0].stats)), jax.tree.leaves((outs[1].tokens, outs[1].stats))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert np.asarray(outs[0].stats.accepted).max() >= 2, "self-draft should accept deep paths"
 
 
 def test_knob_override_does_not_recompile():

@@ -34,9 +34,10 @@ prompts (np.std, ddof = 0, as the authors).
   avg_path_length       sum a_r / rounds (= tokens_per_iteration - 1).
   accept_hist           [number of rounds with a_r = k for k = 0..max_depth].
   mean_tree_nodes/depth sum n_r / rounds, sum d_r / rounds.
-  ttft_ms               wall time of the same call with max_new_tokens = 1: target prefill,
-                        draft prefill (drafter.init) and the first token, no round (its own
-                        compiled function, warmed like the other). Mean / std over prompts.
+  ttft_ms               wall time of the same call with max_new_tokens = 1 and the same cache
+                        shapes (`reserve_new_tokens`): target prefill, draft prefill
+                        (drafter.init) and the first token, no round (its own compiled
+                        function, warmed like the other). Mean / std over prompts.
   tpot_ms               (t_p - TTFT_p) / (T_p - 1), mean / std over prompts. TTFT comes from a
                         separate call, so with tiny models (decode time ~ call jitter) TPOT is
                         noisy and can even be negative.
@@ -189,21 +190,23 @@ def _runner(method: Method, target, draft, sampling: Sampling, eos_ids: tuple[in
     from specjax.decode import generate, generate_ar
 
     cfg, params = target
+    # `reserve`: caches sized as for the full generation, so the TTFT call (n = 1) prefills
+    # exactly the cache shapes the full call does.
     if method.is_ar:
-        return lambda tokens, lengths, n: generate_ar(params, cfg, tokens, lengths, n, eos_ids=eos_ids,
-                                                      sampling=sampling)
+        return lambda tokens, lengths, n, reserve: generate_ar(params, cfg, tokens, lengths, n, eos_ids=eos_ids,
+                                                               sampling=sampling, cache_slots=tokens.shape[1] + reserve)
     draft_params = method.draft_params_override if method.draft_params_override is not None else draft[1]
-    return lambda tokens, lengths, n: generate(params, cfg, method.drafter, draft_params, tokens, lengths, n,
-                                               sampling=sampling, eos_ids=eos_ids)
+    return lambda tokens, lengths, n, reserve: generate(params, cfg, method.drafter, draft_params, tokens, lengths, n,
+                                                        sampling=sampling, eos_ids=eos_ids, reserve_new_tokens=reserve)
 
 
-def _timed(run, tokens, lengths, n: int):
+def _timed(run, tokens, lengths, n: int, reserve: int):
     """(output, seconds) of one call, `jax.block_until_ready` inside the timed region, no GC pause in it."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         start = time.perf_counter()
-        out = jax.block_until_ready(run(tokens, lengths, n))
+        out = jax.block_until_ready(run(tokens, lengths, n, reserve))
         return out, time.perf_counter() - start
     finally:
         if enabled:
@@ -232,15 +235,15 @@ def _measure(runners, batch, max_new_tokens: int, warmup: int, ttft: bool, progr
               dynamic_ncols=True) as bar:
         for m, run in runners:  # compile + first run of both calls, untimed
             bar.set_description(f"compile {m.name}")
-            jax.block_until_ready(run(*batch[0], max_new_tokens))
+            jax.block_until_ready(run(*batch[0], max_new_tokens, max_new_tokens))
             if ttft:
-                jax.block_until_ready(run(*batch[0], 1))
+                jax.block_until_ready(run(*batch[0], 1, max_new_tokens))
             bar.update()
         for i, (tokens, lengths) in enumerate(batch):
             bar.set_description("warm-up" if i < warmup else f"prompt {i - warmup + 1}/{len(batch) - warmup}")
             for m, run in runners:  # interleaved: every method on this prompt
-                first = _timed(run, tokens, lengths, 1)[1] if ttft else None
-                out, seconds = _timed(run, tokens, lengths, max_new_tokens)
+                first = _timed(run, tokens, lengths, 1, max_new_tokens)[1] if ttft else None
+                out, seconds = _timed(run, tokens, lengths, max_new_tokens, max_new_tokens)
                 runs[m.name].append(_record(i, lengths, out, seconds, first))
                 bar.update()
     return runs

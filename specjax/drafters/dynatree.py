@@ -27,7 +27,7 @@ exactly the order in which Algorithm 1 with a FIFO queue inserts nodes, so the g
 (rank-0) chain always survives while budget remains. All comparisons are in log space
 in float32: p >= rho  <=>  lbar >= log(rho) (rho = 0 disables a test).
 
-Static-shape expansion (`build_tree`, one batched draft forward per level). Valid nodes
+Static-shape expansion (`build_tree`, at most one batched draft forward per level). Valid nodes
 are packed: level d of a row occupies tree slots [o_d, o_d + n_d) with
 o_d = n_1 + ... + n_{d-1}, so a row's valid nodes are a prefix of its N_max slots and
 node i sits at draft-cache region slot i. Level d has a static width W_d (`level_widths`),
@@ -39,7 +39,8 @@ only the committed prefix, its ancestors and itself. Candidates are the top-B_ma
 children of every level slot; a candidate is live iff its parent is valid and
 expandable, its rank < B(parent) and its p >= tau; the first N_max - (nodes so far) live
 candidates in BFS order are kept (`cumsum`), and scattered to their packed positions.
-The deepest level is never forwarded (`forwarded` marks the others for `commit_path`).
+The deepest level is never forwarded, nor is a level in which no node passes the gate
+(`forwarded` marks the forwarded nodes for `commit_path`).
 
 Phase 3 schedule (the paper defers it to an appendix that does not give it; ours,
 following the direction of Sec. 3.3 and the constants of the authors' code). After each
@@ -250,7 +251,7 @@ def expand_level_topk(level_fn: LevelFn, carry, level: Level, depth: int, k: int
 
 
 def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nodes: int, num_levels: int,
-               max_branch: int, bucketed: bool = True):
+               max_branch: int, bucketed: bool = True, active: jax.Array | None = None):
     """Algorithm 1 (DRAFTTREE) for a batch, static shapes: returns (Tree, TreeInfo, carry).
 
     root_logp f32[B, V]: draft log-probs after the root. `level_fn(carry, level, d)`
@@ -258,6 +259,7 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
     cut to a static width w <= W_d holding its live nodes, see `expand_level_topk`); the
     draft LM plugs in a cached forward, tests a synthetic table. The Tree is packed
     (valid nodes first), BFS ordered, with <= max_nodes nodes and depth <= L' <= num_levels.
+    Rows with `active` (bool[B], default all) False get an empty tree and cost nothing.
     """
     b, _ = root_logp.shape
     n, k = max_nodes, max_branch
@@ -288,13 +290,20 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
         tokens, cum, valid, slots, used = lvl["tokens"], lvl["cum"], lvl["valid"], lvl["slots"], lvl["used"]
         level = Level(tokens=tokens, slots=slots, parent_slots=lvl["parent_slots"], valid=valid,
                       mask_rows=lvl["anc"], offset=lvl["offset"])
-        top_lp, top_tok, carry = expand_level_topk(level_fn, carry, level, d, k, bucketed=bucketed)  # [B, W, K]
+        # The depth/probability gate does not need the draft: a level in which no node of
+        # any row may expand is a set of leaves, and is not forwarded at all (its accepted
+        # leaf, if any, is caught up next round like a deepest-level node).
+        gate = (valid & (d < knobs.d_max[:, None]) & (cum >= knobs.log_rho_stop[:, None])
+                & (cum >= knobs.log_tau[:, None]) & ((d < knobs.d0[:, None]) | (cum >= knobs.log_rho_deep[:, None])))
+        expands = jnp.any(gate)
+        top_lp, top_tok, carry = jax.lax.cond(
+            expands, lambda carry: expand_level_topk(level_fn, carry, level, d, k, bucketed=bucketed),
+            lambda carry: (jnp.full(tokens.shape + (k,), _NEG_INF), jnp.zeros(tokens.shape + (k,), jnp.int32), carry),
+            carry)  # [B, W, K]
         log_conf = top_lp[..., 0]
         nb = jnp.where(log_conf >= knobs.log_tau_h[:, None], b_min[:, None],
                        jnp.where(log_conf >= knobs.log_tau_l[:, None], b_mid[:, None], b_max[:, None]))
-        gate = (valid & (d < knobs.d_max[:, None]) & (cum >= knobs.log_rho_stop[:, None])
-                & (cum >= knobs.log_tau[:, None]) & ((d < knobs.d0[:, None]) | (cum >= knobs.log_rho_deep[:, None])))
-        out = put(out, lvl, forwarded=valid, expandable=gate, branching=nb, log_conf=log_conf)
+        out = put(out, lvl, forwarded=valid & expands, expandable=gate, branching=nb, log_conf=log_conf)
 
         # Candidates in BFS order (parent position, rank); keep the first `N - used` live ones.
         w, w_next = tokens.shape[1], widths[d]
@@ -324,8 +333,8 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
     top_lp, top_tok = top_k(_no_negative_zero(root_logp), 1)  # [B, 1]
     zero = jnp.zeros((b,), jnp.int32)
     first = dict(tokens=top_tok.astype(jnp.int32), cum=top_lp, parent_slots=jnp.full((b, 1), -1, jnp.int32),
-                 valid=jnp.ones((b, 1), bool), offset=zero, used=zero + 1, slots=zero[:, None],
-                 anc=(node_ids == 0)[None, None, :] & jnp.ones((b, 1, 1), bool))
+                 valid=jnp.ones((b, 1), bool) if active is None else active[:, None], offset=zero,
+                 used=zero + 1, slots=zero[:, None], anc=(node_ids == 0)[None, None, :] & jnp.ones((b, 1, 1), bool))
     out, carry = grow(1, out, carry, first)
 
     tree = Tree(tokens=out["tokens"], parents=out["parents"], depth=out["depth"], valid=out["valid"])
@@ -508,7 +517,7 @@ class DynaTreeDrafter(DraftLMDrafter):
             params, knobs = params.lm, params.knobs.broadcast(b)
         else:
             knobs = self.default_knobs(b)
-        # Level d is written at region offset o_d <= N with its full static width W_d.
+        # Level d is written at region offset o_d <= N with at most its static width W_d.
         slots = draft_cache_slots(tokens.shape[1], max_new_tokens, self.n_max + max(self.widths))
         lm = init_state(self.draft_cfg, params, tokens, prompt_lengths, slots, self.n_max)
         w = self.sched.window
@@ -525,7 +534,7 @@ class DynaTreeDrafter(DraftLMDrafter):
         root_logits, lm = catch_up(self.draft_cfg, state.lm, root, active)
         tree, info, lm = build_tree(log_probs(root_logits), draft_lm_level_fn(self.draft_cfg, log_probs), lm,
                                     self.tree_knobs(state.knobs), max_nodes=self.n_max, num_levels=self.num_levels,
-                                    max_branch=self.b_max)
+                                    max_branch=self.b_max, active=active)
         return tree, None, state.replace(lm=lm.replace(forwarded=info.forwarded))
 
     def observe(self, state: DynaTreeState, tree, result: WalkResult, active) -> DynaTreeState:

@@ -45,8 +45,8 @@ def init_cache(cfg, batch_size: int, num_slots: int, dtype=jnp.float32) -> KVCac
 def check_capacity(lengths, num_pending: int, num_slots: int, what: str = "input") -> None:
     """Raise a clear error on the host if `num_pending` tokens do not fit after `lengths`.
 
-    Inside jit the cache write would silently clamp, so callers check concrete lengths
-    before compiling anything.
+    Inside jit an out-of-range cache write would be silently dropped (or clamped), so
+    callers check concrete lengths before compiling anything.
     """
     needed = int(np.max(np.asarray(lengths))) + int(num_pending)
     if needed > num_slots:

@@ -93,8 +93,8 @@ class LayerKV:
         b, t = k_new.shape[:2]
         rows = jnp.arange(b)[:, None]
         cols = self.write_at[:, None] + jnp.arange(t)[None]
-        k = self.k.at[self.layer, rows, cols].set(k_new.astype(self.k.dtype))
-        v = self.v.at[self.layer, rows, cols].set(v_new.astype(self.v.dtype))
+        k = self.k.at[self.layer, rows, cols].set(k_new.astype(self.k.dtype), mode="drop", unique_indices=True)
+        v = self.v.at[self.layer, rows, cols].set(v_new.astype(self.v.dtype), mode="drop", unique_indices=True)
         return k[self.layer], v[self.layer], self.replace(k=k, v=v)
 
 

@@ -1,0 +1,53 @@
+"""specjax/ops.py: width buckets and the width switch (exact branch choice at the edges)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax.ops import switch_on_width, top_k, width_buckets
+
+
+@pytest.mark.parametrize("width, smallest, factor, expected", [
+    (1, 1, 4, (1,)),
+    (3, 1, 4, (1, 3)),
+    (169, 1, 4, (1, 4, 16, 64, 169)),
+    (16, 4, 1.5, (4, 6, 9, 14, 16)),
+    (256, 4, 1.5, (4, 6, 9, 14, 21, 32, 48, 72, 108, 162, 243, 256)),
+    (4, 4, 2, (4,)),
+    (5, 4, 2, (4, 5)),
+])
+def test_width_buckets(width, smallest, factor, expected):
+    assert width_buckets(width, smallest, factor) == expected
+
+
+def test_width_buckets_rejects_bad_input():
+    for args in [(0, 1, 2), (4, 0, 2), (4, 1, 1)]:
+        with pytest.raises(ValueError, match="need width"):
+            width_buckets(*args)
+
+
+@jax.jit
+def _which(live):
+    """The width chosen for `live` (and a zero-width marker from `empty`)."""
+    return switch_on_width(live, (2, 5, 9), lambda w, x: x + w, (jnp.int32(0),), empty=lambda x: x - 1)
+
+
+@pytest.mark.parametrize("live, chosen", [(0, -1), (1, 2), (2, 2), (3, 5), (5, 5), (6, 9), (9, 9)])
+def test_switch_on_width_picks_the_smallest_width_holding_live(live, chosen):
+    assert int(_which(jnp.int32(live))) == chosen
+
+
+def test_switch_on_width_single_width_runs_the_branch_directly():
+    out = switch_on_width(jnp.int32(3), (7,), lambda w, x: x * w, (jnp.float32(2),))
+    assert float(out) == 14.0
+
+
+def test_top_k_equals_lax_top_k_with_ties():
+    x = jnp.asarray(np.random.default_rng(0).integers(0, 4, (3, 50)).astype(np.float32))
+    values, indices = top_k(x, 5)
+    ref_values, ref_indices = jax.lax.top_k(x, 5)
+    np.testing.assert_array_equal(values, ref_values)
+    np.testing.assert_array_equal(indices, ref_indices)
