@@ -4,6 +4,7 @@
 no deadline), as ARCHITECTURE.md asks. Locally, HYPOTHESIS_PROFILE=dev|thorough.
 """
 
+import gc
 import os
 import sys
 
@@ -43,3 +44,15 @@ def hf_checkpoint(tmp_path_factory):
         return made[variant]
 
     return get
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop JAX's compiled programs after each test module. Every XLA:CPU executable keeps
+    its own memory mappings (about 6 each, measured); the suite compiles thousands of
+    programs, and in one
+    process it reached the kernel's map limit (vm.max_map_count = 65530 here), which
+    crashed the compiler with a segfault near the end of the suite."""
+    yield
+    jax.clear_caches()
+    gc.collect()
