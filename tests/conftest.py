@@ -50,9 +50,8 @@ def hf_checkpoint(tmp_path_factory):
 def _release_compiled_programs():
     """Drop JAX's compiled programs after each test module. Every XLA:CPU executable keeps
     its own memory mappings (about 6 each, measured); the suite compiles thousands of
-    programs, and in one
-    process it reached the kernel's map limit (vm.max_map_count = 65530 here), which
-    crashed the compiler with a segfault near the end of the suite."""
+    programs, and in one process it reached the kernel's map limit (vm.max_map_count =
+    65530 here), which crashed the compiler with a segfault near the end of the suite."""
     yield
     jax.clear_caches()
     gc.collect()
