@@ -30,7 +30,7 @@ from specjax.models.cache import KVCache, check_capacity, commit, init_cache
 from specjax.models.model import ModelConfig, prefill_unchecked, forward
 from specjax.ops import switch_on_width
 from specjax.sampling import Sampling
-from specjax.tree import ancestor_mask, positions
+from specjax.tree import ancestor_mask, positions, tree_depth
 from specjax.verify import chain_rejection, greedy_walk, sampling_walk
 
 
@@ -146,12 +146,6 @@ class RoundStats:
         acc, prop = np.asarray(self.accepted), np.asarray(self.proposed)
         return np.clip(acc, 0, None).sum(1) / np.maximum(np.clip(prop, 0, None).sum(1), 1)
 
-    def path_acceptance_rate(self) -> np.ndarray:
-        """Accepted draft tokens / depth of the proposed trees, per row: the fraction of
-        the drafted path that was committed (= acceptance_rate for a chain)."""
-        acc, depth = np.asarray(self.accepted), np.asarray(self.depth)
-        return np.clip(acc, 0, None).sum(1) / np.maximum(np.clip(depth, 0, None).sum(1), 1)
-
 
 @struct.dataclass
 class SpeculativeOutput(GenerateOutput):
@@ -235,7 +229,7 @@ def _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, m
             proposed=stats.proposed.at[rows, r].set(
                 jnp.where(active, tree.valid.sum(-1).astype(jnp.int32), stats.proposed[rows, r])),
             depth=stats.depth.at[rows, r].set(
-                jnp.where(active, jnp.max(jnp.where(tree.valid, tree.depth, 0), axis=-1), stats.depth[rows, r])),
+                jnp.where(active, tree_depth(tree), stats.depth[rows, r])),
             num_rounds=r + active.astype(jnp.int32),
         )
         return jnp.where(active, next_root, root), out, count, done, cache, dstate, stats, key

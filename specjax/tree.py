@@ -92,6 +92,11 @@ def ancestor_mask(tree: Tree) -> jax.Array:
     return jax.lax.fori_loop(0, n, body, mask0)
 
 
+def tree_depth(tree: Tree) -> jax.Array:
+    """Depth of each row's tree: int32[B], the largest depth of a valid node (0 if none)."""
+    return jnp.max(jnp.where(tree.valid, tree.depth, 0), axis=1).astype(jnp.int32)
+
+
 def positions(tree: Tree, lengths: jax.Array) -> jax.Array:
     """Absolute positions of root + nodes: int32[B, N+1] = lengths[:, None] + [0, depth]."""
     depth = jnp.where(tree.valid, tree.depth, 0)

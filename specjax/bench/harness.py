@@ -26,7 +26,7 @@ prompts (np.std, ddof = 0, as the authors).
   throughput            mean_p T_p / t_p, t_p = wall time of the whole generate call (prefill
                         included); `throughput_std` its std. speedup = throughput / AR's.
   acceptance_rate       sum a_r / sum d_r: the fraction of the drafted path depth that was
-                        committed (RoundStats.path_acceptance_rate; = accepted / drafted for a
+                        committed (RoundStats.depth holds d_r; = accepted / drafted for a
                         chain). The last round's a_r only counts what the output kept.
   node_acceptance_rate  sum a_r / sum n_r (accepted over all proposed tree nodes).
   tokens_per_iteration  sum (a_r + 1) / rounds: tokens committed per round, bonus included.

@@ -75,7 +75,7 @@ from specjax.drafters.draft_lm import (DraftLMDrafter, DraftLMState, catch_up, c
                                        draft_cache_slots, init_state)
 from specjax.models.model import ModelConfig, forward
 from specjax.ops import switch_on_width, top_k, width_buckets
-from specjax.tree import Tree
+from specjax.tree import Tree, tree_depth
 from specjax.verify import WalkResult
 
 _NEG_INF = float("-inf")
@@ -226,14 +226,13 @@ class TreeInfo:
 LevelFn = Callable  # (carry, Level, depth: int) -> (log-probs f32[B, W, V], carry)
 
 
-def expand_level_topk(level_fn: LevelFn, carry, level: Level, depth: int, k: int, *, bucketed: bool = True):
+def expand_level_topk(level_fn: LevelFn, carry, level: Level, depth: int, k: int):
     """The top-k children of every node of a level: (log-probs f32[B, W, k], tokens int32[B, W, k], carry).
 
     The level's live nodes are a prefix of its W slots, so only the first w of them need
-    the draft: with `bucketed`, `level_fn` runs on the smallest static width w in
-    (1, 4, 16, 64, ..., W) holding the live nodes of every row (a factor 4 between widths
-    keeps the compiled branches few); padding slots get log-prob -inf. Unbucketed, the
-    whole width is forwarded.
+    the draft: `level_fn` runs on the smallest static width w in (1, 4, 16, 64, ..., W)
+    holding the live nodes of every row (a factor 4 between widths keeps the compiled
+    branches few); padding slots get log-prob -inf.
     """
     width = level.tokens.shape[1]
 
@@ -244,14 +243,12 @@ def expand_level_topk(level_fn: LevelFn, carry, level: Level, depth: int, k: int
         pad = ((0, 0), (0, width - w), (0, 0))
         return jnp.pad(lp, pad, constant_values=_NEG_INF), jnp.pad(tok, pad), carry
 
-    if not bucketed:
-        return expand(width, carry, level)
     live = jnp.max(jnp.sum(level.valid, axis=1, dtype=jnp.int32))
     return switch_on_width(live, width_buckets(width, smallest=1, factor=4), expand, (carry, level))
 
 
 def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nodes: int, num_levels: int,
-               max_branch: int, bucketed: bool = True, active: jax.Array | None = None):
+               max_branch: int, active: jax.Array | None = None):
     """Algorithm 1 (DRAFTTREE) for a batch, static shapes: returns (Tree, TreeInfo, carry).
 
     root_logp f32[B, V]: draft log-probs after the root. `level_fn(carry, level, d)`
@@ -289,7 +286,7 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
             return out, carry
         tokens, cum, valid, slots, used = lvl["tokens"], lvl["cum"], lvl["valid"], lvl["slots"], lvl["used"]
         level = Level(tokens=tokens, slots=slots, parent_slots=lvl["parent_slots"], valid=valid,
-                      mask_rows=lvl["anc"], offset=lvl["offset"])
+                      mask_rows=lvl["anc"], offset=slots[:, 0])
         # The depth/probability gate does not need the draft: a level in which no node of
         # any row may expand is a set of leaves, and is not forwarded at all (its accepted
         # leaf, if any, is caught up next round like a deepest-level node).
@@ -297,7 +294,7 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
                 & (cum >= knobs.log_tau[:, None]) & ((d < knobs.d0[:, None]) | (cum >= knobs.log_rho_deep[:, None])))
         expands = jnp.any(gate)
         top_lp, top_tok, carry = jax.lax.cond(
-            expands, lambda carry: expand_level_topk(level_fn, carry, level, d, k, bucketed=bucketed),
+            expands, lambda carry: expand_level_topk(level_fn, carry, level, d, k),
             lambda carry: (jnp.full(tokens.shape + (k,), _NEG_INF), jnp.zeros(tokens.shape + (k,), jnp.int32), carry),
             carry)  # [B, W, K]
         log_conf = top_lp[..., 0]
@@ -323,7 +320,7 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
             tokens=jnp.where(valid, jnp.take_along_axis(top_tok.reshape(b, w * k), src, axis=1), 0).astype(jnp.int32),
             cum=jnp.where(valid, jnp.take_along_axis(child_cum.reshape(b, w * k), src, axis=1), 0.0),
             parent_slots=jnp.where(valid, jnp.take_along_axis(slots, parent_pos, axis=1), -1),
-            valid=valid, offset=used, used=used + count, slots=next_slots,
+            valid=valid, used=used + count, slots=next_slots,
             anc=(parent_anc | (node_ids[None, None, :] == next_slots[..., None])) & valid[..., None])
         # Deeper levels cost nothing once every row's tree has stopped growing.
         return jax.lax.cond(jnp.any(valid), functools.partial(grow, d + 1), lambda out, carry, _: (out, carry),
@@ -333,8 +330,8 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
     top_lp, top_tok = top_k(_no_negative_zero(root_logp), 1)  # [B, 1]
     zero = jnp.zeros((b,), jnp.int32)
     first = dict(tokens=top_tok.astype(jnp.int32), cum=top_lp, parent_slots=jnp.full((b, 1), -1, jnp.int32),
-                 valid=jnp.ones((b, 1), bool) if active is None else active[:, None], offset=zero,
-                 used=zero + 1, slots=zero[:, None], anc=(node_ids == 0)[None, None, :] & jnp.ones((b, 1, 1), bool))
+                 valid=jnp.ones((b, 1), bool) if active is None else active[:, None], used=zero + 1,
+                 slots=zero[:, None], anc=(node_ids == 0)[None, None, :] & jnp.ones((b, 1, 1), bool))
     out, carry = grow(1, out, carry, first)
 
     tree = Tree(tokens=out["tokens"], parents=out["parents"], depth=out["depth"], valid=out["valid"])
@@ -379,7 +376,7 @@ class Schedule:
 
 def acceptance_statistic(tree: Tree, result: WalkResult) -> jax.Array:
     """a_r f32[B]: accepted nodes / depth of the proposed tree (0 for an empty tree)."""
-    depth = jnp.max(jnp.where(tree.valid, tree.depth, 0), axis=1)
+    depth = tree_depth(tree)
     return jnp.where(depth > 0, result.num_accepted / jnp.maximum(depth, 1), 0.0).astype(jnp.float32)
 
 
