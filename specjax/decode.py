@@ -7,14 +7,18 @@ round-trip. A speculative round is the same for every method:
     -> walk (greedy / sampling walk / chain rejection) -> commit target and draft caches
     -> observe (drafter) -> append accepted tokens + bonus
 
-Drafters are frozen dataclasses (static under jit) with `budget`, `max_depth`,
-`validate(target_cfg)`, `uses_rejection(sampling)`, `init(params, tokens,
-prompt_lengths, max_new_tokens) -> state`, `propose(state, root, active, key, sampling)
--> (Tree, draft_probs | None, state)` and `observe(state, tree, result, active) -> state`;
-optionally `verify_widths` (static, ascending, ending at `budget`): the target then
-verifies only the smallest such prefix of the tree's slots that holds every valid node of
-the active rows (adaptive trees are mostly far below their budget; the walk results do
-not depend on the width, sampled draws do). Not combinable with chain rejection.
+Drafters follow `specjax.drafters.protocol.Drafter` (frozen dataclasses, static under
+jit): `init` receives the prompt's target features (`PromptContext`) and `observe` one
+`Verified` struct per round (tree, walk, tokens kept, active rows, the target features of
+the root + accepted path, the target's top-k per verified slot). Optional `verify_widths`
+(static, ascending, ending at `budget`): the target then verifies only the smallest such
+prefix of the tree's slots that holds every valid node of the active rows (adaptive trees
+are mostly far below their budget; the walk results do not depend on the width, sampled
+draws do). Not combinable with chain rejection.
+
+Public pieces: `generate` / `generate_ar`; `speculative_round` (one round over a
+`LoopState`, what the while loop runs) and `verify_tree` (target forward over a tree ->
+walk, with features and top-k), for users who drive rounds themselves.
 """
 
 from __future__ import annotations
@@ -26,11 +30,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from typing import Any
+
+from specjax.drafters.protocol import PromptContext, Verified
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache
-from specjax.models.model import ModelConfig, prefill_unchecked, forward
+from specjax.models.model import ModelConfig, forward, forward_tapped, prefill_tapped, prefill_unchecked
 from specjax.ops import switch_on_width
+from specjax.ops import top_k as top_k_op
 from specjax.sampling import Sampling
-from specjax.tree import ancestor_mask, positions, tree_depth
+from specjax.tree import Tree, ancestor_mask, positions, tree_depth
 from specjax.verify import chain_rejection, greedy_walk, sampling_walk
 
 
@@ -153,91 +161,206 @@ class SpeculativeOutput(GenerateOutput):
     draft_state: object = None  # the drafter's final state (e.g. its KV cache), for inspection
 
 
+@struct.dataclass
+class LoopState:
+    """The speculative loop's carry (B rows, M = max_new_tokens, D = the drafter's max_depth).
+
+    root        int32[B]          last committed token, not yet processed by the target
+    out         int32[B, M+D+1]   generated tokens (the first `count` of each row are real)
+    count       int32[B]          tokens generated per row
+    done        bool[B]           row finished (EOS or M tokens)
+    cache       KVCache           the target's cache (committed length = position of `root`)
+    draft_state                   the drafter's state pytree
+    stats       RoundStats
+    key         PRNG key
+    """
+
+    root: jax.Array
+    out: jax.Array
+    count: jax.Array
+    done: jax.Array
+    cache: KVCache
+    draft_state: Any
+    stats: RoundStats
+    key: jax.Array
+
+
+@struct.dataclass
+class TargetPass:
+    """What one verification forward produced (before the commit).
+
+    result      WalkResult over the tree (path_slots int32[B, D+1], root first)
+    cache       the target cache with the block's K/V written, `lengths` unchanged
+    features    [B, D+1, n, E] target features of the path slots (root first), or None
+    top_ids / top_logits  int32 / f32[B, N+1, k]: top-k of the target logits at every slot,
+                descending; slots past the verified width hold -1 / -inf; None if k = 0
+    """
+
+    result: WalkResult
+    cache: KVCache
+    features: jax.Array | None = None
+    top_ids: jax.Array | None = None
+    top_logits: jax.Array | None = None
+
+
+def verify_tree(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KVCache, key: jax.Array,
+                sampling: Sampling, *, max_depth: int, draft_probs: jax.Array | None = None, rejection: bool = False,
+                feature_layers: tuple[int, ...] = (), top_k: int = 0, widths: tuple[int, ...] | None = None,
+                active: jax.Array | None = None) -> TargetPass:
+    """One target forward over [root, tree] with the ancestor mask, then the walk.
+
+    tree: Tree [B, N]; root int32[B] at position cache.lengths. Greedy walk at T = 0; at
+    T > 0 chain rejection when `rejection` (draft_probs f32[B, N, V] required), else the
+    lossless sampling walk. `widths` (static, ascending, ending at N): verify only the
+    smallest prefix of the tree slots holding every valid node of the `active` rows.
+    Features of `feature_layers` are gathered at the walk's path slots, and the top-k at
+    every slot is taken, inside the width branch, so every output has a static shape.
+    Nothing is committed: `commit(pass.cache, pass.result.path_slots, n)` does that.
+    """
+    b, budget = tree.tokens.shape
+    widths = (budget,) if widths is None else tuple(widths)
+    active = jnp.ones((b,), bool) if active is None else active
+
+    def run(width, cache, tree, draft_probs):
+        tree = jax.tree.map(lambda x: x[:, :width], tree)
+        block = jnp.concatenate([root[:, None], tree.tokens], axis=1)  # [B, width+1]
+        logits, cache, feats = forward_tapped(params, cfg, block, positions(tree, cache.lengths), ancestor_mask(tree),
+                                              cache, feature_layers)
+        if sampling.greedy:
+            result = greedy_walk(tree, logits, max_depth)
+        elif rejection:
+            result = chain_rejection(tree.tokens, draft_probs, logits, key, sampling.temperature, sampling.top_k,
+                                     sampling.top_p)
+        else:
+            result = sampling_walk(tree, logits, key, sampling.temperature, sampling.top_k, sampling.top_p,
+                                   max_depth=max_depth)
+        features = None
+        if feature_layers:
+            features = jnp.take_along_axis(feats, result.path_slots[:, :, None, None], axis=1)  # [B, D+1, n, E]
+        top_ids = top_logits = None
+        if top_k:
+            vals, ids = top_k_op(logits, top_k)  # [B, width+1, k]
+            pad = ((0, 0), (0, budget - width), (0, 0))
+            top_ids = jnp.pad(ids.astype(jnp.int32), pad, constant_values=-1)
+            top_logits = jnp.pad(vals, pad, constant_values=-jnp.inf)
+        return TargetPass(result=result, cache=cache, features=features, top_ids=top_ids, top_logits=top_logits)
+
+    if rejection and len(widths) > 1:
+        raise ValueError("chain rejection needs the full width (its draft probs and results have it)")
+    # Slots past the last valid node of every row are dead weight: verify at the smallest
+    # static width that holds them (parents precede children, so a prefix of the slots is a tree).
+    extent = jnp.max(jnp.where(tree.valid & active[:, None], jnp.arange(1, budget + 1)[None], 0))
+    return switch_on_width(extent, widths, run, (cache, tree, draft_probs))
+
+
+def speculative_round(params, cfg: ModelConfig, drafter, state: LoopState, *, max_new_tokens: int,
+                      eos_ids: tuple[int, ...], sampling: Sampling) -> LoopState:
+    """One round of the loop: propose -> `verify_tree` -> keep -> commit -> observe -> emit.
+
+    Pure and jittable (cfg, drafter, max_new_tokens, eos_ids, sampling static); `generate`'s
+    `lax.while_loop` calls exactly this. Rows that are done are left unchanged.
+    """
+    b = state.root.shape[0]
+    rows = jnp.arange(b)
+    steps = jnp.arange(drafter.max_depth + 1)[None]  # [1, D+1]
+    key, k_draft, k_verify = jax.random.split(state.key, 3)
+    active = ~state.done
+    tree, draft_probs, dstate = drafter.propose(state.draft_state, state.root, active, k_draft, sampling)
+    start = state.cache.lengths
+    tp = verify_tree(params, cfg, tree, state.root, state.cache, k_verify, sampling, max_depth=drafter.max_depth,
+                     draft_probs=draft_probs, rejection=drafter.uses_rejection(sampling),
+                     feature_layers=target_layers(drafter), top_k=getattr(drafter, "target_topk", 0),
+                     widths=getattr(drafter, "verify_widths", None), active=active)
+    result = tp.result
+
+    # Keep only what the output will hold: up to max_new_tokens and through the first EOS.
+    # Committing more would let finished rows outgrow their cache while others continue.
+    emitted = result.emitted  # [B, D+1]: accepted tokens then the bonus
+    eos_at = is_eos(emitted, eos_ids) & (steps <= result.num_accepted[:, None])
+    keep = jnp.minimum(result.num_accepted + 1, max_new_tokens - state.count)
+    keep = jnp.minimum(keep, jnp.where(eos_at.any(axis=1), jnp.argmax(eos_at, axis=1) + 1, keep))
+    keep = jnp.where(active, keep, 0)  # tokens emitted this round, >= 1 for active rows
+    # The target commits the root and keep - 1 accepted nodes; the last kept token is next round's root.
+    cache = commit(tp.cache, result.path_slots, keep)
+    kept = result.replace(num_accepted=jnp.maximum(keep - 1, 0))
+    dstate = drafter.observe(dstate, Verified(tree=tree, result=kept, num_kept=keep, active=active, start=start,
+                                              features=tp.features, top_ids=tp.top_ids, top_logits=tp.top_logits))
+
+    idx = state.count[:, None] + steps
+    write = steps < keep[:, None]
+    out = state.out.at[rows[:, None], idx].set(jnp.where(write, emitted, state.out[rows[:, None], idx]))
+    next_root = jnp.take_along_axis(emitted, jnp.maximum(keep - 1, 0)[:, None], axis=1)[:, 0]
+    count = state.count + keep
+    done = state.done | eos_at.any(axis=1) | (count >= max_new_tokens)
+    st, r = state.stats, state.stats.num_rounds
+    record = lambda field, value: field.at[rows, r].set(jnp.where(active, value, field[rows, r]))  # noqa: E731
+    stats = RoundStats(accepted=record(st.accepted, kept.num_accepted),
+                       proposed=record(st.proposed, tree.valid.sum(-1).astype(jnp.int32)),
+                       depth=record(st.depth, tree_depth(tree)), num_rounds=r + active.astype(jnp.int32))
+    return LoopState(root=jnp.where(active, next_root, state.root), out=out, count=count, done=done, cache=cache,
+                     draft_state=dstate, stats=stats, key=key)
+
+
+def target_layers(drafter) -> tuple[int, ...]:
+    """The target layers a drafter reads (its static `target_layers`, () if it declares none)."""
+    return tuple(getattr(drafter, "target_layers", ()))
+
+
+def initial_state(params, cfg: ModelConfig, drafter, draft_params, tokens: jax.Array, prompt_lengths: jax.Array,
+                  key: jax.Array | None, *, max_new_tokens: int, eos_ids: tuple[int, ...], sampling: Sampling,
+                  pad_id: int, num_slots: int, reserve: int) -> LoopState:
+    """Prefill the target (tapping the drafter's `target_layers`), pick the first token and
+    `init` the drafter: the LoopState before the first round (traceable; no host checks —
+    `generate` does those)."""
+    b = tokens.shape[0]
+    key = jax.random.key(0) if key is None else key  # created on device: no host transfer
+    cache = init_cache(cfg, b, num_slots, jax.tree.leaves(params)[0].dtype)
+    layers = target_layers(drafter)
+    _, last, cache, features = prefill_tapped(params, cfg, tokens, prompt_lengths, cache, layers)
+    key, sub = jax.random.split(key)
+    root = jax.random.categorical(sub, sampling.log_probs(last), axis=-1).astype(jnp.int32)
+    context = PromptContext(features=features if layers else None,
+                            target_params={k: v for k, v in params.items() if k != "layers"})
+    dstate = drafter.init(draft_params, tokens, prompt_lengths, reserve, context)
+    count = jnp.ones((b,), jnp.int32)
+    minus = jnp.full((b, max_new_tokens), -1, jnp.int32)
+    widths = getattr(drafter, "verify_widths", (drafter.budget,))
+    if widths[-1] != drafter.budget or (len(widths) > 1 and drafter.uses_rejection(sampling)):
+        raise ValueError(f"verify_widths {widths} must end at the budget {drafter.budget} and cannot be combined "
+                         f"with chain rejection (its draft probs and results have the full width)")
+    return LoopState(root=root, out=jnp.full((b, max_new_tokens + drafter.max_depth + 1), pad_id, jnp.int32)
+                     .at[:, 0].set(root), count=count, done=is_eos(root, eos_ids) | (count >= max_new_tokens),
+                     cache=cache, draft_state=dstate,
+                     stats=RoundStats(accepted=minus, proposed=minus, depth=minus,
+                                      num_rounds=jnp.zeros((b,), jnp.int32)), key=key)
+
+
+def finish(state: LoopState, max_new_tokens: int, pad_id: int) -> "SpeculativeOutput":
+    """The generation's output from the final LoopState."""
+    tokens_out = jnp.where(jnp.arange(max_new_tokens)[None] < state.count[:, None], state.out[:, :max_new_tokens],
+                           pad_id)
+    return SpeculativeOutput(tokens=tokens_out, num_tokens=state.count, cache=state.cache, stats=state.stats,
+                             draft_state=state.draft_state)
+
+
 @functools.partial(
     jax.jit,
     static_argnames=("cfg", "drafter", "max_new_tokens", "eos_ids", "sampling", "pad_id", "num_slots", "reserve"),
 )
 def _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos_ids, sampling,
               pad_id, num_slots, reserve):
-    b = tokens.shape[0]
-    rows = jnp.arange(b)
-    depth = drafter.max_depth
-    steps = jnp.arange(depth + 1)[None]  # [1, D+1]
-    key = jax.random.key(0) if key is None else key  # created on device: no host transfer
-    cache = init_cache(cfg, b, num_slots, jax.tree.leaves(params)[0].dtype)
-    _, last, cache = prefill_unchecked(params, cfg, tokens, prompt_lengths, cache)
-    key, sub = jax.random.split(key)
-    root = jax.random.categorical(sub, sampling.log_probs(last), axis=-1).astype(jnp.int32)
-    dstate = drafter.init(draft_params, tokens, prompt_lengths, reserve)
-    out = jnp.full((b, max_new_tokens + depth + 1), pad_id, jnp.int32).at[:, 0].set(root)
-    count = jnp.ones((b,), jnp.int32)
-    done = is_eos(root, eos_ids) | (count >= max_new_tokens)
-    minus = jnp.full((b, max_new_tokens), -1, jnp.int32)
-    stats = RoundStats(accepted=minus, proposed=minus, depth=minus, num_rounds=jnp.zeros((b,), jnp.int32))
+    state = initial_state(params, cfg, drafter, draft_params, tokens, prompt_lengths, key,
+                          max_new_tokens=max_new_tokens, eos_ids=eos_ids, sampling=sampling, pad_id=pad_id,
+                          num_slots=num_slots, reserve=reserve)
+    body = functools.partial(speculative_round, params, cfg, drafter, max_new_tokens=max_new_tokens, eos_ids=eos_ids,
+                             sampling=sampling)
+    return finish(jax.lax.while_loop(lambda s: ~jnp.all(s.done), body, state), max_new_tokens, pad_id)
 
-    widths = getattr(drafter, "verify_widths", (drafter.budget,))
-    if widths[-1] != drafter.budget or (len(widths) > 1 and drafter.uses_rejection(sampling)):
-        raise ValueError(f"verify_widths {widths} must end at the budget {drafter.budget} and cannot be combined "
-                         f"with chain rejection (its draft probs and results have the full width)")
 
-    def body(state):
-        root, out, count, done, cache, dstate, stats, key = state
-        key, k_draft, k_verify = jax.random.split(key, 3)
-        active = ~done
-        tree, draft_probs, dstate = drafter.propose(dstate, root, active, k_draft, sampling)
-
-        def verify(width, cache, tree, draft_probs):  # one target forward over [root, first `width` nodes]
-            tree = jax.tree.map(lambda x: x[:, :width], tree)
-            block = jnp.concatenate([root[:, None], tree.tokens], axis=1)  # [B, width+1]
-            logits, cache = forward(params, cfg, block, positions(tree, cache.lengths), ancestor_mask(tree), cache)
-            if sampling.greedy:
-                return greedy_walk(tree, logits, depth), cache
-            if drafter.uses_rejection(sampling):
-                return chain_rejection(tree.tokens, draft_probs, logits, k_verify, sampling.temperature,
-                                       sampling.top_k, sampling.top_p), cache
-            return sampling_walk(tree, logits, k_verify, sampling.temperature, sampling.top_k, sampling.top_p,
-                                 max_depth=depth), cache
-
-        # Slots past the last valid node of every row are dead weight: verify at the smallest
-        # of the drafter's static widths that holds them (parents precede children, so a
-        # prefix of the slots is a tree).
-        budget = tree.valid.shape[1]
-        extent = jnp.max(jnp.where(tree.valid & active[:, None], jnp.arange(1, budget + 1)[None], 0))
-        result, cache = switch_on_width(extent, widths, verify, (cache, tree, draft_probs))
-
-        # Keep only what the output will hold: up to max_new_tokens and through the first EOS.
-        # Committing more would let finished rows outgrow their cache while others continue.
-        emitted = result.emitted  # [B, D+1]: accepted tokens then the bonus
-        eos_at = is_eos(emitted, eos_ids) & (steps <= result.num_accepted[:, None])
-        keep = jnp.minimum(result.num_accepted + 1, max_new_tokens - count)
-        keep = jnp.minimum(keep, jnp.where(eos_at.any(axis=1), jnp.argmax(eos_at, axis=1) + 1, keep))
-        keep = jnp.where(active, keep, 0)  # tokens emitted this round, >= 1 for active rows
-        # The target commits the root and keep - 1 accepted nodes; the last kept token is next round's root.
-        cache = commit(cache, result.path_slots, keep)
-        kept = result.replace(num_accepted=jnp.maximum(keep - 1, 0))
-        dstate = drafter.observe(dstate, tree, kept, active)
-
-        idx = count[:, None] + steps
-        write = steps < keep[:, None]
-        out = out.at[rows[:, None], idx].set(jnp.where(write, emitted, out[rows[:, None], idx]))
-        next_root = jnp.take_along_axis(emitted, jnp.maximum(keep - 1, 0)[:, None], axis=1)[:, 0]
-        count = count + keep
-        done = done | eos_at.any(axis=1) | (count >= max_new_tokens)
-        r = stats.num_rounds
-        stats = RoundStats(
-            accepted=stats.accepted.at[rows, r].set(jnp.where(active, kept.num_accepted, stats.accepted[rows, r])),
-            proposed=stats.proposed.at[rows, r].set(
-                jnp.where(active, tree.valid.sum(-1).astype(jnp.int32), stats.proposed[rows, r])),
-            depth=stats.depth.at[rows, r].set(
-                jnp.where(active, tree_depth(tree), stats.depth[rows, r])),
-            num_rounds=r + active.astype(jnp.int32),
-        )
-        return jnp.where(active, next_root, root), out, count, done, cache, dstate, stats, key
-
-    state = (root, out, count, done, cache, dstate, stats, key)
-    _, out, count, _, cache, dstate, stats, _ = jax.lax.while_loop(lambda s: ~jnp.all(s[3]), body, state)
-    tokens_out = jnp.where(jnp.arange(max_new_tokens)[None] < count[:, None], out[:, :max_new_tokens], pad_id)
-    return SpeculativeOutput(tokens=tokens_out, num_tokens=count, cache=cache, stats=stats, draft_state=dstate)
+def cache_sizes(drafter, prompt_width: int, max_new_tokens: int, reserve_new_tokens: int | None = None):
+    """(target cache slots, reserve): T + M + N slots cover every write (see `generate`)."""
+    reserve = max(max_new_tokens, reserve_new_tokens or 0)
+    return prompt_width + reserve + drafter.budget, reserve
 
 
 def validate_prompts(tokens, prompt_lengths, vocab_size: int) -> None:
@@ -290,8 +413,7 @@ def generate(
     # Worst case: an active row has committed < T + M - 1 tokens and writes its N + 1 pending
     # slots; a finished row has committed exactly P + num_tokens - 1 <= T + M - 1 and keeps
     # writing (uncommitted) pending slots while other rows run: T + M + N slots cover both.
-    reserve = max(max_new_tokens, reserve_new_tokens or 0)
-    num_slots = tokens.shape[1] + reserve + drafter.budget
+    num_slots, reserve = cache_sizes(drafter, tokens.shape[1], max_new_tokens, reserve_new_tokens)
     eos = tuple(cfg.eos_token_ids) if eos_ids is None else tuple(eos_ids)
     return _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos, sampling,
                      pad_id, num_slots, reserve)

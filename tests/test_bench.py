@@ -199,3 +199,24 @@ def test_a_mismatch_is_recorded_and_warned_about(pair, monkeypatch):
         _, chain = harness.run_benchmark(*pair, PROMPTS, ["ar", "chain2"], max_new_tokens=MAX_NEW, warmup=WARMUP,
                                           progress=False, ttft=False)
     assert chain.identical_to_ar is False and [p["identical_to_ar"] for p in chain.per_prompt] == [True, False]
+
+
+def test_parse_method_dflash():
+    from specjax.drafters.dflash import DFlashDrafter
+    from specjax.models.dflash import DFlashConfig
+
+    target = harness.random_pair(vocab=64)[0][0]
+    dcfg = DFlashConfig.for_target(target, num_layers=1, target_layer_ids=(1, 4), block_size=16, mask_token_id=63)
+    params = object()
+    m = parse_method("dflash", None, dflash=(dcfg, params), target_cfg=target)
+    assert m.name == "dflash" and m.drafter == DFlashDrafter(dcfg, target) and m.draft_params_override is params
+    assert m.drafter.max_depth == 15 and m.drafter.target_layers == (1, 4)
+    m8 = parse_method("dflash:block=8", None, dflash=(dcfg, params), target_cfg=target)
+    assert m8.name == "dflash:block=8" and m8.drafter.budget == 7
+    assert parse_method(m8.name, None, dflash=(dcfg, params), target_cfg=target) == m8
+    for spec, message in (("dflash:block=1", "block size must be >= 2"), ("dflash:depth=3", "the only field is block"),
+                          ("dflash:block=x", "'block' needs an integer")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_method(spec, None, dflash=(dcfg, params), target_cfg=target)
+    with pytest.raises(ValueError, match="needs a DFlash drafter trained for this target"):
+        parse_method("dflash", DRAFT)

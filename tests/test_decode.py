@@ -171,7 +171,7 @@ class GarbageDrafter:
     def uses_rejection(self, sampling):
         return False
 
-    def init(self, params, tokens, prompt_lengths, max_new_tokens):
+    def init(self, params, tokens, prompt_lengths, max_new_tokens, context=None):
         return None
 
     def propose(self, state, root, active, key, sampling):
@@ -189,7 +189,7 @@ class GarbageDrafter:
         depth, _ = jax.lax.scan(depth_of, jnp.zeros((b, n), jnp.int32), jnp.arange(n))
         return Tree(tokens=tokens, parents=parents, depth=depth, valid=jnp.ones((b, n), bool)), None, state
 
-    def observe(self, state, tree, result, active):
+    def observe(self, state, verified):
         return state
 
 

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specjax.decode import _generate, generate, generate_ar
+from specjax.drafters.protocol import Verified
 from specjax.drafters.dynatree import (DynaTreeDrafter, DynaTreeParams, Knobs, Schedule, TreeKnobs,
                                        acceptance_statistic, build_tree, level_widths, update_history)
 from specjax.models import init_cache, pad_prompts, prefill
@@ -240,11 +241,12 @@ def _record(*arrays):
 class RecordingDynaTree(DynaTreeDrafter):
     """DynaTree that hands every round's tree, walk result and knobs to the host."""
 
-    def observe(self, state, tree, result, active):
+    def observe(self, state, verified):
+        tree, result, active = verified.tree, verified.result, verified.active
         jax.debug.callback(_record, tree.tokens, tree.parents, tree.depth, tree.valid, result.num_accepted,
                            result.accepted_tokens, active, state.knobs.d0, state.knobs.tau_h, state.knobs.tau_l,
                            ordered=True)
-        return super().observe(state, tree, result, active)
+        return super().observe(state, verified)
 
 
 PHASE3 = Schedule(window=4, min_rounds=2, d0_range=(1, 4))
@@ -480,7 +482,8 @@ def test_observe_feeds_the_schedule():
         state = drafter.init(lm, tokens, lengths, MAX_NEW)
         observe = jax.jit(drafter.observe)
         for _ in range(2 * PHASE3.min_rounds):  # two moves
-            state = observe(state, chain, result, active)
+            state = observe(state, Verified(tree=chain, result=result, num_kept=result.num_accepted + 1,
+                                            active=active, start=jnp.zeros((2,), jnp.int32)))
         assert np.asarray(state.knobs.d0).tolist() == want_d0
         tau_h = np.asarray(state.knobs.tau_h)
         assert (tau_h[0] < drafter.tau_h < tau_h[1]) if phase == 3 else (tau_h == np.float32(drafter.tau_h)).all()

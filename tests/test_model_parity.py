@@ -9,8 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from specjax.models import forward, init_cache, load_checkpoint, pad_prompts, prefill
-from specjax.models.model import causal_mask
+import jax
+import jax.numpy as jnp
+
+from specjax.models import forward_tapped, init_cache, load_checkpoint, pad_prompts, prefill, prefill_tapped
+from specjax.models.model import _merge
+from specjax.tree import ancestor_mask, positions, tree_from_lists
 from tests.tiny_models import VARIANTS, hf_logits
 
 PROMPTS = [[5, 17, 3, 44, 9, 60, 2, 31, 8, 12, 40], [7, 1, 66], [23, 23, 23, 4, 58, 19]]
@@ -33,18 +37,70 @@ def test_logits_match_transformers(variant, hf_checkpoint):
     np.testing.assert_array_equal(np.asarray(cache.lengths), [len(p) for p in PROMPTS])
 
 
+def hf_hidden(model, tokens):
+    with torch.no_grad():
+        return [h[0].numpy() for h in model(torch.tensor([tokens]), output_hidden_states=True).hidden_states]
+
+
+def comparable(params, cfg, feature, layer):
+    """HF's hidden_states[L] (the last layer) comes after the final norm: apply ours to compare."""
+    if layer < cfg.num_layers - 1:
+        return np.asarray(feature)
+    outer = _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"})
+    return np.asarray(outer.final_norm(feature))
+
+
 @pytest.mark.parametrize("variant", ["neox_sequential", "qwen3_gqa_tied"])
-def test_hidden_states_match_transformers(variant, hf_checkpoint):
-    """hidden[i] is the residual stream after i blocks, as HF's output_hidden_states[i] (i < L)."""
+def test_tapped_features_match_transformers_prefill(variant, hf_checkpoint):
+    """Feature l (forward_tapped / prefill_tapped) is HF's output_hidden_states[l + 1] on
+    every prompt position of a ragged batch, only the requested layers, in request order."""
+    model, directory = hf_checkpoint(variant)
+    cfg, params = load_checkpoint(directory)
+    layers = (1, 0)  # out of order on purpose
+    tokens, lengths = pad_prompts(PROMPTS)
+    _, _, _, feats = prefill_tapped(params, cfg, tokens, lengths, init_cache(cfg, len(PROMPTS), 16), layers)
+    assert feats.shape == (len(PROMPTS), tokens.shape[1], len(layers), cfg.hidden_size)
+    worst = 0.0
+    for b, prompt in enumerate(PROMPTS):
+        ref = hf_hidden(model, prompt)
+        for j, layer in enumerate(layers):
+            diff = np.abs(comparable(params, cfg, feats[b, : len(prompt), j], layer) - ref[layer + 1])
+            worst = max(worst, float(diff.max()))
+    print(f"{variant}: max |feature diff| = {worst:.2e}")
+    assert worst <= 1e-4
+
+
+@pytest.mark.parametrize("variant", ["neox_parallel", "qwen3_gqa_untied"])
+def test_tapped_features_match_transformers_tree_block(variant, hf_checkpoint):
+    """Features of a verified tree block (ancestor mask, positions start + depth) equal HF's
+    hidden states of the root-to-node path run as a plain sequence after the prompt."""
     model, directory = hf_checkpoint(variant)
     cfg, params = load_checkpoint(directory)
     prompt = PROMPTS[0]
-    tokens, _ = pad_prompts([prompt])
-    t = len(prompt)
-    positions = np.arange(t, dtype=np.int32)[None]
+    tokens, lengths = pad_prompts([prompt])
+    _, _, cache = prefill(params, cfg, tokens, lengths, init_cache(cfg, 1, 32))
+    root = 3
+    tree = tree_from_lists([[10, 11, 12, 13, 14]], [[-1, -1, 0, 0, 2]])  # two root children, a depth-3 path
+    block = jnp.concatenate([jnp.asarray([[root]]), tree.tokens], axis=1)
     layers = tuple(range(cfg.num_layers))
-    _, _, hidden = forward(params, cfg, tokens, positions, causal_mask(1, t), init_cache(cfg, 1, t), hidden_layers=layers)
-    with torch.no_grad():
-        ref = model(torch.tensor([prompt]), output_hidden_states=True).hidden_states
-    for i in layers:
-        np.testing.assert_allclose(np.asarray(hidden[i, 0]), ref[i][0].numpy(), atol=1e-5, rtol=0)
+    _, _, feats = forward_tapped(params, cfg, block, positions(tree, cache.lengths), ancestor_mask(tree), cache,
+                                 layers)
+    paths = [[root], [root, 10], [root, 11], [root, 10, 12], [root, 10, 13], [root, 10, 12, 14]]
+    worst = 0.0
+    for slot, path in enumerate(paths):
+        ref = hf_hidden(model, prompt + path)
+        for layer in layers:
+            ours = comparable(params, cfg, feats[0, slot, layer], layer)
+            worst = max(worst, float(np.abs(ours - ref[layer + 1][-1]).max()))
+    print(f"{variant}: max |tree feature diff| = {worst:.2e}")
+    assert worst <= 1e-4
+
+
+def test_feature_layer_out_of_range_raises():
+    from specjax.models import GPTNeoXConfig, init_params
+
+    cfg = GPTNeoXConfig(vocab_size=16, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32, rotary_dim=4)
+    params = init_params(cfg, jax.random.key(0))
+    tokens, lengths = pad_prompts([[1, 2]])
+    with pytest.raises(ValueError, match="feature layer id 2 is outside the target's layers"):
+        prefill_tapped(params, cfg, tokens, lengths, init_cache(cfg, 1, 4), (0, 2))

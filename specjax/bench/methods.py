@@ -12,6 +12,9 @@ spec                                   method
 ``<dynatree spec>:f=v,f=v``            the same with ``DynaTreeDrafter`` fields overridden,
                                        e.g. ``dynatree-p3:d0=4,tau=0.03,n_max=64``
 ``dynatree-zoo``                       Phase 3 tuned for the embedded pair (``PRESETS``)
+``dflash`` / ``dflash:block=B``        chain DFlash: one drafter forward reading the target's
+                                       features, argmax per position, a chain of B - 1 tokens
+                                       (``DFlashDrafter``; B defaults to the trained block)
 =====================================  ====================================================
 
 Bare ``chain`` / ``linear``, ``fixed`` / ``tree`` are aliases of ``chain4`` and
@@ -39,7 +42,8 @@ PRESETS = {"dynatree-zoo": "dynatree-p3:n_max=16,d_max=6,d0=5,b_mid=1,b_max=2,ta
 _CHAIN = re.compile(r"(?:chain|linear)(\d+)")
 _FIXED = re.compile(r"(?:fixed|tree)(\d+)x(\d+)(?:n(\d+))?")
 _DYNATREE = re.compile(r"dynatree(?:-p([0-9]+))?")
-_FORMS = "ar, chain<K> (linear<K>), fixed<D>x<B>[n<N>] (tree<D>x<B>[n<N>]), dynatree[-p1|-p2|-p3][:field=value,...]"
+_FORMS = ("ar, chain<K> (linear<K>), fixed<D>x<B>[n<N>] (tree<D>x<B>[n<N>]), dynatree[-p1|-p2|-p3][:field=value,...], "
+          "dflash[:block=B]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,12 +105,33 @@ def _dynatree(phase: int, overrides: str, draft_cfg):
     return Method(name, drafter)
 
 
-def parse_method(spec: str, draft_cfg) -> Method:
+def _dflash(overrides: str, spec: str, dflash, target_cfg):
+    from specjax.drafters.dflash import DFlashDrafter
+
+    if dflash is None or target_cfg is None:
+        raise ValueError(f"method {spec!r} needs a DFlash drafter trained for this target (and the target config)")
+    values = {}
+    for item in filter(None, (x.strip() for x in overrides.split(","))):
+        key, eq, text = item.partition("=")
+        if key.strip() != "block" or not eq:
+            raise ValueError(f"DFlash override {item!r}: the only field is block=<int>")
+        try:
+            values["block_size"] = int(text)
+        except ValueError:
+            raise ValueError(f"DFlash field 'block' needs an integer, got {text!r}") from None
+    dcfg, dparams = dflash
+    drafter = DFlashDrafter(dcfg, target_cfg, **values)
+    name = "dflash" + (f":block={values['block_size']}" if values else "")
+    return Method(name, drafter, draft_params_override=dparams)
+
+
+def parse_method(spec: str, draft_cfg, *, dflash=None, target_cfg=None) -> Method:
     """Parse a method spec (see the module docstring) into a `Method` with a canonical name.
 
-    `draft_cfg` is the draft model's config (unused for ``ar``). Raises ValueError naming
-    the accepted forms for an unknown spec, the valid fields for an unknown DynaTree
-    override, and the drafter's own message for an invalid parameter.
+    `draft_cfg` is the draft model's config (unused for ``ar`` and ``dflash``); `dflash` the
+    DFlash drafter as (DFlashConfig, params) and `target_cfg` the target's config (needed by
+    ``dflash``). Raises ValueError naming the accepted forms for an unknown spec, the valid
+    fields for an unknown override, and the drafter's own message for an invalid parameter.
     """
     from specjax.drafters.chain import ChainDrafter
     from specjax.drafters.fixed_tree import FixedTreeDrafter
@@ -117,6 +142,8 @@ def parse_method(spec: str, draft_cfg) -> Method:
     head = ALIASES.get(head.lower(), head.lower())
     if head == "ar" and not colon:
         return Method("ar", None)
+    if head == "dflash":
+        return _dflash(overrides, spec, dflash, target_cfg)
     if draft_cfg is None:
         raise ValueError(f"method {spec!r} needs a draft model (only 'ar' runs without one)")
     if m := _DYNATREE.fullmatch(head):

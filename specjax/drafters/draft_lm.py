@@ -181,6 +181,9 @@ class DraftLMDrafter:
 
     draft_cfg: ModelConfig
 
+    target_layers = ()  # a draft LM reads tokens, not the target's features
+    target_topk = 0
+
     @property
     def tree_shape(self) -> StaticTreeShape:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -200,7 +203,7 @@ class DraftLMDrafter:
         """Whether sampling verification is chain rejection (needs draft probs) or the tree walk."""
         return False
 
-    def init(self, params, tokens, prompt_lengths, max_new_tokens: int) -> DraftLMState:
+    def init(self, params, tokens, prompt_lengths, max_new_tokens: int, context=None) -> DraftLMState:
         slots = draft_cache_slots(tokens.shape[1], max_new_tokens, self.budget)
         return init_state(self.draft_cfg, params, tokens, prompt_lengths, slots, self.budget)
 
@@ -228,5 +231,5 @@ class DraftLMDrafter:
         probs = None if level_probs[0] is None else jnp.concatenate(level_probs, axis=1)
         return tree, probs, state
 
-    def observe(self, state: DraftLMState, tree, result: WalkResult, active) -> DraftLMState:
-        return commit_path(state, result, active)
+    def observe(self, state: DraftLMState, verified) -> DraftLMState:
+        return commit_path(state, verified.result, verified.active)

@@ -508,7 +508,7 @@ class DynaTreeDrafter(DraftLMDrafter):
                          log_rho_deep=log(knobs.rho_deep), log_tau=log(knobs.tau), d0=knobs.d0, d_max=knobs.d_max,
                          b_min=knobs.b_min, b_mid=knobs.b_mid, b_max=knobs.b_max)
 
-    def init(self, params, tokens, prompt_lengths, max_new_tokens: int) -> DynaTreeState:
+    def init(self, params, tokens, prompt_lengths, max_new_tokens: int, context=None) -> DynaTreeState:
         b = tokens.shape[0]
         if isinstance(params, DynaTreeParams):
             params, knobs = params.lm, params.knobs.broadcast(b)
@@ -534,9 +534,11 @@ class DynaTreeDrafter(DraftLMDrafter):
                                     max_branch=self.b_max, active=active)
         return tree, None, state.replace(lm=lm.replace(forwarded=info.forwarded))
 
-    def observe(self, state: DynaTreeState, tree, result: WalkResult, active) -> DynaTreeState:
+    def observe(self, state: DynaTreeState, verified) -> DynaTreeState:
+        """verified: `specjax.drafters.protocol.Verified` (tree, kept walk result, active rows)."""
+        result, active = verified.result, verified.active
         if self.phase == 3:
             knobs, window, count = update_history(state.knobs, state.window, state.count,
-                                                  acceptance_statistic(tree, result), active, self.sched)
+                                                  acceptance_statistic(verified.tree, result), active, self.sched)
             state = state.replace(knobs=knobs, window=window, count=count)
         return state.replace(lm=commit_path(state.lm, result, active))

@@ -157,19 +157,33 @@ class Attention(nnx.Module):
             self.q_norm = RMSNorm(d, cfg.rms_norm_eps, dtype)
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps, dtype)
 
-    def __call__(self, x, positions, mask, kv: LayerKV):
-        """x: [B, T, E]; kv: the stacked cache and this layer's index. Returns (out, kv)."""
+    def queries(self, x, positions):
+        """x: [B, T, E] -> rotated queries [B, T, H, D] (bias, Qwen3 q_norm, rotary)."""
         cfg = self.cfg
         q = jnp.einsum("bte,ehd->bthd", x, self.q[...])  # [B, T, H, D]
+        if cfg.qkv_bias:
+            q = q + self.q_bias[...]
+        if cfg.qk_norm:
+            q = self.q_norm(q)
+        return apply_rotary(q, positions, cfg.head_dim, cfg.rope_theta)
+
+    def keys_values(self, x, positions):
+        """x: [B, T, E] -> (rotated keys, values) [B, T, K, D] each (bias, Qwen3 k_norm, rotary).
+        DFlash also projects the target's context features through this."""
+        cfg = self.cfg
         k = jnp.einsum("bte,ekd->btkd", x, self.k[...])  # [B, T, K, D]
         v = jnp.einsum("bte,ekd->btkd", x, self.v[...])  # [B, T, K, D]
         if cfg.qkv_bias:
-            q, k, v = q + self.q_bias[...], k + self.k_bias[...], v + self.v_bias[...]
+            k, v = k + self.k_bias[...], v + self.v_bias[...]
         if cfg.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q = apply_rotary(q, positions, cfg.head_dim, cfg.rope_theta)
-        k = apply_rotary(k, positions, cfg.head_dim, cfg.rope_theta)
-        k_all, v_all, kv = kv.append(k, v)  # [B, S, K, D] each
+            k = self.k_norm(k)
+        return apply_rotary(k, positions, cfg.head_dim, cfg.rope_theta), v
+
+    def __call__(self, x, positions, mask, kv: LayerKV):
+        """x: [B, T, E]; kv: the stacked cache and this layer's index. Returns (out, kv)."""
+        cfg = self.cfg
+        q = self.queries(x, positions)
+        k_all, v_all, kv = kv.append(*self.keys_values(x, positions))  # [B, S, K, D] each
         out = attend(q, k_all, v_all, mask, cfg.head_dim**-0.5)  # [B, T, H, D]
         out = jnp.einsum("bthd,hde->bte", out, self.o[...])
         if cfg.o_bias:

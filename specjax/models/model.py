@@ -26,16 +26,17 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from specjax.models import gpt_neox, llama
+from specjax.models import dflash, gpt_neox, llama
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache
 from specjax.models.hf_config import UnsupportedConfigError
 from specjax.models.layers import LayerKV, cache_attention_mask
 
 ModelConfig = Union[gpt_neox.GPTNeoXConfig, llama.LlamaConfig]
 
-_FAMILIES = {gpt_neox.GPTNeoXConfig: gpt_neox, llama.LlamaConfig: llama}
+# DFlash draft models share the registry (params, strict loading/saving), not `forward`.
+_FAMILIES = {gpt_neox.GPTNeoXConfig: gpt_neox, llama.LlamaConfig: llama, dflash.DFlashConfig: dflash}
 _MODEL_TYPES = {"gpt_neox": gpt_neox.GPTNeoXConfig, "llama": llama.LlamaConfig,
-                "qwen2": llama.LlamaConfig, "qwen3": llama.LlamaConfig}
+                "qwen2": llama.LlamaConfig, "qwen3": llama.LlamaConfig, "dflash": dflash.DFlashConfig}
 
 
 def family(cfg: ModelConfig):
@@ -72,6 +73,12 @@ def _merge(cfg: ModelConfig, part: str, pure: dict) -> nnx.Module:
     return nnx.merge(graphdef, state)
 
 
+def merge_module(cfg, part: str, pure: dict) -> nnx.Module:
+    """The `part` ("Outer" or "Block") NNX module of `cfg`'s family holding the plain params `pure`
+    (for code outside this file that runs one block or the outer layers itself, e.g. DFlash)."""
+    return _merge(cfg, part, pure)
+
+
 def init_params(cfg: ModelConfig, key: jax.Array, dtype=jnp.float32) -> dict:
     """Random params for `cfg` (normal(0.02) weights, unit norms, zero biases)."""
     fam = family(cfg)
@@ -90,6 +97,50 @@ def param_shapes(cfg: ModelConfig, dtype=jnp.float32) -> dict:
     return jax.eval_shape(lambda: init_params(cfg, jax.random.key(0), dtype))
 
 
+def forward_tapped(
+    params: dict,
+    cfg: ModelConfig,
+    tokens: jax.Array,
+    positions: jax.Array,
+    block_mask: jax.Array,
+    cache: KVCache,
+    feature_layers: tuple[int, ...] = (),
+    region_offset: int | jax.Array = 0,
+):
+    """`forward` that also returns the outputs of chosen decoder layers (the features a
+    drafter reads from the target): always (logits, cache, features).
+
+    feature_layers: static 0-based decoder layer indices l; feature l is the residual
+    stream *after* block l, before the final norm (HF `output_hidden_states[l + 1]`).
+    Only those layers are kept: each is written into a [n, B, T, E] carry inside the
+    layer scan when its layer runs, never a stack of all L + 1 layers.
+    Returns (logits f32[B, T, V], cache, features [B, T, n, E] in the params' dtype);
+    with no layers requested features has n = 0.
+    """
+    check_feature_layers(cfg, feature_layers)
+    outer = _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"})
+    mask = cache_attention_mask(cache.lengths, block_mask, cache.num_slots)  # [B, T, S]
+    write_at = cache.lengths + region_offset  # [B]
+    embeddings = outer.embed_tokens(tokens)  # [B, T, E]
+    wanted = jnp.asarray(feature_layers, jnp.int32).reshape(-1)  # [n]
+    features = jnp.zeros((len(feature_layers),) + embeddings.shape, embeddings.dtype)  # [n, B, T, E]
+
+    def layer(carry, xs):
+        x, k_cache, v_cache, feats = carry
+        layer_params, i = xs
+        block = _merge(cfg, "Block", layer_params)
+        x, kv = block(x, positions, mask, LayerKV(k=k_cache, v=v_cache, layer=i, write_at=write_at))
+        if feature_layers:  # keep x in the slots that asked for layer i
+            feats = jnp.where((wanted == i)[:, None, None, None], x[None].astype(feats.dtype), feats)
+        return (x, kv.k, kv.v, feats), None
+
+    (x, k, v, features), _ = jax.lax.scan(
+        layer, (embeddings, cache.k, cache.v, features), (params["layers"], jnp.arange(cfg.num_layers))
+    )
+    logits = outer.logits(x)
+    return logits, KVCache(k=k, v=v, lengths=cache.lengths), jnp.moveaxis(features, 0, 2)
+
+
 def forward(
     params: dict,
     cfg: ModelConfig,
@@ -97,7 +148,6 @@ def forward(
     positions: jax.Array,
     block_mask: jax.Array,
     cache: KVCache,
-    hidden_layers: tuple[int, ...] = (),
     region_offset: int | jax.Array = 0,
 ):
     """Append T pending tokens to every row of the cache and return their logits.
@@ -110,36 +160,36 @@ def forward(
     The cache needs room for lengths + max(R, region_offset + T) slots in every row.
 
     Returns (logits f32[B, T, V], cache with the pending K/V written and `lengths`
-    unchanged — see `commit`), plus, when
-    `hidden_layers` is non-empty, hidden f32/param-dtype[len(hidden_layers), B, T, E] where
-    index i means the residual stream after i blocks (0 = embeddings, L = last block,
-    before the final norm).
+    unchanged — see `commit`). `forward_tapped` also returns chosen layers' features.
     """
+    logits, cache, _ = forward_tapped(params, cfg, tokens, positions, block_mask, cache, (), region_offset)
+    return logits, cache
+
+
+def check_feature_layers(cfg: ModelConfig, layers: tuple[int, ...]) -> None:
+    """Feature layer ids must be a tuple of ints in [0, num_layers): raise naming the bad one."""
+    for layer in layers:
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+            raise ValueError(f"feature layer ids must be ints, got {layer!r} in {layers}")
+        if not 0 <= layer < cfg.num_layers:
+            raise ValueError(f"feature layer id {layer} is outside the target's layers [0, {cfg.num_layers}) "
+                             f"(feature l = output of decoder layer l)")
+
+
+def embed_tokens(params: dict, cfg: ModelConfig, tokens: jax.Array) -> jax.Array:
+    """The token embedding alone: int32[B, T] -> [B, T, E] (what a drafter shares with its target)."""
+    return _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"}).embed_tokens(tokens)
+
+
+def project_to_vocab(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
+    """The output projection alone, *without* the final norm: [..., E] -> f32[..., V]
+    (the LM head a drafter shares with its target; tied heads use the embedding)."""
     outer = _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"})
-    mask = cache_attention_mask(cache.lengths, block_mask, cache.num_slots)  # [B, T, S]
-    write_at = cache.lengths + region_offset  # [B]
-    embeddings = outer.embed_tokens(tokens)  # [B, T, E]
-    want_hidden = bool(hidden_layers)
-
-    def layer(carry, xs):
-        x, k_cache, v_cache = carry
-        layer_params, i = xs
-        block = _merge(cfg, "Block", layer_params)
-        x, kv = block(x, positions, mask, LayerKV(k=k_cache, v=v_cache, layer=i, write_at=write_at))
-        return (x, kv.k, kv.v), (x if want_hidden else None)
-
-    (x, k, v), per_layer = jax.lax.scan(
-        layer, (embeddings, cache.k, cache.v), (params["layers"], jnp.arange(cfg.num_layers))
-    )
-    logits = outer.logits(x)
-    new_cache = KVCache(k=k, v=v, lengths=cache.lengths)
-    if not want_hidden:
-        return logits, new_cache
-    all_hidden = jnp.concatenate([embeddings[None], per_layer], axis=0)  # [L+1, B, T, E]
-    return logits, new_cache, all_hidden[jnp.asarray(hidden_layers)]
+    out = outer.embed.attend(hidden) if outer.tied else outer.head(hidden)
+    return out.astype(jnp.float32)
 
 
-forward_jit = jax.jit(forward, static_argnames=("cfg", "hidden_layers", "region_offset"), donate_argnames=("cache",))
+forward_jit = jax.jit(forward, static_argnames=("cfg", "region_offset"), donate_argnames=("cache",))
 
 
 def causal_mask(batch_size: int, length: int) -> jax.Array:
@@ -161,14 +211,22 @@ def pad_prompts(prompts: list[list[int]], length: int | None = None, pad_id: int
     return jnp.asarray(tokens), jnp.asarray([len(p) for p in prompts], jnp.int32)
 
 
+@functools.partial(jax.jit, static_argnames=("cfg", "feature_layers"), donate_argnames=("cache",))
+def prefill_tapped(params, cfg, tokens, prompt_lengths, cache, feature_layers: tuple[int, ...] = ()):
+    """`prefill_unchecked` that also returns the prompt's features [B, T, n, E] (see
+    `forward_tapped`): (logits, last, cache, features)."""
+    b, t = tokens.shape
+    positions = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
+    logits, cache, features = forward_tapped(params, cfg, tokens, positions, causal_mask(b, t), cache, feature_layers)
+    cache = commit(cache, jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t)), prompt_lengths)
+    last = jnp.take_along_axis(logits, (prompt_lengths - 1)[:, None, None], axis=1)[:, 0]  # [B, V]
+    return logits, last, cache, features
+
+
 @functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
 def prefill_unchecked(params, cfg, tokens, prompt_lengths, cache):
     """`prefill` without the host-side checks: for use inside other jitted functions."""
-    b, t = tokens.shape
-    positions = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
-    logits, cache = forward(params, cfg, tokens, positions, causal_mask(b, t), cache)
-    cache = commit(cache, jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t)), prompt_lengths)
-    last = jnp.take_along_axis(logits, (prompt_lengths - 1)[:, None, None], axis=1)[:, 0]  # [B, V]
+    logits, last, cache, _ = prefill_tapped(params, cfg, tokens, prompt_lengths, cache)
     return logits, last, cache
 
 
@@ -190,5 +248,6 @@ def prefill(params, cfg: ModelConfig, tokens: jax.Array, prompt_lengths: jax.Arr
 
 __all__ = [
     "ModelConfig", "KVCache", "init_cache", "commit", "config_from_hf", "init_params", "param_shapes",
-    "forward", "forward_jit", "prefill", "prefill_unchecked", "causal_mask", "pad_prompts", "family",
+    "forward", "forward_tapped", "forward_jit", "prefill", "prefill_unchecked", "prefill_tapped", "causal_mask",
+    "pad_prompts", "family", "embed_tokens", "project_to_vocab", "check_feature_layers",
 ]

@@ -5,6 +5,7 @@
         --export specjax/zoo/tiny-neox-target
 
     python -m specjax.train eval --target DIR --draft DIR [--prompts 20 --k 4]   # held-out report (JSON)
+    python -m specjax.train dflash --target zoo --out RUN --export DIR [...]     # a DFlash drafter (dflash_cli.py)
 
 `--resume` continues from OUT/ckpt (saved every --ckpt-every steps). Model overrides:
 --hidden/--layers/--heads/--ffn replace the preset's sizes.
@@ -40,6 +41,10 @@ def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["eval"]:
         return eval_main(argv[1:])
+    if argv[:1] == ["dflash"]:
+        from specjax.train.dflash_cli import main as dflash_main
+
+        return dflash_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m specjax.train", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=sorted(PRESETS), required=True)

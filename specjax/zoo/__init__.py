@@ -5,6 +5,7 @@ name                   what
 =====================  ==========================================================
 ``tiny-neox-target``   GPT-NeoX (Pythia architecture), ~4.9M params, 4 layers x 192
 ``tiny-neox-draft``    GPT-NeoX, ~1.1M params, 2 layers x 64 (its drafter)
+``tiny-neox-dflash``   DFlash drafter of ``tiny-neox-target`` (reads its layers 1 and 3)
 =====================  ==========================================================
 
 Both share one 8,192-token byte-level BPE tokenizer (``tokenizer.json`` in each dir;
@@ -12,7 +13,9 @@ Both share one 8,192-token byte-level BPE tokenizer (``tokenizer.json`` in each 
 ``[0] + ids``, see ``encode``). Each directory is a plain Hugging Face checkpoint
 (``config.json`` + float16 ``model.safetensors``) that loads with
 ``specjax.models.load_checkpoint`` and with transformers' ``GPTNeoXForCausalLM``.
-How they were trained: ``TRAINING.md`` next to this file.
+How they were trained: ``TRAINING.md`` next to this file. DFlash drafters
+(``DRAFTERS``, ``load_drafter``) are checkpoints of ``specjax.models.dflash`` with their
+``recipe.json`` (data, training recipe, measured log) in the same directory.
 """
 
 from __future__ import annotations
@@ -23,15 +26,17 @@ import jax.numpy as jnp
 
 ZOO_DIR = pathlib.Path(__file__).resolve().parent
 NAMES = ("tiny-neox-target", "tiny-neox-draft")
+DRAFTERS = ("tiny-neox-dflash", "smollm2-135m-dflash")  # DFlash drafters: tiny-neox-target's, SmolLM2-135M's
 EOS_ID = 0
 
-__all__ = ["ZOO_DIR", "NAMES", "EOS_ID", "path", "load", "load_tokenizer", "encode"]
+__all__ = ["ZOO_DIR", "NAMES", "DRAFTERS", "EOS_ID", "path", "load", "load_drafter", "has", "load_tokenizer",
+           "encode"]
 
 
 def path(name: str) -> pathlib.Path:
     """The committed checkpoint directory of zoo model `name`."""
-    if name not in NAMES:
-        raise KeyError(f"unknown zoo model {name!r}; available: {NAMES}")
+    if name not in NAMES + DRAFTERS:
+        raise KeyError(f"unknown zoo model {name!r}; available: {NAMES + DRAFTERS}")
     d = ZOO_DIR / name
     if not (d / "model.safetensors").exists():
         raise FileNotFoundError(f"{d} has no model.safetensors (see {ZOO_DIR / 'TRAINING.md'})")
@@ -51,6 +56,20 @@ def load(name: str, dtype=jnp.float32):
 
     cfg, params = load_checkpoint(path(name), dtype)
     return cfg, params, load_tokenizer(name)
+
+
+def has(name: str) -> bool:
+    """Whether zoo checkpoint `name` is committed (drafters are added as they are trained)."""
+    return (ZOO_DIR / name / "model.safetensors").exists()
+
+
+def load_drafter(name: str, dtype=jnp.float32):
+    """(DFlashConfig, params) of zoo DFlash drafter `name`."""
+    from specjax.models import load_checkpoint
+
+    if name not in DRAFTERS:
+        raise KeyError(f"unknown zoo drafter {name!r}; available: {DRAFTERS}")
+    return load_checkpoint(path(name), dtype)
 
 
 def encode(tokenizer, text: str) -> list[int]:

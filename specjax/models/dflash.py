@@ -1,0 +1,197 @@
+"""The DFlash draft model (block diffusion drafter conditioned on the target's features).
+
+Architecture (DFlash / DDTree reference code, PAPER_NOTES section 1.1):
+  * `fc`: Linear(n * E -> E, no bias) over the concatenated features of n tapped target
+    layers, then `hidden_norm` (RMSNorm): the context vector c of each committed position;
+  * N_d Qwen3-style decoder layers (`specjax.models.llama.Block` with q/k RMSNorm, SwiGLU,
+    no biases), hidden size E = the target's; every layer *injects* c: its keys and values
+    for a context position are k_norm(k_proj(c)), v_proj(c) at that position (c goes
+    through no input_layernorm), so the draft's KV cache holds projected target features;
+  * the block [root, mask, ..., mask] of `block_size` tokens attends bidirectionally to
+    itself and to every context key; final `norm` (RMSNorm);
+  * frozen and *shared by reference*, not part of these params: the target's token
+    embedding (block inputs) and LM head (logits = W_lm norm(x)). Hence E and the vocabulary
+    must be the target's.
+
+A checkpoint directory is `config.json` (model_type "dflash", naming the target it was
+trained for: hidden size, vocab, layer count, tapped layer ids) + `model.safetensors` with
+the reference's tensor names (`fc.weight`, `hidden_norm.weight`, `norm.weight`,
+`layers.{i}.self_attn.q_proj.weight`, ...). Loading goes through the strict loader
+(`specjax.models.load_checkpoint`); `check_target` raises naming every mismatch.
+The pure forward functions live with the drafter (`specjax.drafters.dflash`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from flax import nnx
+
+from specjax.models import llama
+from specjax.models.hf_config import ConfigReader, UnsupportedConfigError
+from specjax.models.layers import RMSNorm
+from specjax.models.loading_maps import ParamMap, Transform
+
+
+def default_target_layer_ids(target_num_layers: int, num_draft_layers: int) -> tuple[int, ...]:
+    """The reference's choice: [L_t // 2] for one draft layer, else round(1 + i (L_t - 4) / (N_d - 1)).
+    Tiny targets get duplicates (4 layers, 2 draft layers -> (1, 1)): choose ids explicitly there."""
+    if num_draft_layers == 1:
+        return (target_num_layers // 2,)
+    return tuple(int(round(1 + i * (target_num_layers - 4) / (num_draft_layers - 1))) for i in range(num_draft_layers))
+
+
+@dataclasses.dataclass(frozen=True)
+class DFlashConfig:
+    vocab_size: int  # the target's vocabulary (shared embedding and LM head)
+    hidden_size: int  # = the target's hidden size
+    num_layers: int  # N_d draft layers
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    target_layer_ids: tuple[int, ...]  # 0-based target decoder layers whose outputs are read
+    target_num_layers: int
+    target_model_type: str
+    block_size: int = 16  # root + block_size - 1 mask tokens -> block_size - 1 draft positions
+    mask_token_id: int = 0
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+
+    model_type = "dflash"
+    tie_word_embeddings = False  # the loader asks; the LM head is the target's anyway
+
+    def __post_init__(self):
+        object.__setattr__(self, "target_layer_ids", tuple(int(i) for i in self.target_layer_ids))
+        if self.block_size < 2:
+            raise ValueError(f"DFlash block_size must be >= 2 (the root + at least one mask token), got {self.block_size}")
+        if not 0 <= self.mask_token_id < self.vocab_size:
+            raise ValueError(f"DFlash mask_token_id {self.mask_token_id} is outside the vocabulary [0, {self.vocab_size})")
+        if not self.target_layer_ids:
+            raise ValueError("DFlash needs at least one target layer id to read features from")
+        bad = [i for i in self.target_layer_ids if not 0 <= i < self.target_num_layers]
+        if bad:
+            raise ValueError(f"DFlash target layer ids {bad} are outside the target's {self.target_num_layers} layers "
+                             f"[0, {self.target_num_layers})")
+        if self.num_layers < 1:
+            raise ValueError(f"DFlash needs >= 1 draft layer, got {self.num_layers}")
+        self.layer_config()  # head / GQA checks
+
+    @property
+    def num_features(self) -> int:
+        """n: tapped target layers; the fc input is n * hidden_size."""
+        return len(self.target_layer_ids)
+
+    @property
+    def num_draft_positions(self) -> int:
+        """L = block_size - 1 positions drafted per forward."""
+        return self.block_size - 1
+
+    def layer_config(self) -> llama.LlamaConfig:
+        """The Qwen3-style config of one draft layer (no biases, q/k norm, SwiGLU)."""
+        return llama.LlamaConfig(vocab_size=self.vocab_size, hidden_size=self.hidden_size, num_layers=self.num_layers,
+                                 num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+                                 intermediate_size=self.intermediate_size, rope_theta=self.rope_theta,
+                                 rms_norm_eps=self.rms_norm_eps, qk_norm=True, flavor="qwen3")
+
+    def check_target(self, target_cfg) -> None:
+        """Raise ValueError naming every way `target_cfg` differs from the target this drafter was built for."""
+        problems = []
+        if target_cfg.hidden_size != self.hidden_size:
+            problems.append(f"hidden size: drafter {self.hidden_size}, target {target_cfg.hidden_size}")
+        if target_cfg.vocab_size != self.vocab_size:
+            problems.append(f"vocab size: drafter {self.vocab_size}, target {target_cfg.vocab_size}")
+        if target_cfg.num_layers != self.target_num_layers:
+            problems.append(f"layer count: drafter trained on a {self.target_num_layers}-layer target, "
+                            f"target has {target_cfg.num_layers}")
+        bad = [i for i in self.target_layer_ids if i >= target_cfg.num_layers]
+        if bad:
+            problems.append(f"layer ids {bad} >= the target's {target_cfg.num_layers} layers")
+        if target_cfg.model_type != self.target_model_type:
+            problems.append(f"model type: drafter {self.target_model_type!r}, target {target_cfg.model_type!r}")
+        if problems:
+            raise ValueError("DFlash drafter was trained for another target: " + "; ".join(problems))
+
+    @classmethod
+    def for_target(cls, target_cfg, num_layers: int = 1, target_layer_ids: tuple[int, ...] | None = None,
+                   **overrides) -> "DFlashConfig":
+        """A drafter config fitted to `target_cfg`: hidden size, heads, head dim, FFN and rope copied."""
+        ids = target_layer_ids if target_layer_ids is not None else default_target_layer_ids(target_cfg.num_layers,
+                                                                                            num_layers)
+        base = dict(vocab_size=target_cfg.vocab_size, hidden_size=target_cfg.hidden_size, num_layers=num_layers,
+                    num_heads=target_cfg.num_heads, num_kv_heads=target_cfg.num_kv_heads,
+                    head_dim=target_cfg.head_dim, intermediate_size=target_cfg.intermediate_size,
+                    target_layer_ids=tuple(ids), target_num_layers=target_cfg.num_layers,
+                    target_model_type=target_cfg.model_type, rope_theta=target_cfg.rope_theta,
+                    rms_norm_eps=getattr(target_cfg, "rms_norm_eps", 1e-6))
+        return cls(**{**base, **overrides})
+
+    @classmethod
+    def from_hf(cls, hf: dict[str, Any]) -> "DFlashConfig":
+        r = ConfigReader(hf, "dflash")
+        if r.get("model_type") != "dflash":
+            raise UnsupportedConfigError(f"not a DFlash config: model_type {hf.get('model_type')!r}")
+        cfg = cls(
+            vocab_size=r.get("vocab_size", required=True), hidden_size=r.get("hidden_size", required=True),
+            num_layers=r.get("num_hidden_layers", required=True), num_heads=r.get("num_attention_heads", required=True),
+            num_kv_heads=r.get("num_key_value_heads", required=True), head_dim=r.get("head_dim", required=True),
+            intermediate_size=r.get("intermediate_size", required=True),
+            target_layer_ids=tuple(r.get("target_layer_ids", required=True)),
+            target_num_layers=r.get("target_num_hidden_layers", required=True),
+            target_model_type=r.get("target_model_type", required=True),
+            block_size=r.get("block_size", required=True), mask_token_id=r.get("mask_token_id", required=True),
+            rope_theta=float(r.get("rope_theta", required=True)), rms_norm_eps=float(r.get("rms_norm_eps", 1e-6)),
+        )
+        r.expect("hidden_act", ("silu",), "DFlash layers use SwiGLU")
+        r.expect("attention_bias", (False,), "DFlash layers have no biases")
+        r.expect("tie_word_embeddings", (False,), "the LM head is the target's")
+        r.get("training")  # the data recipe, kept next to the weights
+        r.finish()
+        return cfg
+
+    def to_hf(self) -> dict[str, Any]:
+        return {
+            "architectures": ["DFlashDraftModel"], "model_type": "dflash", "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size, "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads, "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim, "intermediate_size": self.intermediate_size,
+            "target_layer_ids": list(self.target_layer_ids), "target_num_hidden_layers": self.target_num_layers,
+            "target_model_type": self.target_model_type, "block_size": self.block_size,
+            "mask_token_id": self.mask_token_id, "rope_theta": self.rope_theta, "rms_norm_eps": self.rms_norm_eps,
+            "hidden_act": "silu", "attention_bias": False, "tie_word_embeddings": False,
+        }
+
+
+class Outer(nnx.Module):
+    """Everything outside the layer stack: `fc` + `hidden_norm` (features -> context c), final `norm`."""
+
+    def __init__(self, cfg: DFlashConfig, dtype, rngs: nnx.Rngs):
+        self.fc = nnx.Linear(cfg.num_features * cfg.hidden_size, cfg.hidden_size, use_bias=False,
+                             kernel_init=nnx.initializers.normal(0.02), param_dtype=dtype, rngs=rngs)
+        self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+
+    def context(self, features):
+        """Target features [B, C, n, E] -> context vectors c [B, C, E]."""
+        b, c = features.shape[:2]
+        return self.hidden_norm(self.fc(features.reshape(b, c, -1).astype(self.fc.kernel.dtype)))
+
+
+def Block(cfg: DFlashConfig, dtype, rngs: nnx.Rngs) -> llama.Block:
+    """One draft layer: a Qwen3 decoder layer (the context K/V come from its own k/v projections)."""
+    return llama.Block(cfg.layer_config(), dtype, rngs)
+
+
+def param_maps(cfg: DFlashConfig) -> tuple[list[ParamMap], list[ParamMap]]:
+    """Reference tensor names <-> params paths: the llama layer map without the `model.` prefix."""
+    outer = [
+        ParamMap("fc.weight", ("fc", "kernel"), Transform.linear()),
+        ParamMap("hidden_norm.weight", ("hidden_norm", "weight"), Transform.identity()),
+        ParamMap("norm.weight", ("norm", "weight"), Transform.identity()),
+    ]
+    _, layer = llama.param_maps(cfg.layer_config())
+    return outer, [dataclasses.replace(m, hf_key=m.hf_key.replace("model.layers.", "layers.")) for m in layer]
+
+
+IGNORED_KEYS = (r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq",)

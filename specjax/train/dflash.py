@@ -1,0 +1,289 @@
+"""Training a DFlash drafter for a target (PAPER_NOTES 1.5; SpecForge's recipe at small scale).
+
+Data (`make_dataset`): real prompts from the registry datasets' *train* splits (never the
+evaluation prompts), each answered by the target itself (`generate_ar`: greedy, plus a
+`sampled_fraction` at temperature 1), so the drafter learns the target's distribution.
+Sequences are prompt + response, right padded to `seq_len`; the loss mask covers the
+response tokens. Saved as `data.npz` + the exact recipe (`data.json`) in the run directory.
+
+One training step (`make_step`, jitted), per sequence x_0..x_{S-1} with loss mask m:
+  1. target forward (no gradient) -> features of the drafter's tapped layers, every position;
+  2. anchors: W positions drawn uniformly without replacement from
+     {a : m_a = 1 and m_{a+1} = 1} (re-drawn every step), sorted; rows with fewer valid
+     positions pad with invalid anchors;
+  3. the drafter under the training mask (`specjax.drafters.dflash.anchored_hidden`, the
+     decoding functions themselves): block j = [x_{a_j}, m, ..., m] sees context features
+     of positions < a_j only and its own block bidirectionally;
+  4. same-position labels: block row k predicts x_{a_j + k} (k >= 1), valid iff in range and
+     m = 1 there; loss = sum_k w_k CE / sum_k w_k over valid labels, w_k = exp(-(k-1)/gamma).
+AdamW + linear warm-up + cosine decay + global-norm clipping (optax). The target's
+embedding and LM head are frozen (they are not in the drafter's params at all).
+Logged: loss, per-position accuracy, and the training-time tau estimate
+(1 + the length of the all-correct prefix of each block, averaged over valid anchors).
+Checkpoints every `ckpt_every` steps (`--resume`); `export` writes the float16 drafter
+directory + `recipe.json` (data and training recipe, measured numbers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from specjax.drafters.dflash import anchored_hidden, target_outer
+from specjax.models import causal_mask, forward_tapped, init_cache, init_params, load_checkpoint, save_checkpoint
+from specjax.models.dflash import DFlashConfig
+from specjax.models.model import project_to_vocab
+
+
+@dataclasses.dataclass(frozen=True)
+class DFlashTrainConfig:
+    steps: int = 1200
+    batch_size: int = 8
+    anchors: int = 32  # W per sequence
+    gamma: float = 7.0  # position-weight decay (7 for block 16)
+    lr: float = 1e-3
+    warmup_frac: float = 0.04
+    min_lr_ratio: float = 0.0
+    weight_decay: float = 0.0
+    clip: float = 1.0
+    log_every: int = 50
+    ckpt_every: int = 200
+    seed: int = 0
+
+
+# ============================================================================ data
+
+
+def choose_mask_token(counts: np.ndarray, reserved: tuple[int, ...] = ()) -> int:
+    """A token id that (almost) never occurs in the data: the least frequent id outside
+    `reserved` (ties -> the highest id). The frozen target embedding of a never-seen token
+    is a fixed vector the target never used, which is what DFlash's dedicated mask id is."""
+    order = np.lexsort((-np.arange(len(counts)), counts))
+    for i in order:
+        if int(i) not in reserved:
+            return int(i)
+    raise ValueError("every token id is reserved")
+
+
+def make_dataset(target, prompts: list[list[int]], *, seq_len: int, max_new_tokens: int, batch_size: int = 64,
+                 sampled_fraction: float = 0.25, seed: int = 0, progress: bool = True) -> dict[str, np.ndarray]:
+    """Target-regenerated training sequences: {"tokens" int32[N, seq_len], "loss_mask" bool[N, seq_len]}.
+
+    target: (cfg, params). Prompts are cut to their last `seq_len - max_new_tokens`
+    tokens; every `1 / sampled_fraction`-th batch is sampled at temperature 1, the rest
+    greedy. Generation stops at the target's EOS (included in the response).
+    """
+    from specjax.decode import generate_ar
+    from specjax.models import pad_prompts
+    from specjax.sampling import Sampling
+
+    cfg, params = target
+    keep = seq_len - max_new_tokens
+    if keep < 1:
+        raise ValueError(f"seq_len {seq_len} leaves no room for a prompt before {max_new_tokens} new tokens")
+    prompts = [p[-keep:] for p in prompts if p]
+    order = np.argsort([len(p) for p in prompts], kind="stable")  # similar lengths per batch: less padding work
+    tokens = np.zeros((len(prompts), seq_len), np.int32)
+    mask = np.zeros((len(prompts), seq_len), bool)
+    every = int(round(1 / sampled_fraction)) if sampled_fraction > 0 else 0
+    t0 = time.time()
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    for bi, idx in enumerate(batches):
+        rows = [prompts[i] for i in idx]
+        width = max(len(r) for r in rows)
+        width = 1 << (width - 1).bit_length()  # a few padded widths -> a few compiles
+        toks, lens = pad_prompts(rows, min(width, keep))
+        sampling = Sampling(temperature=1.0) if every and bi % every == every - 1 else Sampling()
+        out = generate_ar(params, cfg, toks, lens, max_new_tokens, sampling=sampling,
+                          key=jax.random.key(seed * 100003 + bi), cache_slots=keep + max_new_tokens)
+        gen, num = np.asarray(out.tokens), np.asarray(out.num_tokens)
+        for r, i in enumerate(idx):
+            p = len(rows[r])
+            tokens[i, :p] = rows[r]
+            tokens[i, p:p + num[r]] = gen[r, :num[r]]
+            mask[i, p:p + num[r]] = True
+        if progress and (bi % 10 == 0 or bi == len(batches) - 1):
+            print(f"  data: batch {bi + 1}/{len(batches)} ({time.time() - t0:.0f}s)", flush=True)
+    return {"tokens": tokens, "loss_mask": mask}
+
+
+# ============================================================================ loss
+
+
+def draw_anchors(key, loss_mask: jax.Array, num: int):
+    """(anchors int32[B, W], valid bool[B, W]): W positions drawn uniformly without replacement
+    from {a : m_a and m_{a+1}} per row, ascending; rows with fewer take what they have."""
+    ok = loss_mask[:, :-1] & loss_mask[:, 1:]  # [B, S-1]
+    u = jax.random.uniform(key, ok.shape)
+    score = jnp.where(ok, u, -1.0)
+    top, idx = jax.lax.top_k(score, num)  # the W largest uniforms among valid positions
+    valid = top >= 0
+    idx = jnp.where(valid, idx, ok.shape[1])  # invalid anchors sort last
+    order = jnp.argsort(idx, axis=1)
+    anchors = jnp.take_along_axis(idx, order, axis=1)
+    valid = jnp.take_along_axis(valid, order, axis=1)
+    return jnp.where(valid, anchors, 0).astype(jnp.int32), valid
+
+
+def block_loss(dparams, dcfg: DFlashConfig, touter, tcfg, features, tokens, loss_mask, anchors, valid, gamma: float):
+    """Weighted same-position cross entropy of the drafter's blocks; returns (loss, metrics).
+
+    metrics: acc f32[L] (per-position top-1 accuracy over valid labels) and tau
+    (mean over valid anchors of 1 + the all-correct prefix length)."""
+    bs = dcfg.block_size
+    b, s = tokens.shape
+    hidden = anchored_hidden(dparams, dcfg, touter, tcfg, features, tokens, anchors, valid)  # [B, W, bs, E]
+    logits = project_to_vocab(touter, tcfg, hidden[:, :, 1:])  # [B, W, L, V]
+    pos = anchors[..., None] + jnp.arange(1, bs)  # [B, W, L]
+    in_range = pos < s
+    pos_c = jnp.minimum(pos, s - 1)
+    labels = jnp.take_along_axis(tokens[:, None, :], pos_c, axis=2)
+    lab_ok = in_range & jnp.take_along_axis(loss_mask[:, None, :], pos_c, axis=2) & valid[..., None]
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    ce = -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
+    w = jnp.exp(-jnp.arange(bs - 1, dtype=jnp.float32) / gamma)  # w_1 = 1
+    weight = w * lab_ok
+    loss = jnp.sum(ce * weight) / jnp.maximum(jnp.sum(weight), 1.0)
+    correct = (jnp.argmax(logits, axis=-1) == labels) & lab_ok
+    acc = jnp.sum(correct, axis=(0, 1)) / jnp.maximum(jnp.sum(lab_ok, axis=(0, 1)), 1)
+    prefix = jnp.sum(jnp.cumprod(correct, axis=-1), axis=-1)  # [B, W]
+    tau = jnp.sum(jnp.where(valid, prefix + 1, 0)) / jnp.maximum(jnp.sum(valid), 1)
+    return loss, {"acc": acc, "tau": tau}
+
+
+def target_features(tparams, tcfg, dcfg: DFlashConfig, tokens):
+    """Features [B, S, n, E] of the drafter's tapped layers (a causal target forward, no gradient)."""
+    b, s = tokens.shape
+    pos = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
+    _, _, feats = forward_tapped(tparams, tcfg, tokens, pos, causal_mask(b, s),
+                                 init_cache(tcfg, b, s, jax.tree.leaves(tparams)[0].dtype), dcfg.target_layer_ids)
+    return jax.lax.stop_gradient(feats)
+
+
+def make_optimizer(tc: DFlashTrainConfig):
+    warmup = max(1, int(tc.warmup_frac * tc.steps))
+    schedule = optax.warmup_cosine_decay_schedule(0.0, tc.lr, warmup, max(tc.steps, warmup + 1),
+                                                  end_value=tc.lr * tc.min_lr_ratio)
+    opt = optax.chain(optax.clip_by_global_norm(tc.clip), optax.adamw(schedule, weight_decay=tc.weight_decay))
+    return opt, schedule
+
+
+def make_step(dcfg, tcfg, opt, tc: DFlashTrainConfig):
+    @jax.jit
+    def step(dparams, opt_state, tparams, tokens, loss_mask, key):
+        feats = target_features(tparams, tcfg, dcfg, tokens)
+        anchors, valid = draw_anchors(key, loss_mask, tc.anchors)
+
+        def loss(p):
+            return block_loss(p, dcfg, target_outer(tparams), tcfg, feats, tokens, loss_mask, anchors, valid, tc.gamma)
+
+        (value, metrics), grads = jax.value_and_grad(loss, has_aux=True)(dparams)
+        updates, opt_state = opt.update(grads, opt_state, dparams)
+        return optax.apply_updates(dparams, updates), opt_state, value, metrics
+
+    @jax.jit
+    def evaluate(dparams, tparams, tokens, loss_mask, key):
+        feats = target_features(tparams, tcfg, dcfg, tokens)
+        anchors, valid = draw_anchors(key, loss_mask, tc.anchors)
+        return block_loss(dparams, dcfg, target_outer(tparams), tcfg, feats, tokens, loss_mask, anchors, valid,
+                          tc.gamma)
+
+    return step, evaluate
+
+
+# ============================================================================ loop
+
+
+def _save(ckpt: pathlib.Path, dcfg, dparams, opt_state, step: int, log: list) -> None:
+    tmp = ckpt.with_name(ckpt.name + ".tmp")
+    save_checkpoint(tmp, dcfg, dparams)
+    np.savez(tmp / "opt_state.npz", *[np.asarray(x) for x in jax.tree.leaves(opt_state)])
+    (tmp / "state.json").write_text(json.dumps({"step": step, "log": log}))
+    if ckpt.exists():
+        import shutil
+
+        shutil.rmtree(ckpt)
+    tmp.rename(ckpt)
+
+
+def _load(ckpt: pathlib.Path, opt_state_template):
+    cfg, params = load_checkpoint(ckpt, jnp.float32)
+    with np.load(ckpt / "opt_state.npz") as z:
+        leaves = [jnp.asarray(z[f"arr_{i}"]) for i in range(len(z.files))]
+    opt_state = jax.tree.unflatten(jax.tree.structure(opt_state_template), leaves)
+    state = json.loads((ckpt / "state.json").read_text())
+    return cfg, params, opt_state, state["step"], state["log"]
+
+
+def train(target, dcfg: DFlashConfig, data: dict, tc: DFlashTrainConfig, out: str | pathlib.Path,
+          resume: bool = False, valid_rows: int = 64) -> tuple[dict, list]:
+    """Train a drafter for `target` = (cfg, params) on `data` (make_dataset); returns (params, log).
+
+    The last `valid_rows` sequences are held out for the periodic evaluation."""
+    from specjax.train.lm import _progress
+
+    tcfg, tparams = target
+    dcfg.check_target(tcfg)
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt = out / "ckpt"
+    tokens, mask = data["tokens"], data["loss_mask"]
+    train_tok, train_mask = tokens[:-valid_rows], mask[:-valid_rows]
+    val_tok, val_mask = jnp.asarray(tokens[-valid_rows:]), jnp.asarray(mask[-valid_rows:])
+    opt, schedule = make_optimizer(tc)
+    dparams = init_params(dcfg, jax.random.key(tc.seed), jnp.float32)
+    opt_state = opt.init(dparams)
+    start, log = 0, []
+    if resume and ckpt.exists():
+        saved, dparams, opt_state, start, log = _load(ckpt, opt_state)
+        if saved != dcfg:
+            raise ValueError(f"checkpoint config {saved} differs from the requested {dcfg}")
+        print(f"resumed from {ckpt} at step {start}", flush=True)
+    n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams)))
+    print(f"drafter: {n_params:,} params, {dcfg}; {len(train_tok)} train / {valid_rows} valid sequences", flush=True)
+    step_fn, eval_fn = make_step(dcfg, tcfg, opt, tc)
+    bar = _progress(tc.steps, start)
+    recent, t0 = [], time.time()
+    n = len(train_tok)
+    for s in range(start, tc.steps):
+        rng = np.random.default_rng([tc.seed, s // max(1, n // tc.batch_size)])
+        perm = rng.permutation(n)
+        j = (s % max(1, n // tc.batch_size)) * tc.batch_size
+        rows = perm[j:j + tc.batch_size]
+        key = jax.random.fold_in(jax.random.key(tc.seed), s)
+        dparams, opt_state, loss, metrics = step_fn(dparams, opt_state, tparams, jnp.asarray(train_tok[rows]),
+                                                    jnp.asarray(train_mask[rows]), key)
+        recent = (recent + [float(loss)])[-tc.log_every:]
+        bar.update(1)
+        bar.set_postfix_str(f"loss {np.mean(recent):.3f} tau {float(metrics['tau']):.2f}", refresh=False)
+        done = s + 1
+        if done % tc.log_every == 0 or done == tc.steps:
+            vloss, vm = eval_fn(dparams, tparams, val_tok, val_mask, jax.random.key(12345))
+            rec = {"step": done, "train_loss": float(np.mean(recent)), "valid_loss": float(vloss),
+                   "valid_tau_estimate": float(vm["tau"]), "valid_acc": [round(float(a), 4) for a in vm["acc"]],
+                   "lr": float(schedule(done)), "seconds": round(time.time() - t0, 1)}
+            log.append(rec)
+            bar.write(json.dumps(rec))
+        if done % tc.ckpt_every == 0 or done == tc.steps:
+            _save(ckpt, dcfg, dparams, opt_state, done, log)
+    bar.close()
+    return dparams, log
+
+
+def export(directory: str | pathlib.Path, dcfg: DFlashConfig, dparams, recipe: dict) -> pathlib.Path:
+    """float16 drafter checkpoint (config.json + model.safetensors) + recipe.json."""
+    directory = pathlib.Path(directory)
+    save_checkpoint(directory, dcfg, dparams, dtype=np.float16)
+    (directory / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
+    return directory
+
+
+__all__ = ["DFlashTrainConfig", "choose_mask_token", "make_dataset", "draw_anchors", "block_loss",
+           "target_features", "make_optimizer", "make_step", "train", "export"]
