@@ -39,7 +39,7 @@ from specjax.ops import switch_on_width
 from specjax.ops import top_k as top_k_op
 from specjax.sampling import Sampling
 from specjax.tree import Tree, ancestor_mask, positions, tree_depth
-from specjax.verify import chain_rejection, greedy_walk, sampling_walk
+from specjax.verify import WalkResult, chain_rejection, greedy_walk, sampling_walk
 
 
 @struct.dataclass

@@ -61,3 +61,13 @@ def test_bench_rejects_bad_arguments(capsys):
     assert "--warmup" in capsys.readouterr().err
     assert main(["bench", "--methods", "ar,beam4", "--prompt", "The", "--prompt", "A", "--prompts", "2", "--warmup", "1"]) == 2
     assert "unknown method 'beam4'" in capsys.readouterr().err
+
+
+def test_generate_dflash_on_the_embedded_pair(capsys):
+    """`--method dflash`: the zoo's trained DFlash drafter reads the target's features; exit 0 = identical to AR."""
+    args = ["generate", "--method", "dflash", "--prompt", "The river flows through the", "--max-new-tokens", "16"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "[dflash speculative, greedy]" in out and "identical to AR: True" in out
+    assert main(args[:2] + ["dflash:block=5"] + args[3:] + ["--temperature", "1"]) == 0
+    assert "[dflash:block=5 speculative, T=1.0]" in capsys.readouterr().out

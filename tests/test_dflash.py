@@ -286,7 +286,7 @@ def zoo_pair():
     return tcfg, tparams, tok, dcfg, dparams
 
 
-ZOO_MIN_TAU = 1.8  # chain DFlash (block 16), greedy, 32 tokens on the held-out test_zoo prompts; see zoo/TRAINING.md
+ZOO_MIN_TAU = 3.0  # chain DFlash (block 16), greedy, 32 tokens on the held-out test_zoo prompts: measured 4.07
 
 
 def test_zoo_drafter_is_trained_for_the_zoo_target():

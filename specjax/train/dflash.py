@@ -37,7 +37,7 @@ import numpy as np
 import optax
 
 from specjax.drafters.dflash import anchored_hidden, target_outer
-from specjax.models import causal_mask, forward_tapped, init_cache, init_params, load_checkpoint, save_checkpoint
+from specjax.models import causal_mask, forward_tapped, init_cache, save_checkpoint
 from specjax.models.dflash import DFlashConfig
 from specjax.models.model import project_to_vocab
 
@@ -201,33 +201,26 @@ def make_step(dcfg, tcfg, opt, tc: DFlashTrainConfig):
 # ============================================================================ loop
 
 
-def _save(ckpt: pathlib.Path, dcfg, dparams, opt_state, step: int, log: list) -> None:
-    tmp = ckpt.with_name(ckpt.name + ".tmp")
-    save_checkpoint(tmp, dcfg, dparams)
-    np.savez(tmp / "opt_state.npz", *[np.asarray(x) for x in jax.tree.leaves(opt_state)])
-    (tmp / "state.json").write_text(json.dumps({"step": step, "log": log}))
-    if ckpt.exists():
-        import shutil
-
-        shutil.rmtree(ckpt)
-    tmp.rename(ckpt)
-
-
-def _load(ckpt: pathlib.Path, opt_state_template):
-    cfg, params = load_checkpoint(ckpt, jnp.float32)
-    with np.load(ckpt / "opt_state.npz") as z:
-        leaves = [jnp.asarray(z[f"arr_{i}"]) for i in range(len(z.files))]
-    opt_state = jax.tree.unflatten(jax.tree.structure(opt_state_template), leaves)
-    state = json.loads((ckpt / "state.json").read_text())
-    return cfg, params, opt_state, state["step"], state["log"]
+def init_norm_from_target(dparams: dict, tparams: dict) -> dict:
+    """Start the drafter's final RMSNorm at the target's final RMSNorm weight ([choice]; the
+    reference initialises it to 1). The shared LM head was trained on the target's normed
+    states: a unit-weight norm gives real models (SmolLM2: initial loss ~60 nats) huge
+    logits. Targets with a LayerNorm (GPT-NeoX) keep the unit init."""
+    final = tparams.get("final_norm", {})
+    if set(final) != {"weight"} or final["weight"].shape != dparams["norm"]["weight"].shape:
+        return dparams
+    return {**dparams, "norm": {"weight": jnp.asarray(final["weight"], dparams["norm"]["weight"].dtype)}}
 
 
 def train(target, dcfg: DFlashConfig, data: dict, tc: DFlashTrainConfig, out: str | pathlib.Path,
-          resume: bool = False, valid_rows: int = 64) -> tuple[dict, list]:
+          resume: bool = False, valid_rows: int = 64, stop_after: int | None = None) -> tuple[dict, list]:
     """Train a drafter for `target` = (cfg, params) on `data` (make_dataset); returns (params, log).
 
-    The last `valid_rows` sequences are held out for the periodic evaluation."""
-    from specjax.train.lm import _progress
+    The last `valid_rows` sequences are held out for the periodic evaluation. `stop_after`:
+    run at most that many steps in this call, then checkpoint and return (a time-boxed run;
+    `resume=True` continues on the same schedule, batches and anchors: batch and anchor draws
+    are pure functions of (seed, step))."""
+    from specjax.train.lm import _progress, init_or_resume, save_state
 
     tcfg, tparams = target
     dcfg.check_target(tcfg)
@@ -238,21 +231,17 @@ def train(target, dcfg: DFlashConfig, data: dict, tc: DFlashTrainConfig, out: st
     train_tok, train_mask = tokens[:-valid_rows], mask[:-valid_rows]
     val_tok, val_mask = jnp.asarray(tokens[-valid_rows:]), jnp.asarray(mask[-valid_rows:])
     opt, schedule = make_optimizer(tc)
-    dparams = init_params(dcfg, jax.random.key(tc.seed), jnp.float32)
-    opt_state = opt.init(dparams)
-    start, log = 0, []
-    if resume and ckpt.exists():
-        saved, dparams, opt_state, start, log = _load(ckpt, opt_state)
-        if saved != dcfg:
-            raise ValueError(f"checkpoint config {saved} differs from the requested {dcfg}")
-        print(f"resumed from {ckpt} at step {start}", flush=True)
+    dparams, opt_state, start, log = init_or_resume(ckpt, dcfg, opt, tc.seed, resume)
+    if start == 0:
+        dparams = init_norm_from_target(dparams, tparams)
     n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams)))
     print(f"drafter: {n_params:,} params, {dcfg}; {len(train_tok)} train / {valid_rows} valid sequences", flush=True)
     step_fn, eval_fn = make_step(dcfg, tcfg, opt, tc)
     bar = _progress(tc.steps, start)
     recent, t0 = [], time.time()
     n = len(train_tok)
-    for s in range(start, tc.steps):
+    end = tc.steps if stop_after is None else min(tc.steps, start + stop_after)
+    for s in range(start, end):
         rng = np.random.default_rng([tc.seed, s // max(1, n // tc.batch_size)])
         perm = rng.permutation(n)
         j = (s % max(1, n // tc.batch_size)) * tc.batch_size
@@ -271,8 +260,8 @@ def train(target, dcfg: DFlashConfig, data: dict, tc: DFlashTrainConfig, out: st
                    "lr": float(schedule(done)), "seconds": round(time.time() - t0, 1)}
             log.append(rec)
             bar.write(json.dumps(rec))
-        if done % tc.ckpt_every == 0 or done == tc.steps:
-            _save(ckpt, dcfg, dparams, opt_state, done, log)
+        if done % tc.ckpt_every == 0 or done in (tc.steps, end):
+            save_state(ckpt, dcfg, dparams, opt_state, done, tc, log)
     bar.close()
     return dparams, log
 

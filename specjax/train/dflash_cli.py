@@ -72,6 +72,7 @@ def main(argv) -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--export", help="write the trained drafter here")
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--stop-after", type=int, default=None, help="run at most this many steps now (then --resume)")
     ap.add_argument("--layers", type=int, default=2, help="draft layers N_d")
     ap.add_argument("--target-layers", default=None, help="comma-separated target layer ids (default: DFlash's rule)")
     ap.add_argument("--block-size", type=int, default=16)
@@ -81,7 +82,6 @@ def main(argv) -> None:
     ap.add_argument("--seq-len", type=int, default=160)
     ap.add_argument("--gen-batch", type=int, default=64)
     ap.add_argument("--sampled-fraction", type=float, default=0.25)
-    d = DFlashTrainConfig()
     for f in dataclasses.fields(DFlashTrainConfig):
         ap.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
     args = ap.parse_args(argv)
@@ -119,7 +119,7 @@ def main(argv) -> None:
     dcfg = DFlashConfig.for_target(tcfg, num_layers=args.layers, target_layer_ids=ids, block_size=args.block_size,
                                    mask_token_id=mask_id)
     t0 = time.time()
-    dparams, log = train((tcfg, tparams), dcfg, data, tc, out, resume=args.resume)
+    dparams, log = train((tcfg, tparams), dcfg, data, tc, out, resume=args.resume, stop_after=args.stop_after)
     if args.export:
         recipe = {"target": target_name, "data": json.loads(recipe_path.read_text()),
                   "mask_token": {"id": mask_id, "count_in_data": int(counts[mask_id])},

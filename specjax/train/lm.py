@@ -196,6 +196,20 @@ def save_state(ckpt: pathlib.Path, cfg, params, opt_state, step: int, tc: TrainC
     tmp.rename(ckpt)
 
 
+def init_or_resume(ckpt: pathlib.Path, cfg, opt, seed: int, resume: bool):
+    """(params, opt_state, start step, log): fresh (init_params(cfg, seed), float32) or, with
+    `resume` and a checkpoint at `ckpt`, restored from it (its config must equal `cfg`)."""
+    params = init_params(cfg, jax.random.key(seed), jnp.float32)
+    opt_state = opt.init(params)
+    if not (resume and ckpt.exists()):
+        return params, opt_state, 0, []
+    saved_cfg, params, opt_state, start, log = load_state(ckpt, opt_state)
+    if saved_cfg != cfg:
+        raise ValueError(f"checkpoint config {saved_cfg} differs from requested {cfg}")
+    print(f"resumed from {ckpt} at step {start}", flush=True)
+    return params, opt_state, start, log
+
+
 def load_state(ckpt: pathlib.Path, opt_state_template):
     cfg, params = load_checkpoint(ckpt, jnp.float32)
     with np.load(ckpt / "opt_state.npz") as z:
@@ -331,14 +345,7 @@ def train(model: str, out: str | pathlib.Path, tokenizer_path: str | pathlib.Pat
                                              for k, v in valid.items()), flush=True)
 
     opt, schedule = make_optimizer(tc)
-    params = init_params(cfg, jax.random.key(tc.seed), jnp.float32)
-    opt_state = opt.init(params)
-    start, log = 0, []
-    if resume and ckpt.exists():
-        saved_cfg, params, opt_state, start, log = load_state(ckpt, opt_state)
-        if saved_cfg != cfg:
-            raise ValueError(f"checkpoint config {saved_cfg} differs from requested {cfg}")
-        print(f"resumed from {ckpt} at step {start}", flush=True)
+    params, opt_state, start, log = init_or_resume(ckpt, cfg, opt, tc.seed, resume)
     print(f"model {model}: {count_params(params):,} params  {cfg}", flush=True)
     step_fn, evaluate = make_step(cfg, opt), make_eval(cfg, tc.batch_size)
 
@@ -376,5 +383,5 @@ def train(model: str, out: str | pathlib.Path, tokenizer_path: str | pathlib.Pat
 
 __all__ = ["PRESETS", "TrainConfig", "model_config", "count_params", "token_stream", "windows", "batch_at",
            "load_split", "token_nll", "loss_fn", "make_optimizer", "make_step", "make_eval", "unigram_loss",
-           "save_state", "load_state", "export", "train", "heldout_loss", "encode_prompt",
+           "save_state", "load_state", "init_or_resume", "export", "train", "heldout_loss", "encode_prompt",
            "chain_acceptance", "report"]
