@@ -38,13 +38,6 @@ def test_dataset_is_the_targets_own_answers(data):
     tokens, mask = data["tokens"], data["loss_mask"]
     assert tokens.shape == (24, 20) and mask.any(axis=1).all()
     # The greedy batches (every other one) are exactly plain greedy continuations of their prompts.
-    row = int(np.argmax(mask[:, 0] == 0))
-    start = int(np.argmax(mask[row]))
-    n = int(mask[row].sum())
-    toks, lens = pad_prompts([tokens[row, :start].tolist()])
-    greedy = np.asarray(generate_ar(TARGET_PARAMS, TARGET, toks, lens, 12).tokens[0])
-    sampled_or_greedy = np.array_equal(tokens[row, start:start + n], greedy[:n])
-    assert sampled_or_greedy or n > 0  # at least the data is non-empty; the exact check follows on all rows
     matches = 0
     for r in range(24):
         s, m = int(np.argmax(mask[r])), int(mask[r].sum())
