@@ -358,9 +358,14 @@ def _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, m
 
 
 def cache_sizes(drafter, prompt_width: int, max_new_tokens: int, reserve_new_tokens: int | None = None):
-    """(target cache slots, reserve): T + M + N slots cover every write (see `generate`)."""
+    """(target cache slots, reserve): T + M + max(N, D) slots cover every write (see `generate`).
+
+    The verify writes N + 1 pending slots after the committed length (< T + M); `commit`
+    moves D + 1 path slots with one dynamic_update_slice, which XLA would *clamp* (shift
+    onto committed entries) if it ran past the end: a tree of fewer nodes than its depth
+    bound (DDTree with N < L) needs the D."""
     reserve = max(max_new_tokens, reserve_new_tokens or 0)
-    return prompt_width + reserve + drafter.budget, reserve
+    return prompt_width + reserve + max(drafter.budget, drafter.max_depth), reserve
 
 
 def validate_prompts(tokens, prompt_lengths, vocab_size: int) -> None:
@@ -412,7 +417,8 @@ def generate(
     validate_prompts(tokens, prompt_lengths, cfg.vocab_size)
     # Worst case: an active row has committed < T + M - 1 tokens and writes its N + 1 pending
     # slots; a finished row has committed exactly P + num_tokens - 1 <= T + M - 1 and keeps
-    # writing (uncommitted) pending slots while other rows run: T + M + N slots cover both.
+    # writing (uncommitted) pending slots while other rows run: T + M + N slots cover both
+    # (and T + M + D the D + 1 slots that `commit` rewrites).
     num_slots, reserve = cache_sizes(drafter, tokens.shape[1], max_new_tokens, reserve_new_tokens)
     eos = tuple(cfg.eos_token_ids) if eos_ids is None else tuple(eos_ids)
     return _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos, sampling,

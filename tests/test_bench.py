@@ -214,9 +214,34 @@ def test_parse_method_dflash():
     m8 = parse_method("dflash:block=8", None, dflash=(dcfg, params), target_cfg=target)
     assert m8.name == "dflash:block=8" and m8.drafter.budget == 7
     assert parse_method(m8.name, None, dflash=(dcfg, params), target_cfg=target) == m8
-    for spec, message in (("dflash:block=1", "block size must be >= 2"), ("dflash:depth=3", "the only field is block"),
+    for spec, message in (("dflash:block=1", "block size must be >= 2"), ("dflash:depth=3", "the fields are block=<int>"),
                           ("dflash:block=x", "'block' needs an integer")):
         with pytest.raises(ValueError, match=re.escape(message)):
             parse_method(spec, None, dflash=(dcfg, params), target_cfg=target)
     with pytest.raises(ValueError, match="needs a DFlash drafter trained for this target"):
         parse_method("dflash", DRAFT)
+
+
+def test_parse_method_ddtree():
+    from specjax.drafters.ddtree import DDTreeDrafter
+    from specjax.drafters.dflash import DFlashDrafter
+    from specjax.models.dflash import DFlashConfig
+
+    target = harness.random_pair(vocab=64)[0][0]
+    dcfg = DFlashConfig.for_target(target, num_layers=1, target_layer_ids=(1, 4), block_size=16, mask_token_id=63)
+    params = object()
+    m = parse_method("ddtree-64", None, dflash=(dcfg, params), target_cfg=target)
+    assert m.name == "ddtree-64" and m.drafter == DDTreeDrafter(DFlashDrafter(dcfg, target), 64)
+    assert m.draft_params_override is params and m.drafter.max_depth == 15 and m.drafter.budget == 64
+    assert m.drafter.verify_widths == (16, 32, 64) and m.drafter.target_layers == (1, 4)
+    m2 = parse_method("DDTree-8:block=4,prune=0", None, dflash=(dcfg, params), target_cfg=target)
+    assert m2.name == "ddtree-8:block=4,prune=0.0" and m2.drafter.max_depth == 3 and m2.drafter.verify_widths == (8,)
+    assert parse_method(m2.name, None, dflash=(dcfg, params), target_cfg=target) == m2
+    for spec, message in (("ddtree-0", "budget (tree nodes per round) must be an int >= 1"),
+                          ("ddtree-8:block=1", "block size must be >= 2"), ("ddtree-8:prune=1.5", "prune_mass"),
+                          ("ddtree-8:width=3", "the fields are block=<int>, prune=<float>"),
+                          ("ddtree-8:prune=x", "'prune' needs a number"), ("ddtree", "ddtree-<N>")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_method(spec, None, dflash=(dcfg, params), target_cfg=target)
+    with pytest.raises(ValueError, match="needs a DFlash drafter trained for this target"):
+        parse_method("ddtree-16", DRAFT)

@@ -15,6 +15,9 @@ spec                                   method
 ``dflash`` / ``dflash:block=B``        chain DFlash: one drafter forward reading the target's
                                        features, argmax per position, a chain of B - 1 tokens
                                        (``DFlashDrafter``; B defaults to the trained block)
+``ddtree-N[:block=B,prune=P]``         DDTree: the same drafter forward, the N most probable
+                                       prefixes under its marginals, verified as one tree
+                                       (``DDTreeDrafter``; P = prune_mass, 0 = full tree)
 =====================================  ====================================================
 
 Bare ``chain`` / ``linear``, ``fixed`` / ``tree`` are aliases of ``chain4`` and
@@ -42,8 +45,9 @@ PRESETS = {"dynatree-zoo": "dynatree-p3:n_max=16,d_max=6,d0=5,b_mid=1,b_max=2,ta
 _CHAIN = re.compile(r"(?:chain|linear)(\d+)")
 _FIXED = re.compile(r"(?:fixed|tree)(\d+)x(\d+)(?:n(\d+))?")
 _DYNATREE = re.compile(r"dynatree(?:-p([0-9]+))?")
+_DDTREE = re.compile(r"ddtree-(\d+)")
 _FORMS = ("ar, chain<K> (linear<K>), fixed<D>x<B>[n<N>] (tree<D>x<B>[n<N>]), dynatree[-p1|-p2|-p3][:field=value,...], "
-          "dflash[:block=B]")
+          "dflash[:block=B], ddtree-<N>[:block=B,prune=P]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,32 +109,54 @@ def _dynatree(phase: int, overrides: str, draft_cfg):
     return Method(name, drafter)
 
 
-def _dflash(overrides: str, spec: str, dflash, target_cfg):
+def _overrides(text: str, kinds: dict[str, type], what: str) -> dict:
+    """'k=v,k=v' -> {k: kind(v)} for the fields in `kinds`, with errors naming the method and field."""
+    values = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        key, eq, value = (part.strip() for part in item.partition("="))
+        if key not in kinds or not eq:
+            raise ValueError(f"{what} override {item!r}: the fields are " + ", ".join(f"{k}=<{t.__name__}>" for k, t in
+                                                                                      kinds.items()))
+        if key in values:
+            raise ValueError(f"{what} field {key!r} is set twice")
+        try:
+            values[key] = kinds[key](value)
+        except ValueError:
+            raise ValueError(f"{what} field {key!r} needs {'an integer' if kinds[key] is int else 'a number'}, "
+                             f"got {value!r}") from None
+    return values
+
+
+def _dflash_drafter(spec: str, dflash, target_cfg, block):
     from specjax.drafters.dflash import DFlashDrafter
 
     if dflash is None or target_cfg is None:
         raise ValueError(f"method {spec!r} needs a DFlash drafter trained for this target (and the target config)")
-    values = {}
-    for item in filter(None, (x.strip() for x in overrides.split(","))):
-        key, eq, text = item.partition("=")
-        if key.strip() != "block" or not eq:
-            raise ValueError(f"DFlash override {item!r}: the only field is block=<int>")
-        try:
-            values["block_size"] = int(text)
-        except ValueError:
-            raise ValueError(f"DFlash field 'block' needs an integer, got {text!r}") from None
-    dcfg, dparams = dflash
-    drafter = DFlashDrafter(dcfg, target_cfg, **values)
-    name = "dflash" + (f":block={values['block_size']}" if values else "")
-    return Method(name, drafter, draft_params_override=dparams)
+    return DFlashDrafter(dflash[0], target_cfg, block_size=block)
+
+
+def _dflash(overrides: str, spec: str, dflash, target_cfg):
+    block = _overrides(overrides, {"block": int}, "DFlash").get("block")
+    name = "dflash" + (f":block={block}" if block is not None else "")
+    return Method(name, _dflash_drafter(spec, dflash, target_cfg, block), draft_params_override=dflash[1])
+
+
+def _ddtree(budget: int, overrides: str, spec: str, dflash, target_cfg):
+    from specjax.drafters.ddtree import DDTreeDrafter
+
+    values = _overrides(overrides, {"block": int, "prune": float}, "DDTree")
+    block_drafter = _dflash_drafter(spec, dflash, target_cfg, values.get("block"))
+    extra = {"prune_mass": values["prune"]} if "prune" in values else {}
+    name = f"ddtree-{budget}" + (":" + ",".join(f"{k}={v}" for k, v in values.items()) if values else "")
+    return Method(name, DDTreeDrafter(block_drafter, budget, **extra), draft_params_override=dflash[1])
 
 
 def parse_method(spec: str, draft_cfg, *, dflash=None, target_cfg=None) -> Method:
     """Parse a method spec (see the module docstring) into a `Method` with a canonical name.
 
-    `draft_cfg` is the draft model's config (unused for ``ar`` and ``dflash``); `dflash` the
-    DFlash drafter as (DFlashConfig, params) and `target_cfg` the target's config (needed by
-    ``dflash``). Raises ValueError naming the accepted forms for an unknown spec, the valid
+    `draft_cfg` is the draft model's config (unused for ``ar``, ``dflash``, ``ddtree``);
+    `dflash` the DFlash drafter as (DFlashConfig, params) and `target_cfg` the target's
+    config (needed by ``dflash`` and ``ddtree``). Raises ValueError naming the accepted forms for an unknown spec, the valid
     fields for an unknown override, and the drafter's own message for an invalid parameter.
     """
     from specjax.drafters.chain import ChainDrafter
@@ -144,6 +170,10 @@ def parse_method(spec: str, draft_cfg, *, dflash=None, target_cfg=None) -> Metho
         return Method("ar", None)
     if head == "dflash":
         return _dflash(overrides, spec, dflash, target_cfg)
+    if m := _DDTREE.fullmatch(head):
+        return _ddtree(int(m.group(1)), overrides, spec, dflash, target_cfg)
+    if head.startswith("ddtree"):
+        raise ValueError(f"DDTree needs its node budget in the spec, ddtree-<N> (e.g. ddtree-64), got {spec!r}")
     if draft_cfg is None:
         raise ValueError(f"method {spec!r} needs a draft model (only 'ar' runs without one)")
     if m := _DYNATREE.fullmatch(head):

@@ -11,7 +11,8 @@ Sections of this file:
   * Tree selection -- `select_tree`, `select_tree_scored`: log_q f32[B, L, V] -> Tree,
     a static-shape, batched, jit-compiled formulation of the paper's best-first search
     (Algorithm 1) with a documented deterministic tie-break.
-  * (DFlash drafter: added in a later issue.)
+  * The DDTree drafter -- `DDTreeDrafter`: a block drafter's marginals (DFlash's
+    `block_logits`) -> log-softmax in f32 -> `select_tree` -> Tree, one decode-loop round.
 
 Notation: B batch, L depth (block length), V vocabulary, N budget (the paper's B),
 K = min(N, V) tokens kept per depth, rank r in [0, K) = position of a token in the
@@ -20,14 +21,18 @@ per-depth order "log-prob descending, token id ascending" (what `lax.top_k` retu
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from specjax.ops import top_k
+from flax import struct
+
+from specjax.ops import top_k, width_buckets
 from specjax.tree import Tree
 
 # ======================================================================= tree selection
@@ -290,3 +295,124 @@ def select_tree(log_q: jax.Array, budget: int, *, method: str = "levels") -> Tre
     Jit-compiled with `budget` static; callable inside an outer `jax.jit`.
     """
     return select_tree_scored(log_q, budget, method=method)[0]
+
+
+# ======================================================================= the DDTree drafter
+
+
+@struct.dataclass
+class DDTreeState:
+    """block: the block drafter's state; surrogate f32[B, R]: sum_{u in T} q(u) of each
+    round's tree (the drafter-side expected number of accepted tokens, -1 past the row's
+    last round); num_rounds int32[B]: rounds proposed per row."""
+
+    block: object
+    surrogate: jax.Array
+    num_rounds: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class DDTreeDrafter:
+    """DDTree decoding (paper §4, Algorithm 1) on any drafter that returns per-position marginals.
+
+    block_drafter: a drafter with `block_logits(state, root, active) -> (logits f32[B, L, V],
+      state)` (one parallel pass, e.g. `specjax.drafters.dflash.DFlashDrafter`); its init /
+      observe / target features are used as they are.
+    budget: N, tree nodes per round (the root is not counted; the target verifies N + 1).
+    prune_mass: nodes with q(u) < prune_mass / N are dropped after selection, so the
+      surrogate sum_{u in T} q(u) loses less than prune_mass tokens per round, and a
+      confident drafter's tree (most of its N nodes far below that) is verified at a small
+      width (`verify_widths`). 0 keeps the paper's full tree. Trees stay nested in N:
+      T_N subset of T_N' for N < N' (the threshold only decreases). The first node is kept.
+    verify_factor: ratio of consecutive static verify widths (16, 32, ... up to N).
+    method: "levels" or "pops" (`select_tree`; same trees).
+
+    The draft distribution is used untempered (log-softmax of the drafter's logits) at every
+    target temperature; the tree is fixed before the target's samples are drawn, so the
+    greedy walk (T = 0) and the sampling walk (T > 0) are lossless for any tree.
+    """
+
+    block_drafter: object
+    budget: int
+    prune_mass: float = 0.01
+    verify_factor: float = 2.0
+    method: str = "levels"
+
+    def __post_init__(self):
+        if not callable(getattr(self.block_drafter, "block_logits", None)):
+            raise TypeError(f"DDTree builds its tree from per-position marginals: the block drafter must have "
+                            f"block_logits(state, root, active), {type(self.block_drafter).__name__} has none")
+        if isinstance(self.budget, bool) or not isinstance(self.budget, (int, np.integer)) or self.budget < 1:
+            raise ValueError(f"DDTree budget (tree nodes per round) must be an int >= 1, got {self.budget!r}")
+        if not (0 <= self.prune_mass < 1) or math.isnan(self.prune_mass):
+            raise ValueError(f"prune_mass must lie in [0, 1), got {self.prune_mass}")
+        if self.verify_factor <= 1:
+            raise ValueError(f"verify_factor must be > 1, got {self.verify_factor}")
+        if self.method not in _METHODS:
+            raise ValueError(f"method must be one of {sorted(_METHODS)}, got {self.method!r}")
+        if self.max_depth < 1:
+            raise ValueError(f"the block drafter drafts {self.max_depth} positions per pass; DDTree needs >= 1")
+
+    # ---------------------------------------------------------------- static attributes
+    @property
+    def max_depth(self) -> int:
+        return self.block_drafter.max_depth  # L: the walk never goes deeper than the block
+
+    @property
+    def target_layers(self) -> tuple[int, ...]:
+        return tuple(getattr(self.block_drafter, "target_layers", ()))
+
+    @property
+    def target_topk(self) -> int:
+        return getattr(self.block_drafter, "target_topk", 0)
+
+    @property
+    def verify_widths(self) -> tuple[int, ...]:
+        """16, 32, ... N: the target verifies the smallest that holds every kept node. Kept
+        nodes are a prefix of the slots (selection order is by decreasing q(u)), so the
+        width follows the tree."""
+        if self.prune_mass == 0:
+            return (self.budget,)
+        return width_buckets(self.budget, smallest=min(16, self.budget), factor=self.verify_factor)
+
+    @property
+    def log_min_prob(self) -> float:
+        """log of the pruning threshold prune_mass / N (-inf when pruning is off)."""
+        return math.log(self.prune_mass / self.budget) if self.prune_mass > 0 else -math.inf
+
+    def validate(self, target_cfg) -> None:
+        self.block_drafter.validate(target_cfg)
+
+    def uses_rejection(self, sampling) -> bool:
+        return False  # sampling walk: marginals are not the path-conditional proposal (PAPER_NOTES §1.4)
+
+    # ---------------------------------------------------------------- the round
+    def init(self, params, tokens, prompt_lengths, max_new_tokens: int, context=None) -> DDTreeState:
+        b = tokens.shape[0]
+        return DDTreeState(block=self.block_drafter.init(params, tokens, prompt_lengths, max_new_tokens, context),
+                           surrogate=jnp.full((b, max_new_tokens), -1.0, jnp.float32),
+                           num_rounds=jnp.zeros((b,), jnp.int32))
+
+    def tree(self, logits: jax.Array, active: jax.Array) -> tuple[Tree, jax.Array]:
+        """logits f32[B, L, V] -> (Tree [B, N], surrogate f32[B] = sum of q(u) over kept nodes).
+
+        Inactive rows (bool[B]) get an empty tree."""
+        log_q = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # no draft temperature
+        tree, scores = select_tree_scored(log_q, self.budget, method=self.method)
+        keep = tree.valid & (scores >= self.log_min_prob)
+        keep = keep.at[:, 0].set(tree.valid[:, 0]) & active[:, None]
+        tree = tree.replace(valid=keep, parents=jnp.where(keep, tree.parents, -1), depth=jnp.where(keep, tree.depth, 0),
+                            tokens=jnp.where(keep, tree.tokens, 0))
+        return tree, jnp.sum(jnp.where(keep, jnp.exp(scores), 0.0), axis=-1)
+
+    def propose(self, state: DDTreeState, root, active, key, sampling):
+        logits, block = self.block_drafter.block_logits(state.block, root, active)
+        tree, mass = self.tree(logits, active)
+        rows = jnp.arange(root.shape[0])
+        r = jnp.minimum(state.num_rounds, state.surrogate.shape[1] - 1)
+        surrogate = state.surrogate.at[rows, r].set(jnp.where(active, mass, state.surrogate[rows, r]))
+        return tree, None, DDTreeState(block=block, surrogate=surrogate,
+                                       num_rounds=state.num_rounds + active.astype(jnp.int32))
+
+    def observe(self, state: DDTreeState, verified) -> DDTreeState:
+        return state.replace(block=self.block_drafter.observe(state.block, verified))
