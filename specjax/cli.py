@@ -8,8 +8,10 @@
                             [--json PATH] [--csv PATH] [--checkpoint DIR --draft DIR | --random [--self-draft]]
 
 Method specs (`specjax.bench.methods`): ar, chain<K>, fixed<D>x<B>[n<N>], dynatree[-p1|-p2|-p3]
-[:field=value,...]; `chain`, `fixed`, `dynatree` mean chain4, fixed5x2, dynatree-p3, and
-`dynatree-zoo` (the default of `generate`) is Phase 3 tuned for the embedded pair.
+[:field=value,...], dflash[:block=B], ddtree-<N>[:block=B,prune=P]; `chain`, `fixed`, `dynatree`
+mean chain4, fixed5x2, dynatree-p3, and `dynatree-zoo` is Phase 3 tuned for the embedded pair.
+`generate` defaults to `DEFAULT_METHOD` (DDTree with 8 nodes on the zoo's DFlash drafter: the
+fastest method on the embedded pair, measured in one same-run benchmark, README).
 
 By default the embedded pair (`specjax.zoo`: tiny-neox-target + tiny-neox-draft, trained by
 specjax) continues the first held-out Wikipedia prompt (fetched from the package registry
@@ -35,12 +37,24 @@ import jax
 import numpy as np
 
 
-def _timed(run):
-    jax.block_until_ready(run().tokens)  # compile + warm-up
-    start = time.perf_counter()
-    out = run()
-    jax.block_until_ready(out.tokens)
-    return out, time.perf_counter() - start
+# `make run`'s method: the fastest on the embedded pair in a same-run benchmark (README, "Two commands").
+DEFAULT_METHOD = "ddtree-8"
+
+
+TIMED_RUNS = 9  # CPU timings vary 30-50 % run to run: interleave the methods, report medians
+
+
+def _timed(*runs):
+    """Per call in `runs`: (output, median seconds over TIMED_RUNS warm calls). Every call is
+    compiled and warmed first, then the calls alternate, so drift hits all of them alike."""
+    outs = [jax.block_until_ready(run()) for run in runs]  # compile + warm-up
+    times = [[] for _ in runs]
+    for _ in range(TIMED_RUNS):
+        for i, run in enumerate(runs):
+            start = time.perf_counter()
+            outs[i] = jax.block_until_ready(run())
+            times[i].append(time.perf_counter() - start)
+    return [(out, float(np.median(t))) for out, t in zip(outs, times)]
 
 
 def _zoo_drafter(name: str):
@@ -122,6 +136,8 @@ def _generate(args) -> int:
         print("specjax generate: --draft needs --checkpoint", file=sys.stderr)
         return 2
     cfg, params, encode, decode, draft, dflash, prompt = _load(args)
+    if args.method is None:
+        args.method = DEFAULT_METHOD if dflash is not None else "dynatree-zoo" if draft is not None else "ar"
     method = None
     if args.method != "ar":
         try:
@@ -139,19 +155,24 @@ def _generate(args) -> int:
     mode = "greedy" if sampling.greedy else f"T={args.temperature}"
     print(f"target: {cfg.model_type}, {sum(x.size for x in jax.tree.leaves(params)):,} params; "
           f"device {jax.devices()[0].platform}; prompt: {prompt!r}")
-    ar, ar_s = _timed(lambda: generate_ar(params, cfg, tokens, lengths, args.max_new_tokens, sampling=sampling,
-                                          key=key))
+    run_ar = lambda: generate_ar(params, cfg, tokens, lengths, args.max_new_tokens, sampling=sampling,  # noqa: E731
+                                 key=key)
+    if method is not None:
+        draft_params = method.draft_params_override if method.draft_params_override is not None else draft[1]
+        run_spec = lambda: generate(params, cfg, method.drafter, draft_params, tokens, lengths,  # noqa: E731
+                                    args.max_new_tokens, sampling=sampling, key=key)
+        (ar, ar_s), (spec, spec_s) = _timed(run_ar, run_spec)
+    else:
+        ((ar, ar_s),) = _timed(run_ar)
     n = int(ar.num_tokens[0])
-    print(f"\n[AR {mode}] {n} tokens in {ar_s * 1e3:.0f} ms = {n / ar_s:.1f} tokens/s")
+    print(f"\n[AR {mode}] {n} tokens in {ar_s * 1e3:.1f} ms (median of {TIMED_RUNS}, interleaved) = "
+          f"{n / ar_s:.1f} tokens/s")
     print(decode(np.asarray(ar.tokens[0, :n]).tolist()))
     if method is None:
         return 0
-    draft_params = method.draft_params_override if method.draft_params_override is not None else draft[1]
-    spec, spec_s = _timed(lambda: generate(params, cfg, method.drafter, draft_params, tokens, lengths,
-                                           args.max_new_tokens, sampling=sampling, key=key))
     m = int(spec.num_tokens[0])
     same = m == n and np.array_equal(np.asarray(spec.tokens[0, :m]), np.asarray(ar.tokens[0, :n]))
-    print(f"\n[{method.name} speculative, {mode}] {m} tokens in {spec_s * 1e3:.0f} ms = {m / spec_s:.1f} tokens/s "
+    print(f"\n[{method.name} speculative, {mode}] {m} tokens in {spec_s * 1e3:.1f} ms = {m / spec_s:.1f} tokens/s "
           f"— speedup vs AR {ar_s / spec_s:.2f}x, mean accepted length {spec.stats.mean_accepted_length()[0]:.2f} "
           f"tokens/round over {int(spec.stats.num_rounds[0])} rounds"
           + (f"; identical to AR: {same}" if sampling.greedy else ""))
@@ -305,11 +326,12 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--dflash", help="DFlash drafter directory (default: the zoo's for the zoo target / SmolLM2)")
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--method", default="dynatree-zoo",
+    gen.add_argument("--method", default=None,
                      help="ar or a method spec: chain<K>, fixed<D>x<B>[n<N>], dynatree[-p1|-p2|-p3][:field=value,...], "
-                          "dflash[:block=B]; "
+                          "dflash[:block=B], ddtree-<N>[:block=B,prune=P]; "
                           "chain, fixed, dynatree = chain4, fixed5x2, dynatree-p3; dynatree-zoo = Phase 3 tuned for "
-                          "the embedded pair (default)")
+                          f"the embedded pair. Default: {DEFAULT_METHOD} (the fastest on the embedded pair, README) "
+                          "when a DFlash drafter is available, else dynatree-zoo with a draft model, else ar")
     gen.add_argument("--prompt", help="prompt text (default: a held-out Wikipedia opening)")
     gen.add_argument("--max-new-tokens", type=int, default=64)
     gen.add_argument("--rounds", action="store_true", help="print per-round stats and the acceptance histogram")

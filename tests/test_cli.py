@@ -71,3 +71,10 @@ def test_generate_dflash_on_the_embedded_pair(capsys):
     assert "[dflash speculative, greedy]" in out and "identical to AR: True" in out
     assert main(args[:2] + ["dflash:block=5"] + args[3:] + ["--temperature", "1"]) == 0
     assert "[dflash:block=5 speculative, T=1.0]" in capsys.readouterr().out
+
+
+def test_generate_defaults_to_ddtree_on_the_embedded_pair(capsys):
+    """`make run`'s default method (README: the fastest on this pair) runs and matches AR."""
+    assert main(["generate", "--prompt", "The river flows through the", "--max-new-tokens", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "[ddtree-8 speculative, greedy]" in out and "identical to AR: True" in out

@@ -29,9 +29,10 @@ from specjax.models import init_cache, pad_prompts, prefill
 from specjax.sampling import Sampling
 from specjax.tree import token_paths
 from specjax.verify import walk
-from tests.test_decode import MAX_NEW, PROMPT_WIDTH, assert_lossless, prompt_batches
+from tests.test_decode import MAX_NEW, PROMPT_WIDTH, assert_lossless
 from tests.test_decode_sampling import PROMPT, TARGET, TARGET_PARAMS, VOCAB, exact_law, g_test
-from tests.test_dflash import DFLASH_SMALL, DFLASH_SMALL_PARAMS, TARGETS, drafter_cfg, random_params, zoo_pair
+from tests.test_dflash import (DFLASH_SMALL, DFLASH_SMALL_PARAMS, TARGETS, check_lossless_on_random_weights,
+                               draw_zoo_prompts, drafter_cfg, random_params, zoo_pair)
 
 
 def slot_paths(tree, b: int) -> list[tuple[int, ...]]:
@@ -116,16 +117,8 @@ SETTINGS = [("neox", 5, 2, 1), ("qwen", 3, 3, 7), ("neox", 9, 2, 64), ("qwen", 5
 @settings(max_examples=5, deadline=None)
 @given(data=st.data(), seed=st.integers(0, 2**16), eos=st.booleans(), prune=st.sampled_from([0.0, 0.01, 0.5]))
 def test_ddtree_greedy_lossless_random_weights(name, block, batch, budget, data, seed, eos, prune):
-    target = TARGETS[name]
-    cfg = drafter_cfg(target, block_size=block)
-    params, dparams = random_params(target, seed), random_params(cfg, seed + 3)
-    prompts = data.draw(prompt_batches(batch, target.vocab_size))
-    tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
-    eos_ids = (3,) if eos else ()
-    ar = generate_ar(params, target, tokens, lengths, MAX_NEW, eos_ids=eos_ids)
-    drafter = ddtree(cfg, target, budget, prune_mass=prune)
-    spec = generate(params, target, drafter, dparams, tokens, lengths, MAX_NEW, eos_ids=eos_ids)
-    assert_lossless(params, target, prompts, ar, spec)
+    spec = check_lossless_on_random_weights(name, block, batch, data, seed, eos,
+                                            lambda cfg, target: ddtree(cfg, target, budget, prune_mass=prune))
     acc, prop = np.asarray(spec.stats.accepted), np.asarray(spec.stats.proposed)
     assert np.all(acc <= block - 1) and np.all(prop <= budget)
 
@@ -151,20 +144,8 @@ def test_budget_below_depth_keeps_the_committed_cache():
 def test_ddtree_greedy_lossless_trained_weights(data, eos, budget):
     """The trained zoo drafter (deep accepted paths, wide trees), ragged batches of held-out
     text prefixes and random tokens, EOS and max-token stops."""
-    from tests.test_zoo import HELDOUT, PROMPTS
-    from specjax import zoo
-
     tcfg, tparams, tok, dcfg, dparams = zoo_pair()
-    texts = [t for _, t in HELDOUT + PROMPTS]
-    rows = []
-    for _ in range(3):
-        if data.draw(st.booleans()):
-            ids = zoo.encode(tok, texts[data.draw(st.integers(0, len(texts) - 1))])
-            rows.append(ids[: data.draw(st.integers(1, min(len(ids), 24)))])
-        else:
-            rows.append(data.draw(st.lists(st.integers(1, tcfg.vocab_size - 1), min_size=1, max_size=24)))
-    tokens, lengths = pad_prompts(rows, 24)
-    eos_ids = (int(tok.token_to_id(",")),) if eos else ()
+    rows, tokens, lengths, eos_ids = draw_zoo_prompts(data, eos)
     ar = generate_ar(tparams, tcfg, tokens, lengths, 40, eos_ids=eos_ids)
     spec = generate(tparams, tcfg, ddtree(dcfg, tcfg, budget), dparams, tokens, lengths, 40, eos_ids=eos_ids)
     assert_lossless(tparams, tcfg, rows, ar, spec)

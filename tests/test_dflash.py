@@ -201,6 +201,13 @@ SETTINGS = [("neox", 5, 2), ("qwen", 3, 3), ("neox", 9, 1)]  # target, block siz
 @settings(max_examples=6)
 @given(data=st.data(), seed=st.integers(0, 2**16), eos=st.booleans())
 def test_chain_dflash_greedy_lossless_random_weights(name, block, batch, data, seed, eos):
+    spec = check_lossless_on_random_weights(name, block, batch, data, seed, eos, D.DFlashDrafter)
+    assert np.all(np.asarray(spec.stats.accepted) <= block - 1)
+
+
+def check_lossless_on_random_weights(name, block, batch, data, seed, eos, make_drafter):
+    """Random target + DFlash weights (seeded), a drawn ragged batch, EOS 3 or none:
+    `make_drafter(cfg, target)`'s generation must equal AR's. Returns the generation."""
     target = TARGETS[name]
     cfg = drafter_cfg(target, block_size=block)
     params, dparams = random_params(target, seed), random_params(cfg, seed + 3)
@@ -208,10 +215,9 @@ def test_chain_dflash_greedy_lossless_random_weights(name, block, batch, data, s
     tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
     eos_ids = (3,) if eos else ()
     ar = generate_ar(params, target, tokens, lengths, MAX_NEW, eos_ids=eos_ids)
-    spec = generate(params, target, D.DFlashDrafter(cfg, target), dparams, tokens, lengths, MAX_NEW, eos_ids=eos_ids)
+    spec = generate(params, target, make_drafter(cfg, target), dparams, tokens, lengths, MAX_NEW, eos_ids=eos_ids)
     assert_lossless(params, target, prompts, ar, spec)
-    acc = np.asarray(spec.stats.accepted)
-    assert np.all(acc <= block - 1)
+    return spec
 
 
 def test_transfer_guard_and_one_compile():
@@ -286,6 +292,25 @@ def zoo_pair():
     return tcfg, tparams, tok, dcfg, dparams
 
 
+def draw_zoo_prompts(data, eos: bool, rows: int = 3, width: int = 24):
+    """A ragged batch for the zoo target: each row a held-out text prefix or random tokens
+    (1..width tokens); EOS = the frequent token ',' or none. -> (rows, tokens, lengths, eos_ids)."""
+    from tests.test_zoo import HELDOUT, PROMPTS
+    from specjax import zoo
+
+    tcfg, _, tok, _, _ = zoo_pair()
+    texts = [t for _, t in HELDOUT + PROMPTS]
+    out = []
+    for _ in range(rows):
+        if data.draw(st.booleans()):
+            ids = zoo.encode(tok, texts[data.draw(st.integers(0, len(texts) - 1))])
+            out.append(ids[: data.draw(st.integers(1, min(len(ids), width)))])
+        else:
+            out.append(data.draw(st.lists(st.integers(1, tcfg.vocab_size - 1), min_size=1, max_size=width)))
+    tokens, lengths = pad_prompts(out, width)
+    return out, tokens, lengths, ((int(tok.token_to_id(",")),) if eos else ())
+
+
 ZOO_MIN_TAU = 3.0  # chain DFlash (block 16), greedy, 32 tokens on the held-out test_zoo prompts: measured 4.07
 
 
@@ -312,20 +337,8 @@ def test_zoo_drafter_is_trained_for_the_zoo_target():
 def test_chain_dflash_greedy_lossless_trained_weights(data, eos, block):
     """Trained weights (long accepted runs), ragged batches of held-out text prefixes and random
     tokens, EOS (the zoo's id 0 or a frequent token) and max-token stops."""
-    from tests.test_zoo import HELDOUT, PROMPTS
-    from specjax import zoo
-
     tcfg, tparams, tok, dcfg, dparams = zoo_pair()
-    texts = [t for _, t in HELDOUT + PROMPTS]
-    rows = []
-    for _ in range(3):
-        if data.draw(st.booleans()):
-            ids = zoo.encode(tok, texts[data.draw(st.integers(0, len(texts) - 1))])
-            rows.append(ids[: data.draw(st.integers(1, min(len(ids), 24)))])
-        else:
-            rows.append(data.draw(st.lists(st.integers(1, tcfg.vocab_size - 1), min_size=1, max_size=24)))
-    tokens, lengths = pad_prompts(rows, 24)
-    eos_ids = (int(tok.token_to_id(",")),) if eos else ()
+    rows, tokens, lengths, eos_ids = draw_zoo_prompts(data, eos)
     new = data.draw(st.sampled_from([17, 40]))
     ar = generate_ar(tparams, tcfg, tokens, lengths, new, eos_ids=eos_ids)
     spec = generate(tparams, tcfg, D.DFlashDrafter(dcfg, tcfg, block_size=block), dparams, tokens, lengths, new,

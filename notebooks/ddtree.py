@@ -1,0 +1,392 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # DDTree at small scale: Table 1, Figures 3–4, calibration, round costs, a projection
+#
+# This notebook reruns the experiments of *Accelerating speculative decoding with block
+# diffusion draft trees* (DDTree, `../shared/papers/`) with `specjax`: one drafter forward
+# of a trained DFlash drafter gives per-position marginals q_1..q_L; DDTree verifies the N
+# most probable prefixes under Q = prod q_d as one tree; chain DFlash verifies the argmax
+# chain. Every method runs in the same decode loop (one jitted `lax.while_loop`), is timed
+# in the same process with compile time excluded and warm-up prompts discarded
+# (`specjax.bench.harness`), and greedy outputs are checked token for token against AR.
+#
+# **Profiles.** `cpu-tiny` (default; what CI runs): the embedded pair (`specjax.zoo`: the
+# 4.9M-parameter GPT-NeoX target and `tiny-neox-dflash`, a 2-layer DFlash drafter trained
+# by specjax), a few prompts per dataset, short generations, on whatever device JAX finds.
+# `gpu`: SmolLM2-135M-Instruct (registry GGUF) with `smollm2-135m-dflash` (undertrained
+# on CPU: see `specjax/zoo/TRAINING.md`), chat-templated prompts, longer generations, and
+# the projection on a Qwen3-8B-shaped random-weight target. The paper's numbers (Qwen3
+# 4B/8B/30B on H200s, 2048 new tokens) are printed beside ours as cited input; only
+# orderings and mechanisms are comparable, never absolute values.
+#
+# **On a CPU** the target's cost grows with every token it verifies, so small budgets win
+# on time there; τ (tokens per round, bonus included) is the primary small-scale metric.
+
+# %% tags=["parameters"]
+import os
+
+PROFILE = os.environ.get("SPECJAX_PROFILE", "cpu-tiny")
+
+# %%
+import json
+import pathlib
+
+if PROFILE == "gpu":  # measured on an H100: 2.3x faster bf16 decode without XLA's Triton GEMMs (must precede jax)
+    os.environ.setdefault("XLA_FLAGS", "--xla_gpu_enable_triton_gemm=false")
+
+import jax
+import jax.numpy as jnp
+import matplotlib.pyplot as plt
+import numpy as np
+
+from specjax import zoo
+from specjax.bench.harness import environment, format_table, run_benchmark, write_json
+from specjax.bench.methods import parse_method
+from specjax.bench.round_split import PARTS, project_speedup, round_split
+from specjax.cli import dataset_texts
+from specjax.decode import generate
+from specjax.models import pad_prompts
+from specjax.sampling import Sampling
+
+PROFILES = {
+    "cpu-tiny": dict(prompts=3, warmup=1, max_new=64, prompt_len=48, budgets=(4, 8, 16, 32, 64), fixed=16,
+                     sweep=(16, 32, 64, 128, 256, 512, 1024), sweep_prompts=2, calib_prompts=6, reps=15),
+    "gpu": dict(prompts=16, warmup=2, max_new=256, prompt_len=256, budgets=(16, 32, 64, 128, 256, 512), fixed=256,
+                sweep=(16, 32, 64, 128, 256, 512, 1024), sweep_prompts=8, calib_prompts=16, reps=20),
+}
+P = PROFILES[PROFILE]
+DATASETS = {"GSM8K": "gsm8k", "MATH-500": "math500", "HumanEval": "humaneval", "MBPP": "mbpp",
+            "MT-Bench": "mtbench", "ShareGPT (Alpaca stand-in)": "sharegpt"}
+OUT = pathlib.Path(os.environ.get("SPECJAX_NOTEBOOK_OUT", "results")) / "ddtree"
+OUT.mkdir(parents=True, exist_ok=True)
+
+if PROFILE == "gpu":
+    from specjax.cli import smollm2
+
+    t_cfg, t_params, encode, _ = smollm2(chat=True)
+    dflash = zoo.load_drafter("smollm2-135m-dflash")
+    names, chat = ("smollm2-135m-instruct", "smollm2-135m-dflash"), True
+else:
+    t_cfg, t_params, _tok = zoo.load("tiny-neox-target")
+    dflash = zoo.load_drafter("tiny-neox-dflash")
+    encode, names, chat = (lambda text: zoo.encode(_tok, text)), ("tiny-neox-target", "tiny-neox-dflash"), False
+target = (t_cfg, t_params)
+
+
+def method(spec):
+    return parse_method(spec, None, dflash=dflash, target_cfg=t_cfg)
+
+
+def prompts_of(dataset, count, length=None):
+    """Token lists of the first `count` prompts of a dataset, each cut to its last `length` tokens."""
+    ids = [encode(t) for t in dataset_texts(dataset, chat=chat)[:count]]
+    return [x[-(length or P["prompt_len"]):] for x in ids]
+
+
+def bench(specs, prompt_list, temperature=0.0, max_new=None):
+    """One same-run benchmark; every prompt padded to prompt_len so all datasets share compiled shapes."""
+    return run_benchmark(target, None, prompt_list, [method(s) if s != "ar" else "ar" for s in specs],
+                         max_new_tokens=max_new or P["max_new"], prompt_width=P["prompt_len"], warmup=P["warmup"],
+                         sampling=Sampling(temperature), progress=False, ttft=False)
+
+
+env = environment(*names, t_params, extra={"profile": PROFILE})
+print(f"profile {PROFILE}: target {names[0]}, drafter {names[1]} (block {dflash[0].block_size}, reads target "
+      f"layers {dflash[0].target_layer_ids}); {P['prompts']} prompts per dataset (+{P['warmup']} warm-up), "
+      f"{P['max_new']} new tokens; device {jax.devices()[0].device_kind}")
+
+# %% [markdown]
+# ## Table 1: chain DFlash vs DDTree, per dataset, at T = 0 and T = 1
+#
+# As in the paper, "DDTree (best)" is the best budget per cell over the budgets in the
+# profile (an oracle choice, as the paper's); "DDTree (N fixed)" is one budget for every
+# cell, the fair number (PAPER_NOTES §1.10). Speedups are over AR in the same run.
+
+# %%
+BUDGETS, FIXED = P["budgets"], P["fixed"]
+SPECS = ["ar", "dflash", *(f"ddtree-{n}" for n in BUDGETS)]
+table1 = {}
+for label, dataset in DATASETS.items():
+    plist = prompts_of(dataset, P["warmup"] + P["prompts"])
+    for temperature in (0.0, 1.0):
+        table1[label, temperature] = {r.method: r for r in bench(SPECS, plist, temperature)}
+        lossy = [m for m, r in table1[label, temperature].items() if r.identical_to_ar is False]
+        assert not lossy, f"greedy output differs from AR on {label} (a losslessness bug): {lossy}"
+
+
+def best(rows):
+    return max((rows[f"ddtree-{n}"] for n in BUDGETS), key=lambda r: r.speedup)
+
+
+print(f"{'dataset':<28}{'T':>4} | {'DFlash':>14} | {'DDTree (best)':>27} | {f'DDTree ({FIXED} fixed)':>15} | "
+      f"τ ratio: fixed, best budget")
+rows_out = []
+for (label, temperature), rows in table1.items():
+    chain, top, fixed = rows["dflash"], best(rows), rows[f"ddtree-{FIXED}"]
+    tau_ratio = fixed.tokens_per_iteration / chain.tokens_per_iteration
+    print(f"{label:<28}{temperature:>4.0f} | {chain.speedup:5.2f}x τ {chain.tokens_per_iteration:5.2f} | "
+          f"{top.speedup:5.2f}x τ {top.tokens_per_iteration:5.2f} ({top.method:>10}) | "
+          f"{fixed.speedup:5.2f}x τ {fixed.tokens_per_iteration:5.2f} | {tau_ratio:5.2f}x, "
+          f"{max(rows[f'ddtree-{n}'].tokens_per_iteration for n in BUDGETS) / chain.tokens_per_iteration:5.2f}x")
+    rows_out.append(dict(dataset=label, temperature=temperature, dflash_speedup=chain.speedup,
+                         dflash_tau=chain.tokens_per_iteration, best_method=top.method, best_speedup=top.speedup,
+                         best_tau=top.tokens_per_iteration, fixed_speedup=fixed.speedup,
+                         fixed_tau=fixed.tokens_per_iteration, tau_ratio_fixed=tau_ratio,
+                         max_tau=max(rows[f"ddtree-{n}"].tokens_per_iteration for n in BUDGETS)))
+    rows_out[-1]["tau_ratio_best_tau"] = rows_out[-1]["max_tau"] / chain.tokens_per_iteration
+write_json(OUT / "table1.json", [r for rows in table1.values() for r in rows.values()], env,
+           {"profile": PROFILE, **P, "rows": rows_out})
+
+# %%
+PAPER_TABLE1_QWEN3_8B = {  # (DFlash speedup, tau, DDTree speedup, tau), Table 1 of the paper, Qwen3-8B (cited input)
+    ("GSM8K", 0): (4.78, 6.57, 6.75, 9.54), ("MATH-500", 0): (5.56, 7.79, 7.52, 10.73),
+    ("HumanEval", 0): (4.84, 6.61, 6.90, 9.67), ("MBPP", 0): (4.33, 5.99, 6.39, 9.07),
+    ("MT-Bench", 0): (2.56, 4.28, 4.10, 6.58), ("ShareGPT (Alpaca stand-in)", 0): (2.07, 3.12, 3.36, 5.09),
+    ("GSM8K", 1): (4.33, 5.93, 6.27, 8.95), ("MATH-500", 1): (4.56, 6.46, 6.59, 9.54),
+    ("HumanEval", 1): (4.00, 5.48, 6.09, 8.59), ("MBPP", 1): (3.83, 5.30, 5.87, 8.34),
+    ("MT-Bench", 1): (2.30, 3.77, 3.75, 6.02), ("ShareGPT (Alpaca stand-in)", 1): (1.95, 2.94, 3.20, 4.89),
+}
+fig, ax = plt.subplots(1, 2, figsize=(13, 3.8))
+labels = [f"{k[0].split(' ')[0]}\nT={k[1]:.0f}" for k in table1]
+x = np.arange(len(labels))
+bars = (("dflash", "chain DFlash", "tab:gray"), ("fixed", f"DDTree-{FIXED}", "tab:blue"),
+        ("best", "DDTree (best budget)", "tab:orange"))
+for i, (key, name, color) in enumerate(bars):  # τ: the largest over budgets; speedup: the fastest budget
+    ax[0].bar(x + (i - 1) * 0.27, [r["max_tau" if key == "best" else f"{key}_tau"] for r in rows_out], 0.27,
+              label=name, color=color)
+    ax[1].bar(x + (i - 1) * 0.27, [r[f"{key}_speedup"] for r in rows_out], 0.27, label=name, color=color)
+paper_ratio = [v[3] / v[1] for v in PAPER_TABLE1_QWEN3_8B.values()]
+ax[0].set_ylabel("τ (tokens / round)")
+ax[1].set_ylabel("speedup vs AR (this device)")
+ax[1].axhline(1.0, color="k", lw=0.8)
+for a in ax:
+    a.set_xticks(x, labels, fontsize=7, rotation=45)
+    a.legend(fontsize=8)
+fig.suptitle(f"Table 1 analogue ({names[0]}); paper DDTree/DFlash τ ratio on Qwen3-8B: "
+             f"{min(paper_ratio):.2f}–{max(paper_ratio):.2f}x")
+fig.tight_layout()
+fig.savefig(OUT / "table1.png", dpi=120)
+
+# %% [markdown]
+# ## Figure 3: the budget sweep (MATH-500, T = 0)
+#
+# τ must be non-decreasing in the budget (the optimal trees are nested, P6); the speedup is
+# unimodal in the paper (peak at 256–512 on an H200). On a CPU each verified token costs
+# target time, so the peak moves to small budgets.
+
+# %%
+sweep_prompts = prompts_of("math500", P["warmup"] + P["sweep_prompts"])
+sweep = {r.method: r for r in bench(["ar", "dflash", *(f"ddtree-{n}" for n in P["sweep"])], sweep_prompts)}
+PAPER_FIG3 = {16: (6.1, 8.6), 32: (6.6, 9.3), 64: (7.0, 9.75), 128: (7.3, 10.2), 256: (7.4, 10.4), 512: (7.5, 10.7),
+              1024: (6.8, 11.0)}  # (speedup, tau) read from the paper's Figure 3 (±0.05; cited input)
+taus = [sweep[f"ddtree-{n}"].tokens_per_iteration for n in P["sweep"]]
+speedups = [sweep[f"ddtree-{n}"].speedup for n in P["sweep"]]
+nodes = [sweep[f"ddtree-{n}"].mean_tree_nodes for n in P["sweep"]]
+for n, t, s, k in zip(P["sweep"], taus, speedups, nodes):
+    print(f"budget {n:5d}: τ {t:5.2f}  speedup {s:5.2f}x  kept nodes/round {k:7.1f}   | paper {PAPER_FIG3[n][1]:5.2f} "
+          f"{PAPER_FIG3[n][0]:.1f}x")
+print(f"chain DFlash: τ {sweep['dflash'].tokens_per_iteration:.2f}, {sweep['dflash'].speedup:.2f}x   | paper 7.79, 5.56x")
+fig, ax = plt.subplots(1, 2, figsize=(11, 3.5))
+ax[0].semilogx(P["sweep"], taus, "o-", base=2, label="ours (DDTree)")
+ax[0].axhline(sweep["dflash"].tokens_per_iteration, color="gray", ls="--", label="ours (chain DFlash)")
+ax[0].set_ylabel("τ")
+ax[1].semilogx(P["sweep"], speedups, "o-", base=2, label="ours (DDTree)")
+ax[1].axhline(sweep["dflash"].speedup, color="gray", ls="--", label="ours (chain DFlash)")
+ax[1].set_ylabel("speedup vs AR")
+ax2 = [a.twinx() for a in ax]
+ax2[0].semilogx(list(PAPER_FIG3), [v[1] for v in PAPER_FIG3.values()], "k^:", base=2, label="paper (right axis)")
+ax2[1].semilogx(list(PAPER_FIG3), [v[0] for v in PAPER_FIG3.values()], "k^:", base=2, label="paper (right axis)")
+for a, b in zip(ax, ax2):
+    a.set_xlabel("node budget N")
+    a.legend(loc="upper left", fontsize=8)
+    b.legend(loc="lower right", fontsize=8)
+fig.suptitle("Figure 3 analogue: budget sweep, MATH-500, T = 0")
+fig.tight_layout()
+fig.savefig(OUT / "figure3.png", dpi=120)
+
+# %% [markdown]
+# ## Figure 4: acceptance-length histograms (MATH-500, T = 0)
+#
+# Acceptance length = accepted draft tokens + the bonus (1..L+1). The paper (B = 512):
+# length-1 rounds nearly vanish under DDTree.
+
+# %%
+big = f"ddtree-{max(n for n in P['sweep'] if n <= 512)}"
+fig, ax = plt.subplots(figsize=(7, 3.3))
+for i, name in enumerate(("dflash", big)):
+    hist = np.asarray(sweep[name].accept_hist, float)
+    hist /= hist.sum()
+    lengths = np.arange(1, len(hist) + 1)
+    ax.bar(lengths + (i - 0.5) * 0.4, 100 * hist, 0.4, label=name)
+    print(f"{name:>12}: length 1: {100 * hist[0]:.1f} %, length {len(hist)}: {100 * hist[-1]:.1f} %, "
+          f"mean {float((lengths * hist).sum()):.2f}")
+ax.set_xlabel("acceptance length (bonus included)")
+ax.set_ylabel("% of rounds")
+ax.legend()
+fig.suptitle("Figure 4 analogue (paper, B = 512: DFlash 10 % at length 1, DDTree ≈ 0 %)")
+fig.tight_layout()
+fig.savefig(OUT / "figure4.png", dpi=120)
+
+# %% [markdown]
+# ## Calibration: the surrogate Σ q(u) against the realised acceptance, per round
+#
+# DDTree maximises the drafter-side expectation E_{Y~Q}[α_T(Y)] = Σ_{u∈T} q(u)
+# (Proposition 1 with the drafter's law). Under the target, one round accepts Σ_{u∈T} p(u)
+# drafted tokens on average (T = 1; tested exactly in `tests/test_ddtree.py`). How well
+# does the surrogate predict what the target accepts? Each round's Σ q(u) is recorded by
+# the drafter (`DDTreeState.surrogate`); rounds are binned by it.
+
+# %%
+calib_prompts = prompts_of("math500", P["calib_prompts"]) + prompts_of("gsm8k", P["calib_prompts"])
+tokens, lengths = pad_prompts(calib_prompts, P["prompt_len"])
+calib = {}
+for temperature in (0.0, 1.0):
+    m = method(f"ddtree-{FIXED}")
+    out = generate(t_params, t_cfg, m.drafter, m.draft_params_override, tokens, lengths, P["max_new"],
+                   sampling=Sampling(temperature), key=jax.random.key(3), eos_ids=())
+    surrogate = np.asarray(out.draft_state.surrogate)
+    accepted = np.asarray(out.stats.accepted)
+    ok = (accepted >= 0) & (surrogate >= 0)
+    ok[np.arange(len(ok)), np.asarray(out.stats.num_rounds) - 1] = False  # last round: cut by max_new_tokens
+    calib[temperature] = (surrogate[ok], accepted[ok])
+fig, ax = plt.subplots(1, 2, figsize=(11, 3.6))
+for a, (temperature, (s, acc)) in zip(ax, calib.items()):
+    edges = np.quantile(s, np.linspace(0, 1, 9))
+    which = np.clip(np.searchsorted(edges, s, side="right") - 1, 0, len(edges) - 2)
+    xs = [s[which == i].mean() for i in range(len(edges) - 1) if np.any(which == i)]
+    ys = [acc[which == i].mean() for i in range(len(edges) - 1) if np.any(which == i)]
+    a.scatter(s, acc + np.random.default_rng(0).uniform(-0.15, 0.15, acc.shape), s=4, alpha=0.25, color="tab:blue")
+    a.plot(xs, ys, "o-", color="tab:red", label="binned mean")
+    a.plot([0, s.max()], [0, s.max()], "k--", lw=0.8, label="y = x")
+    a.set_xlabel("Σ_{u∈T} q(u) (drafter's expected accepted tokens)")
+    a.set_ylabel("accepted draft tokens")
+    a.set_title(f"T = {temperature:.0f}: {len(s)} rounds, mean surrogate {s.mean():.2f}, mean accepted {acc.mean():.2f},"
+                f" corr {np.corrcoef(s, acc)[0, 1]:.2f}", fontsize=8)
+    a.legend(fontsize=8)
+    print(f"T = {temperature:.0f}: mean Σq(u) {s.mean():.3f}, mean accepted {acc.mean():.3f}, "
+          f"correlation {np.corrcoef(s, acc)[0, 1]:.3f} over {len(s)} rounds")
+fig.suptitle(f"Calibration of the DDTree surrogate (ddtree-{FIXED}, MATH-500 + GSM8K)")
+fig.tight_layout()
+fig.savefig(OUT / "calibration.png", dpi=120)
+
+# %% [markdown]
+# ## What a round costs: draft / select / mask / verify / walk + commit
+#
+# Each part jitted alone from a real mid-generation state (`specjax.bench.round_split`),
+# medians in milliseconds, per budget; `round` is the loop's round jitted whole.
+
+# %%
+split_tokens, split_lengths = pad_prompts(prompts_of("math500", 1), P["prompt_len"])
+costs = {}
+for n in P["sweep"]:
+    m = method(f"ddtree-{n}")
+    costs[n] = round_split(target, m.drafter, m.draft_params_override, split_tokens, split_lengths, reps=P["reps"],
+                           max_new=P["max_new"])
+print(f"{'budget':>7}{'width':>7}" + "".join(f"{p:>12}" for p in PARTS))
+for n, c in costs.items():
+    print(f"{n:>7}{c['width']:>7}" + "".join(f"{c[p]:>12.3f}" for p in PARTS))
+fig, ax = plt.subplots(figsize=(7, 3.5))
+bottom = np.zeros(len(costs))
+for part in ("draft", "select", "mask", "verify", "walk_commit"):
+    vals = np.array([c[part] for c in costs.values()])
+    ax.bar([str(n) for n in costs], vals, bottom=bottom, label=part)
+    bottom += vals
+ax.plot([str(n) for n in costs], [c["round"] for c in costs.values()], "k^", label="whole round (fused)")
+ax.set_xlabel("node budget N")
+ax.set_ylabel("ms")
+ax.legend(fontsize=8)
+fig.suptitle(f"Round time split on {jax.devices()[0].device_kind}")
+fig.tight_layout()
+fig.savefig(OUT / "round_split.png", dpi=120)
+
+# %% [markdown]
+# ## A projection to the paper's scale (a simulation, not a measurement)
+#
+# Predicted speedup over AR = τ(N) × (AR step) / (round at budget N), with specjax's own
+# round costs measured above and τ(N) from the paper's Figure 3 (Qwen3-8B, MATH-500, T = 0;
+# typed-in cited input, ±0.05). With the `gpu` profile the costs come from a Qwen3-8B-shaped
+# random-weight target and a 5-layer DFlash drafter of that width (bf16); on a CPU the table
+# uses the tiny shapes measured above, so it says what *our round costs* would give with
+# the paper's acceptance, nothing about Qwen3-8B.
+
+# %%
+if PROFILE == "gpu":
+    from specjax.drafters.ddtree import DDTreeDrafter
+    from specjax.drafters.dflash import DFlashDrafter
+    from specjax.models import LlamaConfig, init_params
+    from specjax.models.dflash import DFlashConfig
+
+    big_cfg = LlamaConfig(vocab_size=151936, hidden_size=4096, num_layers=36, num_heads=32, num_kv_heads=8,
+                          head_dim=128, intermediate_size=12288, qk_norm=True, flavor="qwen3", rope_theta=1e6)
+    big_params = init_params(big_cfg, jax.random.key(0), jnp.bfloat16)
+    big_draft = DFlashConfig.for_target(big_cfg, num_layers=5, block_size=16, mask_token_id=151669)
+    big_dparams = init_params(big_draft, jax.random.key(1), jnp.bfloat16)
+    ptoks, plens = pad_prompts([list(range(1, 513))], 512)
+    proj_costs = {n: round_split((big_cfg, big_params), DDTreeDrafter(DFlashDrafter(big_draft, big_cfg), n,
+                                                                       prune_mass=0.0),
+                                 big_dparams, ptoks, plens, reps=P["reps"]) for n in PAPER_FIG3}
+    shape_note = "Qwen3-8B-shaped random weights, bf16"
+else:
+    proj_costs, shape_note = costs, f"{names[0]} shapes (tiny), fp32"
+projected = project_speedup(proj_costs, {n: v[1] for n, v in PAPER_FIG3.items()})
+print(f"projection ({shape_note}; τ from the paper's Figure 3):")
+for n, s in projected.items():
+    print(f"  budget {n:5d}: round {proj_costs[n]['round']:8.3f} ms, AR step {proj_costs[n]['ar_step']:7.3f} ms -> "
+          f"projected {s:5.2f}x   | paper measured {PAPER_FIG3[n][0]:.1f}x")
+
+# %% [markdown]
+# ## Where we agree with the paper, and where not
+#
+# Computed from this run; printed, not asserted (the notebook reports what it measured).
+
+# %%
+ratios = [r["tau_ratio_best_tau"] for r in rows_out]
+checks = {
+    "every greedy output identical to AR": all(r.identical_to_ar is not False for rows in table1.values()
+                                                for r in rows.values()),
+    f"DDTree-{FIXED} τ > chain DFlash τ in every cell": all(r["fixed_tau"] > r["dflash_tau"] for r in rows_out),
+    "DDTree τ >= 1.25x chain DFlash τ (best budget) in every cell": min(ratios) >= 1.25,
+    "τ non-decreasing in the budget (Figure 3)": all(a <= b + 1e-9 for a, b in zip(taus, taus[1:])),
+    "DDTree (best) faster than chain DFlash in every cell": all(r["best_speedup"] > r["dflash_speedup"]
+                                                                for r in rows_out),
+    "length-1 rounds rarer under DDTree than chain DFlash": sweep[big].accept_hist[0] / sum(sweep[big].accept_hist)
+    < sweep["dflash"].accept_hist[0] / sum(sweep["dflash"].accept_hist),
+}
+for claim, holds in checks.items():
+    print(f"[{'agrees' if holds else 'differs'}] {claim}")
+print(f"DDTree/DFlash τ ratio (best budget) per cell: {min(ratios):.2f}–{max(ratios):.2f} (paper 1.3–1.7)")
+summary = {"checks": checks, "table1": rows_out, "figure3": {n: (t, s) for n, t, s in zip(P["sweep"], taus, speedups)},
+           "round_split": costs, "projection": projected, "environment": env}
+(OUT / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+print(format_table(list(sweep.values())))
+
+# %% [markdown]
+# **Reading the results.** The τ columns are the small-scale reproduction: one drafter pass,
+# and verifying a best-first tree of its marginals instead of the argmax chain raises the
+# tokens per round on every dataset and at both temperatures, monotonically in the budget,
+# and the length-1 rounds shrink, as in the paper. On a CPU the target's forward grows
+# with the verified width (the round split shows `verify` dominating at large budgets), so
+# the best speedup sits at small budgets and the wide trees that pay on an H200 lose time
+# here; the projection cell shows what our round costs would give with the paper's τ.
+# At T = 1 every speculative method collapses towards τ ≈ 1 on this pair: the tiny target
+# samples at T = 1 are high-entropy and the drafter was trained on greedy continuations
+# only (`specjax/zoo/TRAINING.md`), so its marginals rarely cover the sampled token; the
+# calibration cell shows the drafter's surrogate Σ q(u) tracking the realised acceptance at
+# T = 0 (it is under-confident: the target accepts more than Σ q(u) predicts) and
+# hardly at T = 1 (where Proposition 1 says the mean is Σ p(u), not Σ q(u)).
+# The GPU figures (speedup of DDTree over chain DFlash at the best fixed budget, the
+# Qwen3-8B-shaped projection) need the `gpu` profile on a lent GPU.
