@@ -124,8 +124,8 @@ for label, dataset in DATASETS.items():
     plist = prompts_of(dataset, P["warmup"] + P["prompts"])
     for temperature in (0.0, 1.0):
         table1[label, temperature] = {r.method: r for r in bench(SPECS, plist, temperature)}
-        lossy = [m for m, r in table1[label, temperature].items() if r.identical_to_ar is False]
-        assert not lossy, f"greedy output differs from AR on {label} (a losslessness bug): {lossy}"
+        lossy = [m for m, r in table1[label, temperature].items() if r.mismatches]
+        assert not lossy, f"greedy output differs from AR beyond a near-tie on {label} (a losslessness bug): {lossy}"
 
 
 def best(rows):
@@ -356,8 +356,8 @@ for n, s in projected.items():
 # %%
 ratios = [r["tau_ratio_best_tau"] for r in rows_out]
 checks = {
-    "every greedy output identical to AR": all(r.identical_to_ar is not False for rows in table1.values()
-                                                for r in rows.values()),
+    "every greedy output identical to AR (or parting at a float near-tie)": all(
+        not r.mismatches for rows in table1.values() for r in rows.values()),
     f"DDTree-{FIXED} τ > chain DFlash τ in every cell": all(r["fixed_tau"] > r["dflash_tau"] for r in rows_out),
     "DDTree τ >= 1.25x chain DFlash τ (best budget) in every cell": min(ratios) >= 1.25,
     "τ non-decreasing in the budget (Figure 3)": all(a <= b + 1e-9 for a, b in zip(taus, taus[1:])),

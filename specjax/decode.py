@@ -37,6 +37,7 @@ from specjax.models.cache import KVCache, check_capacity, commit, init_cache
 from specjax.models.model import ModelConfig, forward, forward_tapped, prefill_tapped, prefill_unchecked
 from specjax.ops import switch_on_width
 from specjax.ops import top_k as top_k_op
+from specjax.numerics import DEFAULT_PRECISION, check_precision, matmul_scope
 from specjax.sampling import Sampling
 from specjax.tree import Tree, ancestor_mask, positions, tree_depth
 from specjax.verify import WalkResult, chain_rejection, greedy_walk, sampling_walk
@@ -62,12 +63,20 @@ def is_eos(tokens: jax.Array, eos_ids: tuple[int, ...]) -> jax.Array:
 
 
 @functools.partial(
-    jax.jit, static_argnames=("cfg", "max_new_tokens", "eos_ids", "sampling", "pad_id"), donate_argnames=("cache",)
+    jax.jit, static_argnames=("cfg", "max_new_tokens", "eos_ids", "sampling", "pad_id", "matmul_precision"),
+    donate_argnames=("cache",)
 )
-def _generate_ar(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling, pad_id):
+def _generate_ar(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling, pad_id,
+                 matmul_precision=DEFAULT_PRECISION):
+    with matmul_scope(matmul_precision):
+        return _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling,
+                                 pad_id)
+
+
+def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling, pad_id):
     b = tokens.shape[0]
     key = jax.random.key(0) if key is None else key
-    _, last, cache = prefill_unchecked(params, cfg, tokens, prompt_lengths, cache)
+    _, last, cache = prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precision=None)
     key, sub = jax.random.split(key)
     first = pick_token(last, sub, sampling)
     out = jnp.full((b, max_new_tokens), pad_id, jnp.int32).at[:, 0].set(first)
@@ -106,14 +115,18 @@ def generate_ar(
     key: jax.Array | None = None,
     pad_id: int = 0,
     cache_dtype=None,
+    matmul_precision: str = DEFAULT_PRECISION,
 ) -> GenerateOutput:
     """Plain autoregressive generation: the baseline every speculative method must match.
 
     tokens: int32[B, T] right-padded prompts; prompt_lengths: int32[B]. Generates up to
     `max_new_tokens` per row, stopping a row at its first token in `eos_ids` (default:
     the config's EOS ids; pass () to never stop). The cache holds `cache_slots`
-    (default T + max_new_tokens) slots per row. Errors are raised before compiling.
+    (default T + max_new_tokens) slots per row. `matmul_precision`: specjax's precision
+    policy (`specjax.numerics`; default full float32 on every backend). Errors are raised
+    before compiling.
     """
+    check_precision(matmul_precision)
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     b, t = tokens.shape
@@ -124,7 +137,7 @@ def generate_ar(
     cache = init_cache(cfg, b, slots, dtype)
     eos = tuple(cfg.eos_token_ids) if eos_ids is None else tuple(eos_ids)
     return _generate_ar(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32), cache,
-                        key, max_new_tokens, eos, sampling, pad_id)
+                        key, max_new_tokens, eos, sampling, pad_id, matmul_precision)
 
 
 @struct.dataclass
@@ -316,7 +329,7 @@ def initial_state(params, cfg: ModelConfig, drafter, draft_params, tokens: jax.A
     key = jax.random.key(0) if key is None else key  # created on device: no host transfer
     cache = init_cache(cfg, b, num_slots, jax.tree.leaves(params)[0].dtype)
     layers = target_layers(drafter)
-    _, last, cache, features = prefill_tapped(params, cfg, tokens, prompt_lengths, cache, layers)
+    _, last, cache, features = prefill_tapped(params, cfg, tokens, prompt_lengths, cache, layers, matmul_precision=None)
     key, sub = jax.random.split(key)
     root = jax.random.categorical(sub, sampling.log_probs(last), axis=-1).astype(jnp.int32)
     context = PromptContext(features=features if layers else None,
@@ -345,10 +358,18 @@ def finish(state: LoopState, max_new_tokens: int, pad_id: int) -> "SpeculativeOu
 
 @functools.partial(
     jax.jit,
-    static_argnames=("cfg", "drafter", "max_new_tokens", "eos_ids", "sampling", "pad_id", "num_slots", "reserve"),
+    static_argnames=("cfg", "drafter", "max_new_tokens", "eos_ids", "sampling", "pad_id", "num_slots", "reserve",
+                     "matmul_precision"),
 )
 def _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos_ids, sampling,
-              pad_id, num_slots, reserve):
+              pad_id, num_slots, reserve, matmul_precision=DEFAULT_PRECISION):
+    with matmul_scope(matmul_precision):  # target and drafter, prefill, verify and decode: one policy
+        return _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos_ids,
+                              sampling, pad_id, num_slots, reserve)
+
+
+def _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos_ids, sampling,
+                   pad_id, num_slots, reserve):
     state = initial_state(params, cfg, drafter, draft_params, tokens, prompt_lengths, key,
                           max_new_tokens=max_new_tokens, eos_ids=eos_ids, sampling=sampling, pad_id=pad_id,
                           num_slots=num_slots, reserve=reserve)
@@ -398,6 +419,7 @@ def generate(
     eos_ids: tuple[int, ...] | None = None,
     pad_id: int = 0,
     reserve_new_tokens: int | None = None,
+    matmul_precision: str = DEFAULT_PRECISION,
 ) -> SpeculativeOutput:
     """Speculative generation with any drafter; the output distribution is the target's.
 
@@ -409,8 +431,10 @@ def generate(
     All checks happen here, before compiling; nothing in the call transfers to the host.
     `reserve_new_tokens` (>= max_new_tokens) sizes the target and draft caches as for that
     many new tokens, so that a short call (e.g. time to first token) runs on the same cache
-    shapes as the full one.
+    shapes as the full one. `matmul_precision`: specjax's precision policy for every forward
+    of the target and the drafter (`specjax.numerics`; default full float32 on any backend).
     """
+    check_precision(matmul_precision)
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     drafter.validate(cfg)
@@ -422,4 +446,4 @@ def generate(
     num_slots, reserve = cache_sizes(drafter, tokens.shape[1], max_new_tokens, reserve_new_tokens)
     eos = tuple(cfg.eos_token_ids) if eos_ids is None else tuple(eos_ids)
     return _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos, sampling,
-                     pad_id, num_slots, reserve)
+                     pad_id, num_slots, reserve, matmul_precision)

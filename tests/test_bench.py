@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from specjax.bench import harness
+from specjax.equality import Agreement
 from specjax.bench.methods import Method, parse_method
 from specjax.drafters.chain import ChainDrafter
 from specjax.drafters.dynatree import DynaTreeDrafter
@@ -122,8 +123,13 @@ def test_self_draft_chain_accepts_everything(pair):
 def test_summarise_records_a_mismatch():
     run = harness._Run(prompt=0, prompt_len=3, tokens=np.array([1, 2, 3]), seconds=0.5, ttft=0.1,
                        accepted=np.array([1, 0]), proposed=np.array([2, 2]), depth=np.array([2, 2]))
-    r = harness.summarise("chain2", [run], 3, same_as_ar=[False])
+    r = harness.summarise("chain2", [run], 3, agreement=[Agreement("MISMATCH", 1, 2.0, 1e-4)])
     assert r.identical_to_ar is False and r.per_prompt[0]["identical_to_ar"] is False
+    assert (r.near_ties, r.mismatches) == (0, 1) and "MISMATCH at generated token 1" in r.per_prompt[0]["agreement"]
+    tie = harness.summarise("chain2", [run], 3, agreement=[Agreement("near-tie", 1, 1e-6, 1e-4)])
+    assert tie.identical_to_ar is False and (tie.near_ties, tie.mismatches) == (1, 0)
+    table = harness.format_table([r, tie])
+    assert table.splitlines()[2].endswith("NO1") and table.splitlines()[3].endswith("~1") and "near-tie" in table
     assert r.accept_hist == [1, 1, 0] and r.acceptance_rate == 0.25 and r.tpot_ms == pytest.approx(200.0)
 
 
@@ -194,11 +200,24 @@ def test_parse_method_needs_a_draft_config_except_for_ar():
 
 
 def test_a_mismatch_is_recorded_and_warned_about(pair, monkeypatch):
-    monkeypatch.setattr(harness, "_same_as", lambda runs, ar_runs: [runs is ar_runs or r.prompt != 2 for r in runs])
-    with pytest.warns(RuntimeWarning, match=r"LOSSLESSNESS VIOLATION: chain2's greedy output differs .* prompts \[2\]"):
+    """The harness classifies each prompt with specjax.equality: here chain2's tokens on prompt 2
+    are altered after the run, at a position where AR's margin is large -> a MISMATCH, warned."""
+    real_record = harness._record
+
+    def record(index, lengths, out, seconds, ttft):
+        run = real_record(index, lengths, out, seconds, ttft)
+        if index == 2 and run.accepted is not None:
+            run.tokens = run.tokens.copy()
+            run.tokens[3] = (run.tokens[3] + 1) % pair[0][0].vocab_size
+        return run
+
+    monkeypatch.setattr(harness, "_record", record)
+    with pytest.warns(RuntimeWarning, match=r"LOSSLESSNESS VIOLATION: chain2's greedy output differs from AR's beyond a near-tie "
+                                            r"on prompts \[\(2, 'MISMATCH at generated token 3"):
         _, chain = harness.run_benchmark(*pair, PROMPTS, ["ar", "chain2"], max_new_tokens=MAX_NEW, warmup=WARMUP,
                                           progress=False, ttft=False)
     assert chain.identical_to_ar is False and [p["identical_to_ar"] for p in chain.per_prompt] == [True, False]
+    assert (chain.near_ties, chain.mismatches) == (0, 1)
 
 
 def test_parse_method_dflash():

@@ -14,7 +14,7 @@ from specjax.cli import main
 def test_generate_command_matches_ar_on_the_embedded_pair(method, capsys):
     assert main(["generate", "--method", method, "--prompt", "The river flows through the", "--max-new-tokens", "12"]) == 0
     out = capsys.readouterr().out
-    assert "[AR greedy]" in out and "identical to AR: True" in out and "mean accepted length" in out
+    assert "[AR greedy]" in out and "vs AR: identical" in out and "mean accepted length" in out
 
 
 def test_generate_takes_any_method_spec_and_prints_rounds(capsys):
@@ -22,7 +22,7 @@ def test_generate_takes_any_method_spec_and_prints_rounds(capsys):
             "--rounds"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "[fixed3x2n8 speculative, greedy]" in out and "identical to AR: True" in out
+    assert "[fixed3x2n8 speculative, greedy]" in out and "vs AR: identical" in out
     rounds = [line for line in out.splitlines() if line.strip().startswith("round ")]
     assert rounds and all("accepted" in r and "tree nodes" in r and "tree depth" in r for r in rounds)
     hist = out.split("accepted draft tokens per round: ")[1].splitlines()[0]
@@ -68,7 +68,7 @@ def test_generate_dflash_on_the_embedded_pair(capsys):
     args = ["generate", "--method", "dflash", "--prompt", "The river flows through the", "--max-new-tokens", "16"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "[dflash speculative, greedy]" in out and "identical to AR: True" in out
+    assert "[dflash speculative, greedy]" in out and "vs AR: identical" in out
     assert main(args[:2] + ["dflash:block=5"] + args[3:] + ["--temperature", "1"]) == 0
     assert "[dflash:block=5 speculative, T=1.0]" in capsys.readouterr().out
 
@@ -77,4 +77,4 @@ def test_generate_defaults_to_ddtree_on_the_embedded_pair(capsys):
     """`make run`'s default method (README: the fastest on this pair) runs and matches AR."""
     assert main(["generate", "--prompt", "The river flows through the", "--max-new-tokens", "16"]) == 0
     out = capsys.readouterr().out
-    assert "[ddtree-8 speculative, greedy]" in out and "identical to AR: True" in out
+    assert "[ddtree-8 speculative, greedy]" in out and "vs AR: identical" in out

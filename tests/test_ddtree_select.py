@@ -322,6 +322,19 @@ def test_bad_inputs(log_q, budget, match):
         select_tree(log_q, budget)
 
 
+def test_garbage_values_raise_named_errors_on_direct_calls():
+    """NaN marginals used to give a tree of 'valid' nodes; logits (> 0) are not log-probabilities."""
+    log_q = np.log(np.full((2, 3, 5), 0.2, np.float32))
+    log_q[1, 2, 3] = np.nan
+    with pytest.raises(ValueError, match=r"1 NaN entries \(first at \[b, d, v\] = \(1, 2, 3\)\)"):
+        select_tree(log_q, 4)
+    with pytest.raises(ValueError, match=r"must be log-probabilities.*found 2.5 at \[b, d, v\] = \(0, 0, 0\)"):
+        select_tree(np.full((1, 2, 3), 2.5, np.float32), 4)
+    with pytest.raises(ValueError, match="NaN"):
+        select_tree_scored(np.full((1, 2, 3), np.nan, np.float32), 4)
+    select_tree(np.full((1, 2, 3), -np.inf, np.float32), 4)  # q = 0 everywhere is allowed (a -inf tree)
+
+
 def test_bad_method():
     with pytest.raises(ValueError, match="method must be one of"):
         select_tree(np.zeros((1, 2, 3), np.float32), 2, method="heap")

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specjax.decode import _generate, generate, generate_ar
+from specjax.equality import compare_with_ar
 from specjax.drafters.chain import ChainDrafter
 from specjax.drafters.fixed_tree import FixedTreeDrafter
 from specjax.models import GPTNeoXConfig, LlamaConfig, init_cache, init_params, pad_prompts, prefill
@@ -21,7 +22,6 @@ from specjax.tree import Tree
 from tests.tiny_models import perturbed
 
 PROMPT_WIDTH, MAX_NEW = 8, 20
-MARGIN_EPS = 1e-5
 
 # Two target/draft pairs with different vocabularies and architectures (same vocab within a pair).
 PAIRS = {
@@ -42,27 +42,19 @@ def random_params(cfg, seed):
 
 def first_mismatch_margin(params, cfg, prompt, ar_tokens, spec_tokens):
     """If the outputs differ, the target's top-2 logit margin where they first differ, else None."""
-    diff = np.nonzero(np.asarray(ar_tokens) != np.asarray(spec_tokens))[0]
-    if len(diff) == 0:
-        return None
-    j = int(diff[0])
-    seq = list(prompt) + list(np.asarray(ar_tokens[:j]))
-    tokens, lengths = pad_prompts([seq])
-    logits, _, _ = prefill(params, cfg, tokens, lengths, init_cache(cfg, 1, len(seq)))
-    top2 = np.sort(np.asarray(logits[0, -1]))[-2:]
-    return float(top2[1] - top2[0])
+    agreement = compare_with_ar(params, cfg, prompt, ar_tokens, spec_tokens)
+    return agreement.margin if agreement.kind != "identical" else None
 
 
 def assert_lossless(params, cfg, prompts, ar, spec, pad_id=0):
+    """Every row identical to AR, or parting from it at a near-tie (`specjax.equality`)."""
     for b, prompt in enumerate(prompts):
         n_ar, n_spec = int(ar.num_tokens[b]), int(spec.num_tokens[b])
-        n = min(n_ar, n_spec)
-        margin = first_mismatch_margin(params, cfg, prompt, ar.tokens[b, :n], spec.tokens[b, :n])
-        if margin is not None:
-            print(f"row {b}: outputs differ at a near-tie, target top-2 margin {margin:.2e}")
-            assert margin < MARGIN_EPS, f"speculative output differs from AR at margin {margin:.3e} (not a near-tie)"
+        agreement = compare_with_ar(params, cfg, prompt, ar.tokens[b, :n_ar], spec.tokens[b, :n_spec])
+        if agreement.kind == "near-tie":
+            print(f"row {b}: {agreement}")
             continue  # after a legitimate near-tie the two continuations may differ (and end elsewhere)
-        assert n_spec == n_ar
+        assert agreement.kind == "identical", f"row {b}: speculative output vs AR: {agreement}"
         assert np.all(np.asarray(spec.tokens[b, n_spec:]) == pad_id)
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from specjax.decode import cache_sizes, initial_state, speculative_round
 from specjax.models.cache import commit
 from specjax.models.model import forward, forward_tapped
+from specjax.numerics import DEFAULT_PRECISION, matmul_scope
 from specjax.sampling import Sampling
 from specjax.tree import ancestor_mask, positions
 from specjax.verify import greedy_walk, sampling_walk
@@ -61,14 +62,21 @@ def _state_after(target, drafter, draft_params, tokens, lengths, rounds: int, ma
 
 
 def round_split(target, drafter, draft_params, tokens, lengths, *, rounds_before: int = 2, reps: int = 10,
-                sampling: Sampling = Sampling(), max_new: int = 64) -> dict[str, float]:
+                sampling: Sampling = Sampling(), max_new: int = 64,
+                matmul_precision: str = DEFAULT_PRECISION) -> dict[str, float]:
     """Median milliseconds of each part of one round (`PARTS`, module docstring).
 
     target (cfg, params); drafter a `DDTreeDrafter` (its `block_drafter` provides the
     logits); tokens int32[B, T] / lengths int32[B] prompts. The state is the one after
     `rounds_before` rounds of the real loop, so caches hold real context. Also returns
-    `width` (the verify width used) and `nodes` (kept tree nodes, row 0).
+    `width` (the verify width used) and `nodes` (kept tree nodes, row 0). Every part is
+    traced under `matmul_precision` (specjax's policy, `specjax.numerics`), as the loop is.
     """
+    with matmul_scope(matmul_precision):  # jit traces lazily: the scope must cover the first (tracing) calls
+        return _round_split(target, drafter, draft_params, tokens, lengths, rounds_before, reps, sampling, max_new)
+
+
+def _round_split(target, drafter, draft_params, tokens, lengths, rounds_before, reps, sampling, max_new):
     cfg, params = target
     state, run_round = _state_after(target, drafter, draft_params, tokens, lengths, rounds_before, max_new, sampling)
     active = ~state.done

@@ -283,7 +283,23 @@ def select_tree_scored(log_q: jax.Array, budget: int, *, method: str = "levels")
     _check_inputs(log_q, budget)
     if method not in _METHODS:
         raise ValueError(f"method must be one of {sorted(_METHODS)}, got {method!r}")
+    if not isinstance(log_q, jax.core.Tracer):  # a direct call: check the values too (inside a trace they are unknown)
+        _check_values(log_q)
     return _select(log_q, budget=int(budget), method=method)
+
+
+def _check_values(log_q) -> None:
+    """NaN or positive log-probabilities void the selection's guarantees: name them (host check)."""
+    values = np.asarray(jax.device_get(log_q), np.float32)
+    bad = np.isnan(values)
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"log_q has {int(bad.sum())} NaN entries (first at [b, d, v] = {at}): the drafter's logits "
+                         f"are not finite")
+    if (values > 0).any():
+        at = tuple(int(i) for i in np.argwhere(values > 0)[0])
+        raise ValueError(f"log_q must be log-probabilities (<= 0, e.g. log_softmax of the logits); found "
+                         f"{float(values[at]):.4g} at [b, d, v] = {at}")
 
 
 def select_tree(log_q: jax.Array, budget: int, *, method: str = "levels") -> Tree:

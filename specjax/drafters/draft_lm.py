@@ -62,7 +62,8 @@ def init_state(draft_cfg, params, tokens, prompt_lengths, num_slots: int, budget
     """Prefill the draft cache with the prompts (traceable; called inside `generate`)."""
     b = tokens.shape[0]
     dtype = jax.tree.leaves(params)[0].dtype
-    _, _, cache = prefill_unchecked(params, draft_cfg, tokens, prompt_lengths, init_cache(draft_cfg, b, num_slots, dtype))
+    _, _, cache = prefill_unchecked(params, draft_cfg, tokens, prompt_lengths, init_cache(draft_cfg, b, num_slots, dtype),
+                                    matmul_precision=None)  # inherits the loop's policy
     return DraftLMState(params=params, cache=cache, pending_token=jnp.zeros((b,), jnp.int32),
                         has_pending=jnp.zeros((b,), bool), forwarded=jnp.zeros((b, budget), bool))
 

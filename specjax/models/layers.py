@@ -134,6 +134,11 @@ class EmbedAndHead(nnx.Module):
         return self.embed(tokens)
 
     def logits(self, x: jax.Array) -> jax.Array:  # [B, T, E] -> f32[B, T, V]
-        x = self.final_norm(x)
-        out = self.embed.attend(x) if self.tied else self.head(x)
-        return out.astype(jnp.float32)
+        return self.project(self.final_norm(x))
+
+    def project(self, x: jax.Array) -> jax.Array:  # [..., E] -> f32[..., V], no final norm
+        """The output projection, accumulated and returned in float32 whatever the params'
+        dtype: rounding bf16 logits to bf16 would create exact ties over a large vocabulary."""
+        if self.tied:
+            return jnp.einsum("...e,ve->...v", x, self.embed.embedding[...], preferred_element_type=jnp.float32)
+        return jnp.einsum("...e,ev->...v", x, self.head.kernel[...], preferred_element_type=jnp.float32)

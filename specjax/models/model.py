@@ -30,6 +30,7 @@ from specjax.models import dflash, gpt_neox, llama
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache
 from specjax.models.hf_config import UnsupportedConfigError
 from specjax.models.layers import LayerKV, cache_attention_mask
+from specjax.numerics import DEFAULT_PRECISION, check_precision, matmul_scope
 
 ModelConfig = Union[gpt_neox.GPTNeoXConfig, llama.LlamaConfig]
 
@@ -184,12 +185,15 @@ def embed_tokens(params: dict, cfg: ModelConfig, tokens: jax.Array) -> jax.Array
 def project_to_vocab(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
     """The output projection alone, *without* the final norm: [..., E] -> f32[..., V]
     (the LM head a drafter shares with its target; tied heads use the embedding)."""
-    outer = _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"})
-    out = outer.embed.attend(hidden) if outer.tied else outer.head(hidden)
-    return out.astype(jnp.float32)
+    return _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"}).project(hidden)
 
 
-forward_jit = jax.jit(forward, static_argnames=("cfg", "region_offset"), donate_argnames=("cache",))
+@functools.partial(jax.jit, static_argnames=("cfg", "region_offset", "matmul_precision"), donate_argnames=("cache",))
+def forward_jit(params, cfg, tokens, positions, block_mask, cache, region_offset: int = 0,
+                matmul_precision: str | None = DEFAULT_PRECISION):
+    """`forward`, jitted, under specjax's precision policy (`specjax.numerics`)."""
+    with matmul_scope(matmul_precision):
+        return forward(params, cfg, tokens, positions, block_mask, cache, region_offset)
 
 
 def causal_mask(batch_size: int, length: int) -> jax.Array:
@@ -211,26 +215,32 @@ def pad_prompts(prompts: list[list[int]], length: int | None = None, pad_id: int
     return jnp.asarray(tokens), jnp.asarray([len(p) for p in prompts], jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "feature_layers"), donate_argnames=("cache",))
-def prefill_tapped(params, cfg, tokens, prompt_lengths, cache, feature_layers: tuple[int, ...] = ()):
+@functools.partial(jax.jit, static_argnames=("cfg", "feature_layers", "matmul_precision"), donate_argnames=("cache",))
+def prefill_tapped(params, cfg, tokens, prompt_lengths, cache, feature_layers: tuple[int, ...] = (),
+                   matmul_precision: str | None = DEFAULT_PRECISION):
     """`prefill_unchecked` that also returns the prompt's features [B, T, n, E] (see
-    `forward_tapped`): (logits, last, cache, features)."""
+    `forward_tapped`): (logits, last, cache, features). `matmul_precision`: `specjax.numerics`
+    (None inherits the caller's policy, for use inside another entry point)."""
     b, t = tokens.shape
     positions = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
-    logits, cache, features = forward_tapped(params, cfg, tokens, positions, causal_mask(b, t), cache, feature_layers)
+    with matmul_scope(matmul_precision):
+        logits, cache, features = forward_tapped(params, cfg, tokens, positions, causal_mask(b, t), cache,
+                                                 feature_layers)
     cache = commit(cache, jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t)), prompt_lengths)
     last = jnp.take_along_axis(logits, (prompt_lengths - 1)[:, None, None], axis=1)[:, 0]  # [B, V]
     return logits, last, cache, features
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
-def prefill_unchecked(params, cfg, tokens, prompt_lengths, cache):
+@functools.partial(jax.jit, static_argnames=("cfg", "matmul_precision"), donate_argnames=("cache",))
+def prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precision: str | None = DEFAULT_PRECISION):
     """`prefill` without the host-side checks: for use inside other jitted functions."""
-    logits, last, cache, _ = prefill_tapped(params, cfg, tokens, prompt_lengths, cache)
+    logits, last, cache, _ = prefill_tapped(params, cfg, tokens, prompt_lengths, cache,
+                                            matmul_precision=matmul_precision)
     return logits, last, cache
 
 
-def prefill(params, cfg: ModelConfig, tokens: jax.Array, prompt_lengths: jax.Array, cache: KVCache):
+def prefill(params, cfg: ModelConfig, tokens: jax.Array, prompt_lengths: jax.Array, cache: KVCache, *,
+            matmul_precision: str = DEFAULT_PRECISION):
     """Process right-padded prompts and commit each row's first prompt_lengths[b] tokens.
 
     tokens: int32[B, T]; prompt_lengths: int32[B] in [1, T]. Padding is handled by
@@ -243,7 +253,8 @@ def prefill(params, cfg: ModelConfig, tokens: jax.Array, prompt_lengths: jax.Arr
     lengths = np.asarray(prompt_lengths)
     if lengths.min() < 1 or lengths.max() > tokens.shape[1]:
         raise ValueError(f"prompt_lengths must lie in [1, {tokens.shape[1]}], got {lengths.tolist()}")
-    return prefill_unchecked(params, cfg, tokens, prompt_lengths, cache)
+    check_precision(matmul_precision)
+    return prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precision=matmul_precision)
 
 
 __all__ = [

@@ -1,0 +1,118 @@
+"""Is a greedy speculative output the AR output? Identical, a near-tie, or a mismatch.
+
+Greedy speculative decoding emits exactly AR's tokens *given the same logits*. The two
+runs compute the logits of a position by different reductions (the verify forward over
+a tree of T tokens vs the decode forward over 1 token), so they agree only to the
+floating-point error of that computation; where AR's top-2 logits are closer than that
+error, argmax may flip and the continuations legitimately part. Anything else is a bug.
+
+`compare_with_ar` finds the first position where the outputs differ, recomputes AR's
+logits there with a plain prefill of prompt + AR's tokens so far, and classifies:
+
+    identical   same tokens, same length
+    near-tie    first difference where AR's top-2 margin m < eps (the run is lossless up to
+                float rounding; everything after it is a different, equally valid continuation)
+    MISMATCH    first difference where m >= eps: a losslessness bug
+
+`near_tie_eps(dtype, matmul_precision, scale)` is the threshold: eps = 128 u s, u the unit
+roundoff of the arithmetic that produces the logits (float32 2^-24, TF32 2^-11, bfloat16
+2^-8) and s = max(1, max |logit|) of AR's logits at that position. Two reduction orders
+of the same forward differ by a few units in the last place of the values they round, so
+the two runs' logits differ by c u s with a small c, and argmax can flip only where the
+margin is below twice that. Measured on the zoo target (tests/test_equality.py: decode
+forward vs prefill forward, 3 prompts x 48 tokens): c = 18 in float32 and c = 1.3 in
+bfloat16 (the LM head accumulates in float32); 128 leaves a factor >= 3.5 over the flip
+condition 2 c u s, and a margin above it is not a rounding effect.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# unit roundoff of the arithmetic the logits come from (TF32 keeps 10 mantissa bits; bf16x3 ~ f32)
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "tensorfloat32": 2.0**-11, "bfloat16": 2.0**-8, "float16": 2.0**-11}
+
+
+def near_tie_eps(dtype, matmul_precision: str = "highest", scale: float = 16.0) -> float:
+    """Margin below which a divergence from AR is a rounding effect (module docstring).
+
+    dtype: the params' / activations' dtype; matmul_precision: the policy the run used
+    ("highest": full precision for float32; "high" / "default" may use TF32-class float32
+    matmuls on GPUs); scale: max |logit| at the position (clamped below at 1)."""
+    name = jnp.dtype(dtype).name
+    if name not in UNIT_ROUNDOFF:
+        raise ValueError(f"no near-tie threshold for dtype {name!r}; known: {sorted(UNIT_ROUNDOFF)}")
+    if name == "float32" and matmul_precision not in ("highest", "float32"):
+        name = "tensorfloat32"  # reduced-precision float32 matmuls (TF32 class on NVIDIA GPUs)
+    return 128 * UNIT_ROUNDOFF[name] * max(1.0, float(scale))
+
+
+@dataclasses.dataclass(frozen=True)
+class Agreement:
+    """How a greedy output compares with AR's on one prompt (module docstring).
+
+    kind: "identical" | "near-tie" | "MISMATCH"; position: index (into the generated
+    tokens) of the first difference, None if identical; margin: AR's top-2 logit margin
+    there (None for identical, and for a pure length difference); eps: the threshold used."""
+
+    kind: str
+    position: int | None
+    margin: float | None
+    eps: float
+
+    def __str__(self) -> str:
+        if self.kind == "identical":
+            return "identical"
+        where = f"at generated token {self.position}"
+        if self.margin is None:
+            return f"{self.kind} {where} (lengths differ)"
+        rel = "<" if self.kind == "near-tie" else ">="
+        return f"{self.kind} {where} (AR top-2 margin {self.margin:.3g} {rel} eps {self.eps:.3g})"
+
+
+def ar_logits(params, cfg, sequence, matmul_precision: str = "highest") -> np.ndarray:
+    """AR's float32 logits f64[V] for the token after `sequence` (a plain prefill)."""
+    from specjax.models import init_cache, pad_prompts, prefill
+
+    tokens, lengths = pad_prompts([list(sequence)])
+    dtype = jax.tree.leaves(params)[0].dtype
+    logits, _, _ = prefill(params, cfg, tokens, lengths, init_cache(cfg, 1, tokens.shape[1], dtype),
+                           matmul_precision=matmul_precision)
+    return np.asarray(logits[0, -1], np.float64)
+
+
+def compare_with_ar(params, cfg, prompt, ar_tokens, spec_tokens, *, eps: float | None = None,
+                    matmul_precision: str = "highest") -> Agreement:
+    """Classify a greedy output against AR's (module docstring).
+
+    prompt: token ids; ar_tokens / spec_tokens: the generated tokens of each (only the
+    real ones: trimmed to each row's num_tokens). eps defaults to `near_tie_eps` of the
+    params' dtype under `matmul_precision`, at the scale of AR's logits there."""
+    ar, spec = (np.asarray(x).reshape(-1) for x in (ar_tokens, spec_tokens))
+    dtype = jax.tree.leaves(params)[0].dtype
+    n = min(len(ar), len(spec))
+    diff = np.nonzero(ar[:n] != spec[:n])[0]
+    if len(diff) == 0:
+        fixed = near_tie_eps(dtype, matmul_precision) if eps is None else eps
+        if len(ar) == len(spec):
+            return Agreement("identical", None, None, fixed)
+        return Agreement("MISMATCH", n, None, fixed)  # same prefix, one stopped early: not a rounding effect
+    j = int(diff[0])
+    logits = ar_logits(params, cfg, list(prompt) + ar[:j].tolist(), matmul_precision)
+    top2 = np.sort(logits)[-2:]
+    margin = float(top2[1] - top2[0])
+    if eps is None:
+        eps = near_tie_eps(dtype, matmul_precision, np.max(np.abs(logits)))
+    return Agreement("near-tie" if margin < eps else "MISMATCH", j, margin, eps)
+
+
+def count(agreements) -> dict[str, int]:
+    """{"identical": n, "near-tie": n, "MISMATCH": n} over a list of Agreement."""
+    out = {"identical": 0, "near-tie": 0, "MISMATCH": 0}
+    for a in agreements:
+        out[a.kind] += 1
+    return out

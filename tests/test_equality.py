@@ -1,0 +1,148 @@
+"""The precision policy (specjax.numerics) and the near-tie accounting (specjax.equality).
+
+References: the lowered HLO of the jitted entry points (every dot at the policy's
+precision, whatever the ambient JAX setting); the zoo target's logits computed two ways
+(the 1-token decode forward vs the prefill forward) to measure the rounding gap the
+near-tie threshold must cover, in float32 and bfloat16; hand-built divergences for the
+classifier; and, with reduced precision forced on a CPU (bfloat16 params), every
+speculative method's long generations classified against AR.
+"""
+
+import functools
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax import zoo
+from specjax.decode import _generate, _generate_ar, cache_sizes, generate, generate_ar
+from specjax.equality import UNIT_ROUNDOFF, Agreement, ar_logits, compare_with_ar, count, near_tie_eps
+from specjax.models import init_cache, pad_prompts, prefill
+from specjax.models.cache import commit
+from specjax.models.model import forward
+from specjax.numerics import check_precision
+from specjax.sampling import Sampling
+from tests.test_dflash import zoo_pair
+from tests.test_zoo import HELDOUT
+
+
+def dots(hlo: str) -> list[str]:
+    return re.findall(r"dot_general.*?precision = \[(\w+), (\w+)\]", hlo)
+
+
+@pytest.mark.parametrize("policy, expect", [("highest", "HIGHEST"), ("default", "DEFAULT")])
+def test_policy_is_specjax_s_not_the_environment_s(policy, expect):
+    """A user environment asking for bfloat16 matmuls does not reach specjax's entry points:
+    the lowered AR and speculative programs carry the policy's precision on every dot."""
+    tcfg, tparams, tok, dcfg, dparams = zoo_pair()
+    from specjax.drafters.dflash import DFlashDrafter
+
+    tokens, lengths = pad_prompts([[5, 6, 7]])
+    drafter = DFlashDrafter(dcfg, tcfg, block_size=4)
+    slots, reserve = cache_sizes(drafter, 3, 8)
+    with jax.default_matmul_precision("bfloat16"):  # what JAX_DEFAULT_MATMUL_PRECISION=bfloat16 would set
+        ar = _generate_ar.lower(tparams, tcfg, tokens, lengths, init_cache(tcfg, 1, 11), None, max_new_tokens=8,
+                                eos_ids=(), sampling=Sampling(), pad_id=0, matmul_precision=policy).as_text()
+        spec = _generate.lower(tparams, tcfg, drafter, dparams, tokens, lengths, None, max_new_tokens=8, eos_ids=(),
+                               sampling=Sampling(), pad_id=0, num_slots=slots, reserve=reserve,
+                               matmul_precision=policy).as_text()
+    for hlo in (ar, spec):
+        found = dots(hlo)
+        assert len(found) > 10 and all(a == b == expect for a, b in found), sorted(set(found))
+    with pytest.raises(ValueError, match="matmul_precision must be one of"):
+        generate_ar(tparams, tcfg, tokens, lengths, 4, matmul_precision="tf32")
+    with pytest.raises(ValueError, match="matmul_precision must be one of"):
+        check_precision("bfloat16")
+
+
+def test_near_tie_threshold_per_dtype():
+    assert near_tie_eps(jnp.float32) == pytest.approx(128 * 2.0**-24 * 16)
+    assert near_tie_eps(jnp.float32, "default") == pytest.approx(128 * 2.0**-11 * 16)  # TF32-class float32
+    assert near_tie_eps(jnp.bfloat16, scale=0.1) == pytest.approx(128 * 2.0**-8)  # scale clamped at 1
+    with pytest.raises(ValueError, match="no near-tie threshold for dtype 'int32'"):
+        near_tie_eps(jnp.int32)
+
+
+@functools.lru_cache(maxsize=2)
+def rounding_gap(dtype_name: str):
+    """max over positions of |decode logits - prefill logits| / (u * max|logit|) on the zoo
+    target: 3 held-out prompts, 32 prompt tokens, 48 greedy tokens each."""
+    tcfg, tparams, tok, _, _ = zoo_pair()
+    dtype = jnp.dtype(dtype_name)
+    params = jax.tree.map(lambda x: x.astype(dtype), tparams)
+    worst = 0.0
+    step = jax.jit(lambda p, x, c: forward(p, tcfg, x, c.lengths[:, None], jnp.ones((1, 1, 1), bool), c))
+    for _, text in HELDOUT[:3]:
+        ids = zoo.encode(tok, text)[:32]
+        tokens, lengths = pad_prompts([ids])
+        out = generate_ar(params, tcfg, tokens, lengths, 48, eos_ids=())
+        seq = ids + np.asarray(out.tokens[0]).tolist()
+        full, _, _ = prefill(params, tcfg, *pad_prompts([seq]), init_cache(tcfg, 1, len(seq), dtype))
+        _, _, cache = prefill(params, tcfg, tokens, lengths, init_cache(tcfg, 1, len(seq) + 1, dtype))
+        for j in range(len(ids), len(seq)):
+            logits, cache = step(params, jnp.asarray([[seq[j]]], jnp.int32), cache)
+            cache = commit(cache, jnp.zeros((1, 1), jnp.int32), jnp.ones((1,), jnp.int32))
+            ref = np.asarray(full[0, j], np.float64)
+            gap = np.max(np.abs(np.asarray(logits[0, 0], np.float64) - ref))
+            worst = max(worst, gap / (UNIT_ROUNDOFF[dtype_name] * max(1.0, np.max(np.abs(ref)))))
+    return worst
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
+def test_threshold_covers_the_measured_rounding_gap(dtype_name):
+    """Decode and prefill logits differ by c u s; an argmax flip needs a margin below 2 c u s;
+    the threshold 128 u s must exceed that with room to spare (measured c: 18 in float32,
+    1.3 in bfloat16)."""
+    c = rounding_gap(dtype_name)
+    print(f"{dtype_name}: decode vs prefill logits differ by up to {c:.1f} u * max|logit|")
+    assert 0 < c and 2 * c * 3.5 <= 128, c
+
+
+def test_classifier_identical_near_tie_mismatch():
+    tcfg, tparams, tok, _, _ = zoo_pair()
+    prompt = zoo.encode(tok, HELDOUT[0][1])[:20]
+    ar = np.asarray(generate_ar(tparams, tcfg, *pad_prompts([prompt]), 12, eos_ids=()).tokens[0])
+    assert compare_with_ar(tparams, tcfg, prompt, ar, ar).kind == "identical"
+    logits = ar_logits(tparams, tcfg, prompt + ar[:5].tolist())
+    top2 = np.sort(logits)[-2:]
+    wrong = ar.copy()
+    wrong[5] = int(np.argsort(logits)[-2])  # AR's runner-up at position 5
+    a = compare_with_ar(tparams, tcfg, prompt, ar, wrong)
+    assert (a.kind, a.position) == ("MISMATCH", 5) and a.margin == pytest.approx(top2[1] - top2[0], rel=1e-6)
+    assert a.eps == pytest.approx(near_tie_eps(jnp.float32, scale=np.max(np.abs(logits))))
+    assert compare_with_ar(tparams, tcfg, prompt, ar, wrong, eps=a.margin * 2).kind == "near-tie"
+    short = compare_with_ar(tparams, tcfg, prompt, ar, ar[:7])
+    assert (short.kind, short.position, short.margin) == ("MISMATCH", 7, None)
+    assert "near-tie at generated token 5" in str(Agreement("near-tie", 5, 1e-6, 1e-5))
+    assert count([a, short, Agreement("identical", None, None, 1.0)]) == {"identical": 1, "near-tie": 0, "MISMATCH": 2}
+
+
+@pytest.mark.slow
+def test_reduced_precision_divergences_are_all_classified():
+    """Reduced precision forced on a CPU: bfloat16 params, every speculative family, 200 new
+    tokens on the held-out prompts. Each row is identical or parts at a near-tie -- never a
+    MISMATCH -- and the classifier calls a row identical exactly when the tokens are equal."""
+    from specjax.bench.methods import parse_method
+
+    tcfg, tparams, tok, dcfg, dparams = zoo_pair()
+    draft_cfg, draft_params, _ = zoo.load("tiny-neox-draft")
+    bf16 = lambda tree: jax.tree.map(lambda x: x.astype(jnp.bfloat16), tree)  # noqa: E731
+    params = bf16(tparams)
+    prompts = [zoo.encode(tok, text)[:32] for _, text in HELDOUT]
+    tokens, lengths = pad_prompts(prompts, 32)
+    ar = generate_ar(params, tcfg, tokens, lengths, 200, eos_ids=())
+    tally = {}
+    for spec in ("chain4", "dynatree-zoo", "dflash", "ddtree-16"):
+        m = parse_method(spec, draft_cfg, dflash=(dcfg, dparams), target_cfg=tcfg)
+        dp = bf16(m.draft_params_override if m.draft_params_override is not None else draft_params)
+        out = generate(params, tcfg, m.drafter, dp, tokens, lengths, 200, eos_ids=())
+        found = []
+        for b, prompt in enumerate(prompts):
+            a = compare_with_ar(params, tcfg, prompt, ar.tokens[b], out.tokens[b])
+            same = bool(np.array_equal(np.asarray(ar.tokens[b]), np.asarray(out.tokens[b])))
+            assert (a.kind == "identical") == same and a.kind != "MISMATCH", (spec, b, str(a))
+            found.append(a)
+        tally[spec] = count(found)
+    print(f"bfloat16, {len(prompts)} prompts x 200 tokens: {tally}")
