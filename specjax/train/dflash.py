@@ -213,8 +213,13 @@ def init_norm_from_target(dparams: dict, tparams: dict) -> dict:
 
 
 def train(target, dcfg: DFlashConfig, data: dict, tc: DFlashTrainConfig, out: str | pathlib.Path,
-          resume: bool = False, valid_rows: int = 64, stop_after: int | None = None) -> tuple[dict, list]:
+          resume: bool = False, valid_rows: int = 64, stop_after: int | None = None,
+          step_factory=None) -> tuple[dict, list]:
     """Train a drafter for `target` = (cfg, params) on `data` (make_dataset); returns (params, log).
+
+    `step_factory(dcfg, tcfg, opt, tc) -> (step, evaluate)` builds the jitted update and
+    evaluation (default: DFlash's `make_step`; EAGLE-3 passes its own, same signatures,
+    metrics {"acc": f32[L], "tau": scalar}).
 
     The last `valid_rows` sequences are held out for the periodic evaluation. `stop_after`:
     run at most that many steps in this call, then checkpoint and return (a time-boxed run;
@@ -236,7 +241,7 @@ def train(target, dcfg: DFlashConfig, data: dict, tc: DFlashTrainConfig, out: st
         dparams = init_norm_from_target(dparams, tparams)
     n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams)))
     print(f"drafter: {n_params:,} params, {dcfg}; {len(train_tok)} train / {valid_rows} valid sequences", flush=True)
-    step_fn, eval_fn = make_step(dcfg, tcfg, opt, tc)
+    step_fn, eval_fn = (step_factory or make_step)(dcfg, tcfg, opt, tc)
     bar = _progress(tc.steps, start)
     recent, t0 = [], time.time()
     n = len(train_tok)

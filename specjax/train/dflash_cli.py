@@ -65,33 +65,37 @@ def training_prompts(num: int, seed: int) -> list[str]:
     return wiki[: num - min(half, len(chat))] + chat[:half]
 
 
-def main(argv) -> None:
-    ap = argparse.ArgumentParser(prog="python -m specjax.train dflash", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_data_args(ap: argparse.ArgumentParser) -> None:
+    """The target and data-recipe flags every drafter CLI shares."""
     ap.add_argument("--target", default="zoo", help="zoo | smollm2-135m | HF checkpoint dir")
     ap.add_argument("--out", required=True)
     ap.add_argument("--export", help="write the trained drafter here")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--stop-after", type=int, default=None, help="run at most this many steps now (then --resume)")
-    ap.add_argument("--layers", type=int, default=2, help="draft layers N_d")
-    ap.add_argument("--target-layers", default=None, help="comma-separated target layer ids (default: DFlash's rule)")
-    ap.add_argument("--block-size", type=int, default=16)
-    ap.add_argument("--mask-token", type=int, default=None, help="default: the least frequent id in the data")
     ap.add_argument("--prompts", type=int, default=3000)
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--seq-len", type=int, default=160)
     ap.add_argument("--gen-batch", type=int, default=64)
     ap.add_argument("--sampled-fraction", type=float, default=0.25)
-    for f in dataclasses.fields(DFlashTrainConfig):
+
+
+def add_config_args(ap: argparse.ArgumentParser, config_cls) -> None:
+    for f in dataclasses.fields(config_cls):
         ap.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
-    args = ap.parse_args(argv)
-    tc = DFlashTrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(DFlashTrainConfig)})
+
+
+def config_from_args(args, config_cls):
+    return config_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)})
+
+
+def prepare(args, seed: int):
+    """Load the target and its regenerated data (OUT/data.npz, reused when its recipe matches):
+    (tcfg, tparams, target name, reserved ids, data, data recipe + stats)."""
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tcfg, tparams, encode, reserved, target_name = load_target(args.target)
-
     data_recipe = {"target": target_name, "prompts": args.prompts, "prompt_source": "train splits: wiki openings "
-                   "(first sentence) + ShareGPT first user turns, half each, seeded shuffle", "seed": tc.seed,
+                   "(first sentence) + ShareGPT first user turns, half each, seeded shuffle", "seed": seed,
                    "max_new_tokens": args.max_new_tokens, "seq_len": args.seq_len,
                    "sampled_fraction_T1": args.sampled_fraction, "rest": "greedy", "stop": "target EOS"}
     data_path, recipe_path = out / "data.npz", out / "data.json"
@@ -101,14 +105,36 @@ def main(argv) -> None:
         print(f"data: reusing {data_path}", flush=True)
     else:
         t0 = time.time()
-        prompts = [encode(t) for t in training_prompts(args.prompts, tc.seed)]
+        prompts = [encode(t) for t in training_prompts(args.prompts, seed)]
         data = make_dataset((tcfg, tparams), prompts, seq_len=args.seq_len, max_new_tokens=args.max_new_tokens,
-                            batch_size=args.gen_batch, sampled_fraction=args.sampled_fraction, seed=tc.seed)
+                            batch_size=args.gen_batch, sampled_fraction=args.sampled_fraction, seed=seed)
         np.savez(data_path, **data)
         stats = {"sequences": int(len(data["tokens"])), "response_tokens": int(data["loss_mask"].sum()),
                  "seconds": round(time.time() - t0, 1)}
         recipe_path.write_text(json.dumps({"recipe": data_recipe, "stats": stats}, indent=2))
         print(f"data: {stats}", flush=True)
+    return tcfg, tparams, target_name, reserved, data, json.loads(recipe_path.read_text())
+
+
+def export_recipe(target_name: str, data_recipe: dict, tc, dcfg, dparams, t0: float, log, command: str, **extra):
+    return {"target": target_name, "data": data_recipe, **extra, "train_config": dataclasses.asdict(tc),
+            "drafter": dcfg.to_hf(), "params": int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams))),
+            "train_seconds_this_run": round(time.time() - t0, 1), "device": jax.devices()[0].device_kind,
+            "log": log, "command": command}
+
+
+def main(argv) -> None:
+    ap = argparse.ArgumentParser(prog="python -m specjax.train dflash", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_data_args(ap)
+    ap.add_argument("--layers", type=int, default=2, help="draft layers N_d")
+    ap.add_argument("--target-layers", default=None, help="comma-separated target layer ids (default: DFlash's rule)")
+    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--mask-token", type=int, default=None, help="default: the least frequent id in the data")
+    add_config_args(ap, DFlashTrainConfig)
+    args = ap.parse_args(argv)
+    tc = config_from_args(args, DFlashTrainConfig)
+    tcfg, tparams, target_name, reserved, data, data_recipe = prepare(args, tc.seed)
     counts = np.bincount(data["tokens"][data["tokens"] > 0].ravel(), minlength=tcfg.vocab_size)
     mask_id = args.mask_token if args.mask_token is not None else choose_mask_token(counts, reserved)
     print(f"mask token id {mask_id}: occurs {int(counts[mask_id])} times in the data", flush=True)
@@ -119,12 +145,9 @@ def main(argv) -> None:
     dcfg = DFlashConfig.for_target(tcfg, num_layers=args.layers, target_layer_ids=ids, block_size=args.block_size,
                                    mask_token_id=mask_id)
     t0 = time.time()
-    dparams, log = train((tcfg, tparams), dcfg, data, tc, out, resume=args.resume, stop_after=args.stop_after)
+    dparams, log = train((tcfg, tparams), dcfg, data, tc, args.out, resume=args.resume, stop_after=args.stop_after)
     if args.export:
-        recipe = {"target": target_name, "data": json.loads(recipe_path.read_text()),
-                  "mask_token": {"id": mask_id, "count_in_data": int(counts[mask_id])},
-                  "train_config": dataclasses.asdict(tc), "drafter": dcfg.to_hf(),
-                  "params": int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams))),
-                  "train_seconds_this_run": round(time.time() - t0, 1), "device": jax.devices()[0].device_kind,
-                  "log": log, "command": "python -m specjax.train dflash " + " ".join(argv)}
+        recipe = export_recipe(target_name, data_recipe, tc, dcfg, dparams, t0, log,
+                               "python -m specjax.train dflash " + " ".join(argv),
+                               mask_token={"id": mask_id, "count_in_data": int(counts[mask_id])})
         print(f"exported -> {export(args.export, dcfg, dparams, recipe)}", flush=True)

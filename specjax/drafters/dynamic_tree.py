@@ -1,0 +1,251 @@
+"""EAGLE-2's dynamic draft tree, on device, over any autoregressive drafter.
+
+The tree (PAPER_NOTES 3.1; [code:EAGLE cnets.py topK_genrate]) for top_k = k, depth = D,
+total = K_max:
+
+    root step:  one drafter step on the root -> log q(. | root); its top k tokens are the
+                depth-1 nodes, score S = log q(x); they are the first frontier.
+    step i = 1..D: one drafter step on the k frontier nodes (each masks in its ancestors);
+                each frontier node f gets its top k children c, S = S_f + log q(c | path to f)
+                (the cumulative draft log-probability of the path); all k*k candidates join
+                the pool; the next frontier is the k best candidates of this step by S.
+    select:     the K_max highest-S nodes of the whole pool (k + D k^2 candidates), in pool
+                (creation) order. S never increases along a path and ties go to the earlier
+                (lower pool index) node, so every selected node's parent is selected too.
+
+So the tree has levels 1 .. D + 1, at most K_max nodes, unique siblings, and costs
+1 + D drafter steps of width <= k. `top_k = 1, depth = K - 1, total = K` is greedy chain
+drafting of K tokens (`eagle3-chain<K>`).
+
+Any drafter that steps autoregressively plugs in through `ARStepper`: the draft LM
+(`DraftLMStepper`, below: the frontier's K/V are committed for the accepted prefix, as in
+`specjax.drafters.draft_lm`) and EAGLE-3 (`specjax.drafters.eagle3.Eagle3Stepper`: its
+frontier K/V are scratch; committed rows are re-drafted from the target's features).
+T > 0 is verified by the lossless sampling walk (EAGLE's point-mass rejection draws the
+same distribution, PAPER_NOTES 3.4); no draft probabilities are needed.
+
+Shapes: B batch, k = top_k, P = k + D k^2 pool, N = total, R = D k region slots (the
+frontier of step i is forwarded at region slots [(i - 1) k, i k)), H carried state width.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from specjax.drafters.draft_lm import DraftLMState, catch_up, check_compatible, init_state
+from specjax.drafters.protocol import PromptContext, Verified
+from specjax.models.cache import commit
+from specjax.models.model import ModelConfig, forward
+from specjax.tree import Tree, normalize
+
+
+class ARStepper(Protocol):
+    """An autoregressive drafter as the dynamic tree drives it (static, hashable).
+
+    target_layers  tuple[int, ...]: target layers whose features `init` / `observe` read
+    """
+
+    target_layers: tuple[int, ...]
+
+    def validate(self, target_cfg) -> None:
+        """Raise ValueError (host, before compiling) if this drafter cannot serve `target_cfg`."""
+
+    def init(self, params, tokens, prompt_lengths, max_new_tokens: int, context: PromptContext | None, *,
+             region: int, max_depth: int):
+        """-> state, the prompt ingested; `region` scratch slots are needed per round after
+        the committed prefix; rounds accept at most `max_depth` nodes."""
+
+    def start(self, state, root: jax.Array, active: jax.Array):
+        """Catch up on last round's committed tokens and step on the root:
+        -> (logits f32[B, V] of the token after the root, carried state [B, H], state)."""
+
+    def step(self, state, tokens: jax.Array, carried: jax.Array, depth: jax.Array, region_offset: jax.Array,
+             mask: jax.Array):
+        """One step on W tree nodes at `depth` (traced int): tokens int32[B, W], carried
+        [B, W, H] (their parents' carried state), mask bool[B, W, R] (ancestors and self over
+        the region); K/V written at region slots region_offset + w.
+        -> (logits f32[B, W, V], carried [B, W, H], state)."""
+
+    def observe(self, state, verified: Verified, node_slots: jax.Array):
+        """-> state after the round; node_slots int32[B, N]: the region slot each tree node
+        was forwarded at, or -1 (never forwarded)."""
+
+
+@struct.dataclass
+class DynamicTreeState:
+    inner: object  # the stepper's state
+    node_slots: jax.Array  # int32[B, N] region slot of each node of the last proposed tree (-1: not forwarded)
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicTreeDrafter:
+    """EAGLE-2's dynamic tree over `stepper`: top_k (10), depth (8 expansions after the root
+    step: tree depth D + 1), total (K_max = 60 nodes), Graft's defaults."""
+
+    stepper: object
+    top_k: int = 10
+    depth: int = 8
+    total: int = 60
+
+    target_topk = 0
+
+    def __post_init__(self):
+        if self.top_k < 1:
+            raise ValueError(f"dynamic tree top_k must be >= 1, got {self.top_k}")
+        if self.depth < 0:
+            raise ValueError(f"dynamic tree depth must be >= 0 (expansions after the root step), got {self.depth}")
+        if not 1 <= self.total <= self.pool_size:
+            raise ValueError(f"dynamic tree total must lie in [1, {self.pool_size}] (the pool of top_k + depth * "
+                             f"top_k^2 candidates for top_k={self.top_k}, depth={self.depth}), got {self.total}")
+
+    @property
+    def pool_size(self) -> int:
+        return self.top_k + self.depth * self.top_k ** 2
+
+    @property
+    def budget(self) -> int:
+        return self.total
+
+    @property
+    def max_depth(self) -> int:
+        return min(self.depth + 1, self.total)
+
+    @property
+    def region(self) -> int:
+        return max(1, self.depth * self.top_k)
+
+    @property
+    def target_layers(self) -> tuple[int, ...]:
+        return self.stepper.target_layers
+
+    def validate(self, target_cfg) -> None:
+        self.stepper.validate(target_cfg)
+        if self.top_k > target_cfg.vocab_size:
+            raise ValueError(f"dynamic tree top_k {self.top_k} exceeds the vocabulary ({target_cfg.vocab_size})")
+
+    def uses_rejection(self, sampling) -> bool:
+        return False  # the sampling walk (EAGLE's point-mass rejection draws the same law)
+
+    def init(self, params, tokens, prompt_lengths, max_new_tokens: int, context: PromptContext | None = None):
+        inner = self.stepper.init(params, tokens, prompt_lengths, max_new_tokens, context, region=self.region,
+                                  max_depth=self.max_depth)
+        return DynamicTreeState(inner=inner, node_slots=jnp.full((tokens.shape[0], self.total), -1, jnp.int32))
+
+    def propose(self, state: DynamicTreeState, root, active, key, sampling):
+        """-> (Tree [B, N], None, state); inactive rows get an empty tree."""
+        tree, node_slots, inner = build_tree(self.stepper, state.inner, root, active, self.top_k, self.depth,
+                                             self.total)
+        return tree, None, DynamicTreeState(inner=inner, node_slots=node_slots)
+
+    def observe(self, state: DynamicTreeState, verified: Verified) -> DynamicTreeState:
+        return state.replace(inner=self.stepper.observe(state.inner, verified, state.node_slots))
+
+
+def build_tree(stepper, inner, root, active, top_k: int, depth: int, total: int):
+    """The EAGLE-2 tree (module docstring): -> (Tree [B, N], node_slots int32[B, N], stepper state)."""
+    k = top_k
+    b = root.shape[0]
+    rows = jnp.arange(b)[:, None]
+    region = max(1, depth * k)
+    pool = k + depth * k * k
+    logits, carried, inner = stepper.start(inner, root, active)
+    score, tok = jax.lax.top_k(jax.nn.log_softmax(logits, axis=-1), k)  # [B, k]
+    pad = lambda x, fill: jnp.concatenate([x, jnp.full((b, pool - k), fill, x.dtype)], axis=1)  # noqa: E731
+    pool_tok, pool_score = pad(tok.astype(jnp.int32), 0), pad(score, -jnp.inf)
+    pool_parent = jnp.full((b, pool), -1, jnp.int32)
+    pool_depth = pad(jnp.ones((b, k), jnp.int32), 0)
+    pool_slot = jnp.full((b, pool), -1, jnp.int32)
+    frontier = (jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (b, k)), tok.astype(jnp.int32), score,
+                jnp.broadcast_to(carried[:, None], (b, k) + carried.shape[1:]), jnp.zeros((b, k, region), bool))
+
+    def expand(carry, i):
+        inner, pool_tok, pool_score, pool_parent, pool_depth, pool_slot, (f_idx, f_tok, f_score, f_car, f_anc) = carry
+        slots = i * k + jnp.arange(k, dtype=jnp.int32)  # this frontier's region slots
+        anc = f_anc | (jnp.arange(region)[None, None, :] == slots[None, :, None])  # [B, k, R]
+        pool_slot = pool_slot.at[rows, f_idx].set(jnp.broadcast_to(slots, (b, k)))
+        logits, car, inner = stepper.step(inner, f_tok, f_car, i + 1, i * k, anc)
+        c_score, c_tok = jax.lax.top_k(jax.nn.log_softmax(logits, axis=-1), k)  # [B, k(f), k(c)]
+        cum = (f_score[:, :, None] + c_score).reshape(b, k * k)  # eq. 5 of EAGLE-2
+        c_tok = c_tok.astype(jnp.int32).reshape(b, k * k)
+        base = k + i * k * k  # this step's candidates sit at pool [base, base + k^2), parent-major
+        put = lambda buf, new: jax.lax.dynamic_update_slice_in_dim(buf, new, base, axis=1)  # noqa: E731
+        pool_tok, pool_score = put(pool_tok, c_tok), put(pool_score, cum)
+        pool_parent = put(pool_parent, jnp.repeat(f_idx, k, axis=1))
+        pool_depth = put(pool_depth, jnp.full((b, k * k), 0, jnp.int32) + i + 2)
+        best, j = jax.lax.top_k(cum, k)  # the next frontier: this step's k best candidates
+        parent = j // k
+        frontier = (base + j.astype(jnp.int32), jnp.take_along_axis(c_tok, j, axis=1), best,
+                    jnp.take_along_axis(car, parent.reshape(b, k, *([1] * (car.ndim - 2))), axis=1),
+                    jnp.take_along_axis(anc, parent[:, :, None], axis=1))
+        return (inner, pool_tok, pool_score, pool_parent, pool_depth, pool_slot, frontier), None
+
+    carry = (inner, pool_tok, pool_score, pool_parent, pool_depth, pool_slot, frontier)
+    if depth:
+        carry, _ = jax.lax.scan(expand, carry, jnp.arange(depth, dtype=jnp.int32))
+    inner, pool_tok, pool_score, pool_parent, pool_depth, pool_slot, _ = carry
+
+    # The K_max best by score; a stable sort puts a parent before its equal-score child.
+    best = jnp.argsort(-pool_score, axis=1, stable=True)[:, :total]
+    sel = jnp.sort(best, axis=1)  # creation order: parents before children
+    index_of = jnp.full((b, pool), -1, jnp.int32).at[rows, sel].set(jnp.arange(total, dtype=jnp.int32))
+    par = jnp.take_along_axis(pool_parent, sel, axis=1)
+    parents = jnp.where(par >= 0, jnp.take_along_axis(index_of, jnp.maximum(par, 0), axis=1), -1)
+    valid = jnp.broadcast_to(active[:, None], (b, total))
+    tree = normalize(Tree(tokens=jnp.take_along_axis(pool_tok, sel, axis=1), parents=parents,
+                          depth=jnp.take_along_axis(pool_depth, sel, axis=1), valid=valid))
+    return tree, jnp.take_along_axis(pool_slot, sel, axis=1), inner
+
+
+# ============================================================================ the draft LM as a stepper
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftLMStepper:
+    """A small draft LM (same vocabulary as the target) stepping with its own KV cache.
+
+    The root and any accepted node it never forwarded are caught up in one 2-wide forward
+    (`draft_lm.catch_up`); frontier nodes are forwarded into the region; after verification
+    the accepted nodes that were forwarded (a prefix of the path: a frontier node's parent
+    was a frontier node) are gathered into place, the one that was not waits as pending."""
+
+    draft_cfg: ModelConfig
+
+    target_layers = ()
+
+    def validate(self, target_cfg) -> None:
+        check_compatible(self.draft_cfg, target_cfg)
+
+    def init(self, params, tokens, prompt_lengths, max_new_tokens: int, context=None, *, region: int,
+             max_depth: int) -> DraftLMState:
+        slots = tokens.shape[1] + max_new_tokens + max(region, 2)
+        return init_state(self.draft_cfg, params, tokens, prompt_lengths, slots, 0)
+
+    def start(self, state: DraftLMState, root, active):
+        logits, state = catch_up(self.draft_cfg, state, root, active)
+        return logits, jnp.zeros((root.shape[0], 0), logits.dtype), state
+
+    def step(self, state: DraftLMState, tokens, carried, depth, region_offset, mask):
+        b, w = tokens.shape
+        # The root was committed by catch_up, so it sits at position lengths - 1.
+        positions = jnp.broadcast_to(state.cache.lengths[:, None] - 1 + depth, (b, w)).astype(jnp.int32)
+        logits, cache = forward(state.params, self.draft_cfg, tokens, positions, mask, state.cache,
+                                region_offset=region_offset)
+        return logits, carried, state.replace(cache=cache)
+
+    def observe(self, state: DraftLMState, verified: Verified, node_slots) -> DraftLMState:
+        result, active = verified.result, verified.active
+        nodes = jnp.maximum(result.path_slots[:, 1:] - 1, 0)  # [B, D] tree node of each accepted step
+        on_path = jnp.arange(nodes.shape[1])[None] < result.num_accepted[:, None]
+        slots = jnp.take_along_axis(node_slots, nodes, axis=1)
+        forwarded = (slots >= 0) & on_path
+        n_forwarded = jnp.sum(forwarded, axis=1).astype(jnp.int32)
+        has_pending = active & (n_forwarded < result.num_accepted)
+        last = jnp.take_along_axis(result.accepted_tokens, jnp.maximum(result.num_accepted - 1, 0)[:, None], axis=1)
+        cache = commit(state.cache, jnp.maximum(slots, 0), jnp.where(active, n_forwarded, 0))
+        return state.replace(cache=cache, pending_token=jnp.where(has_pending, last[:, 0], 0),
+                             has_pending=has_pending)

@@ -1,0 +1,211 @@
+"""EAGLE-3: an autoregressive one-layer drafter that reads the target's low/mid/high features.
+
+Architecture and the (features, token) pairing: `specjax.models.eagle3`. Decoding runs on
+the EAGLE-2 dynamic tree (`specjax.drafters.dynamic_tree`, `eagle3_drafter`); this file is
+the drafter's pure forward, its `Eagle3Stepper` and the training-time-test view.
+
+Cache bookkeeping (its own one-layer KV cache, committed like the target's):
+  * prefill: rows (f_t, x_{t+1}) of the prompt, t = 0 .. P - 2, are committed; f_{P-1}
+    waits in `pending` for the root (the first bonus token, not known yet);
+  * every round (`start`): the pending rows (f_{s+j}, x_{s+j+1}) for last round's root
+    s and accepted path a_1 .. a_n, the last row's token being the new root, are forwarded
+    at region slots [0, C) and committed (n + 1 of them): the committed rows always hold
+    target features, never the drafter's own states; the last row's output is the root's
+    state and logits;
+  * tree nodes (`step`) are forwarded into the region after that with g = their parent's
+    output; they are scratch (never committed), exactly as the training-time test sees them.
+`observe` stores the root + accepted-path features (`Verified.features`) and the accepted
+tokens as the next round's pending rows.
+
+Training view (`unrolled_hidden`): step 0 is the causal forward over all rows with g =
+fc(f_t); step j >= 1 feeds every row its own step j - 1 output with token x_{t+1+j} at
+position t + j, attending to step-0 keys of rows <= t and to its own keys of steps 1..j:
+the attention pattern a depth-j chain node sees at inference (tested equal).
+
+Shapes: B batch, C = max_depth + 1 pending rows, n tapped layers, E hidden, V vocab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from specjax.drafters.dflash import target_outer
+from specjax.drafters.protocol import PromptContext, Verified
+from specjax.models.cache import KVCache, commit, init_cache
+from specjax.models.eagle3 import Eagle3Config
+from specjax.models.layers import LayerKV, cache_attention_mask
+from specjax.models.model import ModelConfig, embed_tokens, merge_module, project_to_vocab
+
+__all__ = ["Eagle3State", "Eagle3Stepper", "eagle3_drafter", "draft_step", "fuse", "logits_of", "unrolled_hidden",
+           "target_outer"]
+
+
+# ============================================================================ pure forward
+
+
+def _outer(params: dict, cfg: Eagle3Config):
+    return merge_module(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"})
+
+
+def fuse(params: dict, cfg: Eagle3Config, features: jax.Array) -> jax.Array:
+    """Target features [B, C, n, E] -> g [B, C, E] (the fc over the concatenated layers)."""
+    return _outer(params, cfg).fuse(features)
+
+
+def logits_of(params: dict, cfg: Eagle3Config, target_params: dict, target_cfg: ModelConfig, hidden: jax.Array):
+    """Draft logits f32[..., V] = the target's LM head over the drafter's final norm of `hidden`."""
+    return project_to_vocab(target_params, target_cfg, _outer(params, cfg).norm(hidden))
+
+
+def draft_step(params: dict, cfg: Eagle3Config, target_params: dict, target_cfg: ModelConfig, g: jax.Array,
+               tokens: jax.Array, positions: jax.Array, block_mask: jax.Array, cache: KVCache, region_offset=0):
+    """The decoder layer over T rows: (out [B, T, E], cache with their K/V written).
+
+    g [B, T, E] (fused features or a parent's output); tokens/positions int32[B, T] (tokens
+    embedded with the *target's* embedding); block_mask bool[B, T, R] over the region; row t
+    is written at region slot region_offset + t (lengths unchanged: see `commit`)."""
+    emb = embed_tokens(target_params, target_cfg, tokens).astype(cache.k.dtype)
+    mask = cache_attention_mask(cache.lengths, block_mask, cache.num_slots)
+    layer = jax.tree.map(lambda x: x[0], params["layers"])
+    kv = LayerKV(k=cache.k, v=cache.v, layer=jnp.int32(0), write_at=cache.lengths + region_offset)
+    out, kv = merge_module(cfg, "Block", layer)(emb, g.astype(cache.k.dtype), positions, mask, kv)
+    return out, cache.replace(k=kv.k, v=kv.v)
+
+
+def init_draft_cache(cfg: Eagle3Config, batch: int, num_slots: int, dtype) -> KVCache:
+    return init_cache(cfg.layer_config(), batch, num_slots, dtype)
+
+
+# ============================================================================ decoding
+
+
+@struct.dataclass
+class Eagle3State:
+    """params: the drafter's; target_params: the target's embedding/head (shared, not copied);
+    cache: [1, B, S, K, D] (lengths = committed rows); pending [B, C, n, E] features,
+    pending_tokens int32[B, C] (row j's token; the last row's is the root, given to `start`),
+    pending_n int32[B]."""
+
+    params: dict
+    target_params: dict
+    cache: KVCache
+    pending: jax.Array
+    pending_tokens: jax.Array
+    pending_n: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Eagle3Stepper:
+    """EAGLE-3 as an `ARStepper` of the dynamic tree; `target_cfg`: the target it serves (checked early)."""
+
+    cfg: Eagle3Config
+    target_cfg: ModelConfig
+
+    def __post_init__(self):
+        self.cfg.check_target(self.target_cfg)
+
+    @property
+    def target_layers(self) -> tuple[int, ...]:
+        return self.cfg.target_layer_ids
+
+    def validate(self, target_cfg) -> None:
+        self.cfg.check_target(target_cfg)
+        if target_cfg != self.target_cfg:
+            raise ValueError(f"the EAGLE-3 drafter was built for target {self.target_cfg}, generate() got {target_cfg}")
+
+    def init(self, params, tokens, prompt_lengths, max_new_tokens: int, context: PromptContext | None = None, *,
+             region: int, max_depth: int) -> Eagle3State:
+        if context is None or context.features is None:
+            raise ValueError("EAGLE-3 reads the target: init needs the prompt's target features (PromptContext)")
+        b, t = tokens.shape
+        c = max_depth + 1
+        dtype = jax.tree.leaves(params)[0].dtype
+        # committed rows <= the target's committed length <= T + M - 1; then max(C, region) scratch slots
+        cache = init_draft_cache(self.cfg, b, t + max_new_tokens + max(c, region) + 1, dtype)
+        features = context.features.astype(dtype)
+        nxt = jnp.concatenate([tokens[:, 1:], jnp.zeros((b, 1), tokens.dtype)], axis=1)  # x_{t+1} of row t
+        pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        causal = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
+        _, cache = draft_step(params, self.cfg, context.target_params, self.target_cfg,
+                              fuse(params, self.cfg, features), nxt, pos, causal, cache)
+        cache = commit(cache, pos, prompt_lengths - 1)  # row P - 1 waits for the root
+        last = jnp.take_along_axis(features, (prompt_lengths - 1)[:, None, None, None], axis=1)  # [B, 1, n, E]
+        pending = jnp.zeros((b, c) + features.shape[2:], dtype).at[:, :1].set(last)
+        return Eagle3State(params=params, target_params=context.target_params, cache=cache, pending=pending,
+                           pending_tokens=jnp.zeros((b, c), jnp.int32), pending_n=jnp.ones((b,), jnp.int32))
+
+    def start(self, state: Eagle3State, root, active):
+        b, c = state.pending_tokens.shape
+        j = jnp.arange(c, dtype=jnp.int32)[None]
+        last = state.pending_n - 1
+        tokens = jnp.where(j == last[:, None], root[:, None], state.pending_tokens)
+        positions = state.cache.lengths[:, None] + j
+        causal = jnp.broadcast_to(jnp.tril(jnp.ones((c, c), bool)), (b, c, c))
+        g = fuse(state.params, self.cfg, state.pending)
+        out, cache = draft_step(state.params, self.cfg, state.target_params, self.target_cfg, g, tokens, positions,
+                                causal, state.cache)
+        hidden = jnp.take_along_axis(out, last[:, None, None], axis=1)[:, 0]  # [B, E] the root's state
+        n = jnp.where(active, state.pending_n, 0)
+        cache = commit(cache, jnp.broadcast_to(j, (b, c)), n)
+        logits = logits_of(state.params, self.cfg, state.target_params, self.target_cfg, hidden)
+        return logits, hidden, state.replace(cache=cache, pending_n=state.pending_n - n)
+
+    def step(self, state: Eagle3State, tokens, carried, depth, region_offset, mask):
+        b, w = tokens.shape
+        # the root's row sits at position lengths - 1; a depth-d node at lengths - 1 + d
+        positions = jnp.broadcast_to(state.cache.lengths[:, None] - 1 + depth, (b, w)).astype(jnp.int32)
+        out, cache = draft_step(state.params, self.cfg, state.target_params, self.target_cfg, carried, tokens,
+                                positions, mask, state.cache, region_offset)
+        logits = logits_of(state.params, self.cfg, state.target_params, self.target_cfg, out)
+        return logits, out, state.replace(cache=cache)
+
+    def observe(self, state: Eagle3State, verified: Verified, node_slots) -> Eagle3State:
+        act = verified.active
+        c = state.pending_tokens.shape[1]
+        acc = verified.result.accepted_tokens  # [B, D]: row j (j < n) pairs f_{s+j} with a_{j+1}
+        tokens = jnp.zeros_like(state.pending_tokens).at[:, : acc.shape[1]].set(acc[:, : c])
+        pending = verified.features.astype(state.pending.dtype)[:, :c]
+        return state.replace(pending=jnp.where(act[:, None, None, None], pending, state.pending),
+                             pending_tokens=jnp.where(act[:, None], tokens, state.pending_tokens),
+                             pending_n=jnp.where(act, verified.num_kept, state.pending_n))
+
+
+def eagle3_drafter(cfg: Eagle3Config, target_cfg: ModelConfig, top_k: int = 10, depth: int = 8, total: int = 60):
+    """EAGLE-3 on the EAGLE-2 dynamic tree (defaults: Graft's top_k 10, depth 8, K_max 60)."""
+    from specjax.drafters.dynamic_tree import DynamicTreeDrafter
+
+    return DynamicTreeDrafter(Eagle3Stepper(cfg, target_cfg), top_k=top_k, depth=depth, total=total)
+
+
+# ============================================================================ training view
+
+
+def unrolled_hidden(params: dict, cfg: Eagle3Config, target_params: dict, target_cfg: ModelConfig,
+                    features: jax.Array, tokens: jax.Array, steps: int) -> jax.Array:
+    """The training-time test: outputs [steps, B, S, E] of the drafter unrolled `steps` times.
+
+    features [B, S, n, E] target features of every position of tokens int32[B, S]. Step j row
+    t reads token x_{t+1+j} (0 past the end) at position t + j with g = fc(f_t) (j = 0) or its
+    own step j - 1 output, sees step-0 rows <= t and its own rows of steps 1..j; its logits
+    (`logits_of`) predict x_{t+2+j}. Each step's K/V go to region slots [j S, (j + 1) S), all
+    through `draft_step`, the decoding function.
+    """
+    b, s = tokens.shape
+    cache = init_draft_cache(cfg, b, steps * s, jax.tree.leaves(params)[0].dtype)
+    t = jnp.arange(s)
+    region = jnp.arange(steps * s)
+    g = fuse(params, cfg, features)
+    outs = []
+    for j in range(steps):  # static and short (EAGLE-3 trains with 7)
+        nxt = jnp.concatenate([tokens[:, 1 + j:], jnp.zeros((b, 1 + j), tokens.dtype)], axis=1)[:, :s]
+        step0 = (region[None, :] < s) & (region[None, :] <= t[:, None])  # [S, R]
+        own = (region[None, :] >= s) & (region[None, :] % s == t[:, None]) & (region[None, :] < (j + 1) * s)
+        mask = jnp.broadcast_to(step0 | own if j else step0, (b, s, steps * s))
+        pos = jnp.broadcast_to(t + j, (b, s)).astype(jnp.int32)
+        g, cache = draft_step(params, cfg, target_params, target_cfg, g, nxt, pos, mask, cache, region_offset=j * s)
+        outs.append(g)
+    return jnp.stack(outs)
