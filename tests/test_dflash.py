@@ -151,6 +151,25 @@ def test_training_mask_forward_equals_inference_for_every_anchor(name):
 # ============================================================================ context cache after every round
 
 
+ROUNDS_MAX_NEW = 14
+
+
+def committed_rounds(tparams, target, drafter, dparams, prompts, max_new=ROUNDS_MAX_NEW, eos=(7,), limit=20):
+    """Drive the loop round by round through the public `speculative_round`: yields (loop state,
+    each row's committed sequence prompt + output so far) after every round."""
+    tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
+    slots, reserve = cache_sizes(drafter, PROMPT_WIDTH, max_new)
+    static = dict(max_new_tokens=max_new, eos_ids=eos, sampling=Sampling())
+    state = jax.jit(functools.partial(initial_state, pad_id=0, num_slots=slots, reserve=reserve, **static),
+                    static_argnums=(1, 2))(tparams, target, drafter, dparams, tokens, lengths, None)
+    step = jax.jit(functools.partial(speculative_round, **static), static_argnums=(1, 2))
+    for _ in range(limit):
+        if bool(np.all(np.asarray(state.done))):
+            return
+        state = step(tparams, target, drafter, state)
+        yield state, [p + np.asarray(state.out[b, : int(state.count[b])]).tolist() for b, p in enumerate(prompts)]
+
+
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_context_cache_equals_features_of_the_committed_tokens_after_every_round(name):
     """Round by round (through the public speculative_round): context length + pending ==
@@ -163,22 +182,13 @@ def test_context_cache_equals_features_of_the_committed_tokens_after_every_round
     tparams, dparams = random_params(target, 4), random_params(cfg, 5)
     drafter = D.DFlashDrafter(cfg, target)
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10]]
-    tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
-    max_new, eos = 14, (7,)
-    slots, reserve = cache_sizes(drafter, PROMPT_WIDTH, max_new)
-    static = dict(max_new_tokens=max_new, eos_ids=eos, sampling=Sampling())
-    state = jax.jit(functools.partial(initial_state, pad_id=0, num_slots=slots, reserve=reserve, **static),
-                    static_argnums=(1, 2))(tparams, target, drafter, dparams, tokens, lengths, None)
-    step = jax.jit(functools.partial(speculative_round, **static), static_argnums=(1, 2))
-    width = PROMPT_WIDTH + max_new
+    width = PROMPT_WIDTH + ROUNDS_MAX_NEW
     rounds = 0
-    while not bool(np.all(np.asarray(state.done))) and rounds < 20:
-        state = step(tparams, target, drafter, state)
+    for state, seqs in committed_rounds(tparams, target, drafter, dparams, prompts):
         rounds += 1
         ds = state.draft_state
         ctx, pend, tlen = (np.asarray(x) for x in (ds.cache.lengths, ds.pending_n, state.cache.lengths))
         np.testing.assert_array_equal(ctx + pend, tlen)
-        seqs = [p + np.asarray(state.out[b, : int(state.count[b])]).tolist() for b, p in enumerate(prompts)]
         feats = features_of(tparams, target, seqs, cfg.target_layer_ids, width)
         ref = D.ingest_context(dparams, cfg, D.init_draft_cache(cfg, len(seqs), width + 2 * drafter.block,
                                                                jnp.float32), feats, jnp.asarray(ctx))

@@ -32,6 +32,7 @@ from specjax.models import llama
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError
 from specjax.models.layers import RMSNorm
 from specjax.models.loading_maps import ParamMap, Transform
+from specjax.models.target_bound import TargetBound, fitted_to
 
 
 def default_target_layer_ids(target_num_layers: int, num_draft_layers: int) -> tuple[int, ...]:
@@ -43,7 +44,7 @@ def default_target_layer_ids(target_num_layers: int, num_draft_layers: int) -> t
 
 
 @dataclasses.dataclass(frozen=True)
-class DFlashConfig:
+class DFlashConfig(TargetBound):
     vocab_size: int  # the target's vocabulary (shared embedding and LM head)
     hidden_size: int  # = the target's hidden size
     num_layers: int  # N_d draft layers
@@ -60,6 +61,7 @@ class DFlashConfig:
     rms_norm_eps: float = 1e-6
 
     model_type = "dflash"
+    kind = "DFlash"
     tie_word_embeddings = False  # the loader asks; the LM head is the target's anyway
 
     def __post_init__(self):
@@ -68,12 +70,7 @@ class DFlashConfig:
             raise ValueError(f"DFlash block_size must be >= 2 (the root + at least one mask token), got {self.block_size}")
         if not 0 <= self.mask_token_id < self.vocab_size:
             raise ValueError(f"DFlash mask_token_id {self.mask_token_id} is outside the vocabulary [0, {self.vocab_size})")
-        if not self.target_layer_ids:
-            raise ValueError("DFlash needs at least one target layer id to read features from")
-        bad = [i for i in self.target_layer_ids if not 0 <= i < self.target_num_layers]
-        if bad:
-            raise ValueError(f"DFlash target layer ids {bad} are outside the target's {self.target_num_layers} layers "
-                             f"[0, {self.target_num_layers})")
+        self.check_layer_ids()
         if self.num_layers < 1:
             raise ValueError(f"DFlash needs >= 1 draft layer, got {self.num_layers}")
         self.layer_config()  # head / GQA checks
@@ -95,37 +92,13 @@ class DFlashConfig:
                                  intermediate_size=self.intermediate_size, rope_theta=self.rope_theta,
                                  rms_norm_eps=self.rms_norm_eps, qk_norm=True, flavor="qwen3")
 
-    def check_target(self, target_cfg) -> None:
-        """Raise ValueError naming every way `target_cfg` differs from the target this drafter was built for."""
-        problems = []
-        if target_cfg.hidden_size != self.hidden_size:
-            problems.append(f"hidden size: drafter {self.hidden_size}, target {target_cfg.hidden_size}")
-        if target_cfg.vocab_size != self.vocab_size:
-            problems.append(f"vocab size: drafter {self.vocab_size}, target {target_cfg.vocab_size}")
-        if target_cfg.num_layers != self.target_num_layers:
-            problems.append(f"layer count: drafter trained on a {self.target_num_layers}-layer target, "
-                            f"target has {target_cfg.num_layers}")
-        bad = [i for i in self.target_layer_ids if i >= target_cfg.num_layers]
-        if bad:
-            problems.append(f"layer ids {bad} >= the target's {target_cfg.num_layers} layers")
-        if target_cfg.model_type != self.target_model_type:
-            problems.append(f"model type: drafter {self.target_model_type!r}, target {target_cfg.model_type!r}")
-        if problems:
-            raise ValueError("DFlash drafter was trained for another target: " + "; ".join(problems))
-
     @classmethod
     def for_target(cls, target_cfg, num_layers: int = 1, target_layer_ids: tuple[int, ...] | None = None,
                    **overrides) -> "DFlashConfig":
         """A drafter config fitted to `target_cfg`: hidden size, heads, head dim, FFN and rope copied."""
         ids = target_layer_ids if target_layer_ids is not None else default_target_layer_ids(target_cfg.num_layers,
                                                                                             num_layers)
-        base = dict(vocab_size=target_cfg.vocab_size, hidden_size=target_cfg.hidden_size, num_layers=num_layers,
-                    num_heads=target_cfg.num_heads, num_kv_heads=target_cfg.num_kv_heads,
-                    head_dim=target_cfg.head_dim, intermediate_size=target_cfg.intermediate_size,
-                    target_layer_ids=tuple(ids), target_num_layers=target_cfg.num_layers,
-                    target_model_type=target_cfg.model_type, rope_theta=target_cfg.rope_theta,
-                    rms_norm_eps=getattr(target_cfg, "rms_norm_eps", 1e-6))
-        return cls(**{**base, **overrides})
+        return cls(**{**fitted_to(target_cfg, ids), "num_layers": num_layers, **overrides})
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> "DFlashConfig":

@@ -38,6 +38,7 @@ from specjax.models import llama
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError
 from specjax.models.layers import LayerKV, RMSNorm, init_normal
 from specjax.models.loading_maps import ParamMap, Transform
+from specjax.models.target_bound import TargetBound, fitted_to
 
 
 def default_target_layer_ids(target_num_layers: int) -> tuple[int, int, int]:
@@ -53,7 +54,7 @@ def default_target_layer_ids(target_num_layers: int) -> tuple[int, int, int]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Eagle3Config:
+class Eagle3Config(TargetBound):
     vocab_size: int  # the target's vocabulary (shared embedding and LM head)
     hidden_size: int  # = the target's hidden size
     num_heads: int
@@ -68,18 +69,14 @@ class Eagle3Config:
     num_layers: int = 1  # EAGLE-3 is one decoder layer (the KV cache has one layer)
 
     model_type = "eagle3"
+    kind = "EAGLE-3"
     tie_word_embeddings = False  # the loader asks; the LM head is the target's anyway
 
     def __post_init__(self):
         object.__setattr__(self, "target_layer_ids", tuple(int(i) for i in self.target_layer_ids))
         if self.num_layers != 1:
             raise ValueError(f"EAGLE-3 has exactly one decoder layer, got num_layers={self.num_layers}")
-        if not self.target_layer_ids:
-            raise ValueError("EAGLE-3 needs at least one target layer id to read features from")
-        bad = [i for i in self.target_layer_ids if not 0 <= i < self.target_num_layers]
-        if bad:
-            raise ValueError(f"EAGLE-3 target layer ids {bad} are outside the target's {self.target_num_layers} "
-                             f"layers [0, {self.target_num_layers})")
+        self.check_layer_ids()
         self.layer_config()  # head / GQA checks
 
     @property
@@ -94,35 +91,11 @@ class Eagle3Config:
                                  intermediate_size=self.intermediate_size, rope_theta=self.rope_theta,
                                  rms_norm_eps=self.rms_norm_eps)
 
-    def check_target(self, target_cfg) -> None:
-        """Raise ValueError naming every way `target_cfg` differs from the target this drafter was built for."""
-        problems = []
-        if target_cfg.hidden_size != self.hidden_size:
-            problems.append(f"hidden size: drafter {self.hidden_size}, target {target_cfg.hidden_size}")
-        if target_cfg.vocab_size != self.vocab_size:
-            problems.append(f"vocab size: drafter {self.vocab_size}, target {target_cfg.vocab_size}")
-        if target_cfg.num_layers != self.target_num_layers:
-            problems.append(f"layer count: drafter trained on a {self.target_num_layers}-layer target, "
-                            f"target has {target_cfg.num_layers}")
-        bad = [i for i in self.target_layer_ids if i >= target_cfg.num_layers]
-        if bad:
-            problems.append(f"layer ids {bad} >= the target's {target_cfg.num_layers} layers")
-        if target_cfg.model_type != self.target_model_type:
-            problems.append(f"model type: drafter {self.target_model_type!r}, target {target_cfg.model_type!r}")
-        if problems:
-            raise ValueError("EAGLE-3 drafter was trained for another target: " + "; ".join(problems))
-
     @classmethod
     def for_target(cls, target_cfg, target_layer_ids: tuple[int, ...] | None = None, **overrides) -> "Eagle3Config":
         """A drafter config fitted to `target_cfg`: hidden size, heads, head dim, FFN and rope copied."""
         ids = target_layer_ids if target_layer_ids is not None else default_target_layer_ids(target_cfg.num_layers)
-        base = dict(vocab_size=target_cfg.vocab_size, hidden_size=target_cfg.hidden_size,
-                    num_heads=target_cfg.num_heads, num_kv_heads=target_cfg.num_kv_heads,
-                    head_dim=target_cfg.head_dim, intermediate_size=target_cfg.intermediate_size,
-                    target_layer_ids=tuple(ids), target_num_layers=target_cfg.num_layers,
-                    target_model_type=target_cfg.model_type, rope_theta=target_cfg.rope_theta,
-                    rms_norm_eps=getattr(target_cfg, "rms_norm_eps", 1e-6))
-        return cls(**{**base, **overrides})
+        return cls(**{**fitted_to(target_cfg, ids), **overrides})
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> "Eagle3Config":
@@ -205,24 +178,19 @@ class Block(nnx.Module):
 
 
 def param_maps(cfg: Eagle3Config) -> tuple[list[ParamMap], list[ParamMap]]:
-    """Reference tensor names <-> params paths (`midlayer.*` is the one layer)."""
+    """Reference tensor names <-> params paths: the Llama layer map under `midlayer.`, with 2E-wide
+    q/k/v, plus `hidden_norm`; `fc` and the final `norm` outside."""
     e, h, k, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    T = Transform
-    heads_in = lambda n: T.reshape_transpose((n * d, 2 * e), (n, d, 2 * e), (2, 0, 1))  # noqa: E731
-    outer = [ParamMap("fc.weight", ("fc", "kernel"), T.linear()),
-             ParamMap("norm.weight", ("norm", "weight"), T.identity())]
-    p = "midlayer."
-    layer = [
-        ParamMap(p + "hidden_norm.weight", ("hidden_norm", "weight"), T.identity()),
-        ParamMap(p + "input_layernorm.weight", ("input_layernorm", "weight"), T.identity()),
-        ParamMap(p + "post_attention_layernorm.weight", ("post_attention_layernorm", "weight"), T.identity()),
-        ParamMap(p + "self_attn.q_proj.weight", ("self_attn", "q"), heads_in(h)),
-        ParamMap(p + "self_attn.k_proj.weight", ("self_attn", "k"), heads_in(k)),
-        ParamMap(p + "self_attn.v_proj.weight", ("self_attn", "v"), heads_in(k)),
-        ParamMap(p + "self_attn.o_proj.weight", ("self_attn", "o"), T.reshape_transpose((e, h * d), (e, h, d), (1, 2, 0))),
-    ]
-    for name in ("gate_proj", "up_proj", "down_proj"):
-        layer.append(ParamMap(p + f"mlp.{name}.weight", ("mlp", name, "kernel"), T.linear()))
+    wide = {"q": h, "k": k, "v": k}  # heads of the projections that read concat(embedding, state)
+    outer = [ParamMap("fc.weight", ("fc", "kernel"), Transform.linear()),
+             ParamMap("norm.weight", ("norm", "weight"), Transform.identity())]
+    layer = [ParamMap("midlayer.hidden_norm.weight", ("hidden_norm", "weight"), Transform.identity())]
+    for m in llama.param_maps(cfg.layer_config())[1]:
+        m = dataclasses.replace(m, hf_key=m.hf_key.replace("model.layers.{i}.", "midlayer."))
+        if m.path[0] == "self_attn" and m.path[1] in wide:
+            n = wide[m.path[1]]
+            m = dataclasses.replace(m, transform=Transform.reshape_transpose((n * d, 2 * e), (n, d, 2 * e), (2, 0, 1)))
+        layer.append(m)
     return outer, layer
 
 

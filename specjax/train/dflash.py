@@ -43,11 +43,11 @@ from specjax.models.model import project_to_vocab
 
 
 @dataclasses.dataclass(frozen=True)
-class DFlashTrainConfig:
+class DrafterTrainConfig:
+    """The optimisation and logging fields every drafter's training shares (`train`, `make_optimizer`)."""
+
     steps: int = 1200
     batch_size: int = 8
-    anchors: int = 32  # W per sequence
-    gamma: float = 7.0  # position-weight decay (7 for block 16)
     lr: float = 1e-3
     warmup_frac: float = 0.04
     min_lr_ratio: float = 0.0
@@ -56,6 +56,12 @@ class DFlashTrainConfig:
     log_every: int = 50
     ckpt_every: int = 200
     seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DFlashTrainConfig(DrafterTrainConfig):
+    anchors: int = 32  # W per sequence
+    gamma: float = 7.0  # position-weight decay (7 for block 16)
 
 
 # ============================================================================ data
@@ -279,5 +285,5 @@ def export(directory: str | pathlib.Path, dcfg: DFlashConfig, dparams, recipe: d
     return directory
 
 
-__all__ = ["DFlashTrainConfig", "choose_mask_token", "make_dataset", "draw_anchors", "block_loss",
+__all__ = ["DrafterTrainConfig", "DFlashTrainConfig", "choose_mask_token", "make_dataset", "draw_anchors", "block_loss",
            "target_features", "make_optimizer", "make_step", "train", "export"]

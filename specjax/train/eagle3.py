@@ -27,24 +27,16 @@ import optax
 
 from specjax.drafters.dflash import target_outer
 from specjax.drafters.eagle3 import logits_of, unrolled_hidden
+from specjax.train.dflash import DrafterTrainConfig
 from specjax.models import causal_mask, forward_tapped, init_cache
 from specjax.models.eagle3 import Eagle3Config
 
 
 @dataclasses.dataclass(frozen=True)
-class Eagle3TrainConfig:
+class Eagle3TrainConfig(DrafterTrainConfig):
     steps: int = 1500
-    batch_size: int = 8
     ttt_steps: int = 7  # unroll length (the reference's `length`)
     step_decay: float = 0.8  # loss weight of step j: step_decay ** j
-    lr: float = 1e-3
-    warmup_frac: float = 0.04
-    min_lr_ratio: float = 0.0
-    weight_decay: float = 0.0
-    clip: float = 1.0
-    log_every: int = 50
-    ckpt_every: int = 200
-    seed: int = 0
 
 
 def target_view(tparams, tcfg, dcfg: Eagle3Config, tokens):
@@ -98,9 +90,15 @@ def make_step(dcfg: Eagle3Config, tcfg, opt, tc: Eagle3TrainConfig):
         updates, opt_state = opt.update(grads, opt_state, dparams)
         return optax.apply_updates(dparams, updates), opt_state, value, metrics
 
-    @jax.jit
+    evaluate_chunk = jax.jit(loss_at)
+
     def evaluate(dparams, tparams, tokens, loss_mask, key):
-        return loss_at(dparams, tparams, tokens, loss_mask)
+        """Mean over chunks of `batch_size` rows: [rows, S, V] logits for every unrolled step of a
+        whole validation set do not fit in memory for a real vocabulary."""
+        n = tc.batch_size
+        parts = [evaluate_chunk(dparams, tparams, tokens[i:i + n], loss_mask[i:i + n])
+                 for i in range(0, len(tokens) - n + 1, n)] or [evaluate_chunk(dparams, tparams, tokens, loss_mask)]
+        return jax.tree.map(lambda *xs: sum(xs) / len(xs), *parts)
 
     return step, evaluate
 
