@@ -73,6 +73,22 @@ def test_generate_dflash_on_the_embedded_pair(capsys):
     assert "[dflash:block=5 speculative, T=1.0]" in capsys.readouterr().out
 
 
+def test_generate_eagle3_on_the_embedded_pair(capsys, tmp_path):
+    """`--method eagle3...`: the zoo's EAGLE-3 drafter (or `--eagle3 DIR`) on the dynamic tree; identical to AR."""
+    args = ["generate", "--method", "eagle3:topk=3,depth=3,total=12", "--prompt", "The river flows through the",
+            "--max-new-tokens", "16"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "[eagle3:topk=3,depth=3,total=12 speculative, greedy]" in out and "vs AR: identical" in out
+    from specjax import zoo
+    from specjax.models import CheckpointError
+
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "config.json").write_text((zoo.path("tiny-neox-eagle3") / "config.json").read_text())
+    with pytest.raises(CheckpointError):  # --eagle3 DIR is loaded strictly (here: no weights)
+        main(args[:2] + ["eagle3-chain4"] + args[3:] + ["--eagle3", str(tmp_path / "e")])
+
+
 def test_generate_defaults_to_ddtree_on_the_embedded_pair(capsys):
     """`make run`'s default method (README: the fastest on this pair) runs and matches AR."""
     assert main(["generate", "--prompt", "The river flows through the", "--max-new-tokens", "16"]) == 0
