@@ -9,7 +9,7 @@
 
 Method specs (`specjax.bench.methods`): ar, chain<K>, fixed<D>x<B>[n<N>], dynatree[-p1|-p2|-p3]
 [:field=value,...], dflash[:block=B], ddtree-<N>[:block=B,prune=P], eagle3[:topk=k,depth=D,total=N],
-eagle3-chain<K>, eagle2[:topk=k,depth=D,total=N]; `chain`, `fixed`, `dynatree`
+eagle3-chain<K>, eagle2[:topk=k,depth=D,total=N], domino[:head=0,verify=walk]; `chain`, `fixed`, `dynatree`
 mean chain4, fixed5x2, dynatree-p3, and `dynatree-zoo` is Phase 3 tuned for the embedded pair.
 `generate` defaults to `DEFAULT_METHOD` (DDTree with 8 nodes on the zoo's DFlash drafter: the
 fastest method on the embedded pair, measured in one same-run benchmark, README).
@@ -40,6 +40,7 @@ import numpy as np
 
 # `make run`'s method: the fastest on the embedded pair in a same-run benchmark (README, "Two commands").
 DEFAULT_METHOD = "ddtree-8"
+READERS = ("dflash", "eagle3", "domino")  # drafters that read the target's features: --<kind> DIR or the zoo's
 
 
 TIMED_RUNS = 9  # CPU timings vary 30-50 % run to run: interleave the methods, report medians
@@ -64,18 +65,14 @@ def _zoo_drafter(name: str):
     return zoo.load_drafter(name) if zoo.has(name) else None
 
 
-def _dflash_arg(args, default_name: str | None, flag: str = "dflash"):
-    """A drafter that reads the target, (cfg, params): --dflash DIR (or --eagle3 DIR with
-    flag="eagle3"), else the zoo's `default_name` for this target (None if absent)."""
+def _reader_arg(args, default_name: str | None, flag: str = "dflash"):
+    """A drafter that reads the target, (cfg, params): --dflash DIR (or --eagle3 / --domino DIR
+    with that flag), else the zoo's `default_name` for this target (None if absent)."""
     if getattr(args, flag, None):
         from specjax.models import load_checkpoint
 
         return load_checkpoint(getattr(args, flag))
     return _zoo_drafter(default_name) if default_name else None
-
-
-def _eagle3_arg(args, default_name: str | None):
-    return _dflash_arg(args, default_name, flag="eagle3")
 
 
 def smollm2(chat: bool = True):
@@ -94,7 +91,7 @@ def smollm2(chat: bool = True):
 
 
 def _load(args):
-    """(cfg, params, encode, decode, draft LM (cfg, params) or None, {"dflash": .., "eagle3": ..} drafters
+    """(cfg, params, encode, decode, draft LM (cfg, params) or None, {"dflash": .., "eagle3": .., "domino": ..} drafters
     reading the target ((cfg, params) or None each), prompt text)."""
     from specjax.models import load_checkpoint
 
@@ -124,9 +121,9 @@ def _load(args):
 
 
 def _readers(args, zoo_prefix: str | None) -> dict:
-    """The drafters that read the target: --dflash / --eagle3 DIR, else the zoo's `<prefix>-dflash` / `-eagle3`."""
-    return {"dflash": _dflash_arg(args, zoo_prefix and f"{zoo_prefix}-dflash"),
-            "eagle3": _eagle3_arg(args, zoo_prefix and f"{zoo_prefix}-eagle3")}
+    """The drafters that read the target: --dflash / --eagle3 / --domino DIR, else the zoo's
+    `<prefix>-dflash` / `-eagle3` / `-domino`."""
+    return {kind: _reader_arg(args, zoo_prefix and f"{zoo_prefix}-{kind}", flag=kind) for kind in READERS}
 
 
 def _print_rounds(stats, max_depth: int) -> None:
@@ -224,11 +221,11 @@ def dataset_texts(name: str, split: str = "test", austen_chars: int = 2000, chat
 
 
 def _bench_models(args):
-    """(target (cfg, params), draft (cfg, params) or None, {"dflash", "eagle3"} drafters reading the
+    """(target (cfg, params), draft (cfg, params) or None, {"dflash", "eagle3", "domino"} drafters reading the
     target ((cfg, params) or None each), encode or None, target name, draft name)."""
     from specjax.bench.harness import random_pair
 
-    readers = {"dflash": None, "eagle3": None}
+    readers = dict.fromkeys(READERS)
     if args.random:
         target, draft = random_pair()
         names = ("random-neox-6x256", "random-neox-2x64")
@@ -323,6 +320,11 @@ def _bench(args) -> int:
         d, p = readers["eagle3"]
         extra["eagle3_drafter"] = (f"1 layer, reads target layers {list(d.target_layer_ids)}, "
                                    f"{sum(x.size for x in jax.tree.leaves(p)):,} params")
+    if readers["domino"] is not None and "domino" in used:
+        d, p = readers["domino"]
+        extra["domino_drafter"] = (f"{d.num_layers}-layer backbone, block {d.block_size}, GRU {d.gru_hidden}, rank "
+                                   f"{d.head_rank}, shift_label {d.shift_label}, reads target layers "
+                                   f"{list(d.target_layer_ids)}, {sum(x.size for x in jax.tree.leaves(p)):,} params")
     extra = extra or None
     env = harness.environment(target_name, draft_name, target[1], extra)
     counted = len(prompts) - args.warmup
@@ -347,12 +349,13 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--draft", help="HF-layout draft directory (with --checkpoint)")
     gen.add_argument("--dflash", help="DFlash drafter directory (default: the zoo's for the zoo target / SmolLM2)")
     gen.add_argument("--eagle3", help="EAGLE-3 drafter directory (default: the zoo's, where one exists)")
+    gen.add_argument("--domino", help="Domino drafter directory (default: the zoo's, where one exists)")
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--method", default=None,
                      help="ar or a method spec: chain<K>, fixed<D>x<B>[n<N>], dynatree[-p1|-p2|-p3][:field=value,...], "
                           "dflash[:block=B], ddtree-<N>[:block=B,prune=P], eagle3[:topk=k,depth=D,total=N], "
-                          "eagle3-chain<K>, eagle2[:topk=k,depth=D,total=N]; "
+                          "eagle3-chain<K>, eagle2[:topk=k,depth=D,total=N], domino[:head=0,verify=walk]; "
                           "chain, fixed, dynatree = chain4, fixed5x2, dynatree-p3; dynatree-zoo = Phase 3 tuned for "
                           f"the embedded pair. Default: {DEFAULT_METHOD} (the fastest on the embedded pair, README) "
                           "when a DFlash drafter is available, else dynatree-zoo with a draft model, else ar")
@@ -384,6 +387,7 @@ def _parser() -> argparse.ArgumentParser:
                         "(chat template; method dflash uses the zoo's SmolLM2 drafter or --dflash)")
     bench.add_argument("--dflash", help="DFlash drafter directory (default: the zoo's, where one exists)")
     bench.add_argument("--eagle3", help="EAGLE-3 drafter directory (default: the zoo's, where one exists)")
+    bench.add_argument("--domino", help="Domino drafter directory (default: the zoo's, where one exists)")
     bench.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     bench.add_argument("--stop-at-eos", action="store_true", help="stop rows at the target's EOS (default: never)")
     bench.add_argument("--self-draft", action="store_true", help="draft = target (every draft token is accepted)")

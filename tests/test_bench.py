@@ -296,6 +296,27 @@ def test_parse_method_eagle3_and_dynamic_trees():
         parse_method("eagle2", None, eagle3=(ecfg, params), target_cfg=target)
 
 
+def test_parse_method_domino():
+    from specjax.drafters.domino import DominoDrafter
+    from specjax.models.domino import DominoConfig
+
+    target = harness.random_pair(vocab=64)[0][0]
+    dcfg = DominoConfig.for_target(target, num_layers=1, target_layer_ids=(1,), mask_token_id=63)
+    params = object()
+    m = parse_method("domino", None, domino=(dcfg, params), target_cfg=target)
+    assert m.name == "domino" and m.draft_params_override is params
+    assert m.drafter == DominoDrafter(dcfg, target) and (m.drafter.budget, m.drafter.max_depth) == (15, 15)
+    off = parse_method("Domino:head=0,verify=walk", None, domino=(dcfg, params), target_cfg=target)
+    assert off.name == "domino:head=0,verify=walk" and not off.drafter.use_head and off.drafter.verify == "walk"
+    assert parse_method(off.name, None, domino=(dcfg, params), target_cfg=target) == off
+    for spec, message in (("domino:head=2", "'head' is 0 (backbone only) or 1"), ("domino:verify=greedy", "'verify'"),
+                          ("domino:block=4", "the fields are head=<int>, verify=<str>")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_method(spec, None, domino=(dcfg, params), target_cfg=target)
+    with pytest.raises(ValueError, match="needs a Domino drafter trained for this target"):
+        parse_method("domino", DRAFT, dflash=(dcfg, params), target_cfg=target)
+
+
 def test_round_split_times_every_part_and_projection_arithmetic():
     from specjax.bench.round_split import PARTS, project_speedup, round_split
     from specjax.drafters.ddtree import DDTreeDrafter

@@ -89,6 +89,16 @@ def test_generate_eagle3_on_the_embedded_pair(capsys, tmp_path):
         main(args[:2] + ["eagle3-chain4"] + args[3:] + ["--eagle3", str(tmp_path / "e")])
 
 
+def test_generate_domino_on_the_embedded_pair(capsys):
+    """`--method domino[:...]`: the zoo's Domino drafter, greedy and sampled; identical to AR at T = 0."""
+    args = ["generate", "--method", "domino", "--prompt", "The river flows through the", "--max-new-tokens", "16"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "[domino speculative, greedy]" in out and "vs AR: identical" in out
+    assert main(args[:2] + ["domino:verify=walk"] + args[3:] + ["--temperature", "1"]) == 0
+    assert "[domino:verify=walk speculative, T=1.0]" in capsys.readouterr().out
+
+
 def test_generate_defaults_to_ddtree_on_the_embedded_pair(capsys):
     """`make run`'s default method (README: the fastest on this pair) runs and matches AR."""
     assert main(["generate", "--prompt", "The river flows through the", "--max-new-tokens", "16"]) == 0

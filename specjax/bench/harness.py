@@ -178,12 +178,13 @@ def prepare_prompts(prompts: list[list[int]], prompt_width: int | None = None, p
     return out
 
 
-def resolve_methods(methods, draft, *, dflash=None, eagle3=None, target_cfg=None) -> list[Method]:
-    """Parse spec strings against the draft config (and the DFlash / EAGLE-3 drafters (cfg, params)
-    with the target config, for ``dflash``, ``ddtree``, ``eagle3``); reject duplicates and
-    drafters without draft params."""
+def resolve_methods(methods, draft, *, dflash=None, eagle3=None, domino=None, target_cfg=None) -> list[Method]:
+    """Parse spec strings against the draft config (and the DFlash / EAGLE-3 / Domino drafters
+    (cfg, params) with the target config, for ``dflash``, ``ddtree``, ``eagle3``, ``domino``);
+    reject duplicates and drafters without draft params."""
     draft_cfg = draft[0] if draft is not None else None
-    out = [m if isinstance(m, Method) else parse_method(m, draft_cfg, dflash=dflash, eagle3=eagle3, target_cfg=target_cfg)
+    out = [m if isinstance(m, Method) else parse_method(m, draft_cfg, dflash=dflash, eagle3=eagle3, domino=domino,
+                                                        target_cfg=target_cfg)
            for m in methods]
     names = [m.name for m in out]
     if not out or len(set(names)) != len(names):

@@ -24,6 +24,11 @@ spec                                   method
 ``eagle3-chain<K>``                    EAGLE-3 drafting a greedy chain of K tokens (the
                                        dynamic tree with top_k 1, depth K - 1, total K)
 ``eagle2[:topk=k,depth=D,total=N]``    the EAGLE-2 dynamic tree over the draft LM
+``domino[:head=0,verify=walk]``        Domino: the DFlash backbone forward + the GRU / low-rank
+                                       causal correction rolled out draft by draft, a chain of
+                                       K tokens (``DominoDrafter``); head=0 drafts from the
+                                       backbone alone (same weights); verify = rejection
+                                       (default) or walk at T > 0
 =====================================  ====================================================
 
 Bare ``chain`` / ``linear``, ``fixed`` / ``tree`` are aliases of ``chain4`` and
@@ -56,7 +61,7 @@ _EAGLE3_CHAIN = re.compile(r"eagle3-chain(\d+)")
 _DYNAMIC_FIELDS = {"topk": int, "depth": int, "total": int}
 _FORMS = ("ar, chain<K> (linear<K>), fixed<D>x<B>[n<N>] (tree<D>x<B>[n<N>]), dynatree[-p1|-p2|-p3][:field=value,...], "
           "dflash[:block=B], ddtree-<N>[:block=B,prune=P], eagle3[:topk=k,depth=D,total=N], eagle3-chain<K>, "
-          "eagle2[:topk=k,depth=D,total=N]")
+          "eagle2[:topk=k,depth=D,total=N], domino[:head=0|1,verify=rejection|walk]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,12 +190,29 @@ def _dynamic_tree(head: str, overrides: str, spec: str, draft_cfg, eagle3, targe
                   draft_params_override=eagle3[1])
 
 
-def parse_method(spec: str, draft_cfg, *, dflash=None, eagle3=None, target_cfg=None) -> Method:
+def _domino(overrides: str, spec: str, domino, target_cfg):
+    from specjax.drafters.domino import VERIFY_RULES, DominoDrafter
+
+    if domino is None or target_cfg is None:
+        raise ValueError(f"method {spec!r} needs a Domino drafter trained for this target (and the target config)")
+    values = _overrides(overrides, {"head": int, "verify": str}, "Domino")
+    if values.get("head", 1) not in (0, 1):
+        raise ValueError(f"Domino field 'head' is 0 (backbone only) or 1, got {values['head']}")
+    if values.get("verify", "rejection") not in VERIFY_RULES:
+        raise ValueError(f"Domino field 'verify' is one of {', '.join(VERIFY_RULES)}, got {values['verify']!r}")
+    name = "domino" + (":" + ",".join(f"{k}={v}" for k, v in values.items()) if values else "")
+    drafter = DominoDrafter(domino[0], target_cfg, use_head=bool(values.get("head", 1)),
+                            verify=values.get("verify", "rejection"))
+    return Method(name, drafter, draft_params_override=domino[1])
+
+
+def parse_method(spec: str, draft_cfg, *, dflash=None, eagle3=None, domino=None, target_cfg=None) -> Method:
     """Parse a method spec (see the module docstring) into a `Method` with a canonical name.
 
     `draft_cfg` is the draft model's config (unused for ``ar``, ``dflash``, ``ddtree``,
-    ``eagle3``); `dflash` / `eagle3` the drafters that read the target as (config, params) and
-    `target_cfg` the target's config (needed by ``dflash``, ``ddtree`` and ``eagle3``). Raises ValueError naming the accepted forms for an unknown spec, the valid
+    ``eagle3``, ``domino``); `dflash` / `eagle3` / `domino` the drafters that read the target as
+    (config, params) and `target_cfg` the target's config (needed by all of those). Raises
+    ValueError naming the accepted forms for an unknown spec, the valid
     fields for an unknown override, and the drafter's own message for an invalid parameter.
     """
     from specjax.drafters.chain import ChainDrafter
@@ -204,6 +226,8 @@ def parse_method(spec: str, draft_cfg, *, dflash=None, eagle3=None, target_cfg=N
         return Method("ar", None)
     if head == "dflash":
         return _dflash(overrides, spec, dflash, target_cfg)
+    if head == "domino":
+        return _domino(overrides, spec, domino, target_cfg)
     if m := _DDTREE.fullmatch(head):
         return _ddtree(int(m.group(1)), overrides, spec, dflash, target_cfg)
     if head in ("eagle3", "eagle2") or _EAGLE3_CHAIN.fullmatch(head):

@@ -133,3 +133,56 @@ def project_speedup(costs: dict[int, dict[str, float]], taus: dict[int, float]) 
     costs: budget -> `round_split` output (ms); taus: budget -> tokens per round (bonus
     included). Budgets missing from either are skipped."""
     return {n: taus[n] * costs[n]["ar_step"] / costs[n]["round"] for n in costs if n in taus}
+
+
+DOMINO_PARTS = ("backbone", "head", "verify", "round")
+
+
+def domino_split(target, drafter, draft_params, tokens, lengths, *, rounds_before: int = 2, reps: int = 10,
+                 sampling: Sampling = Sampling(), max_new: int = 64,
+                 matmul_precision: str = DEFAULT_PRECISION) -> dict[str, float]:
+    """Median milliseconds of a Domino round's parts (`DOMINO_PARTS`) from a real mid-generation state:
+
+    backbone  the DFlash forward + the LM head over the K draft rows (base logits, in parallel)
+    head      the sequential rollout: K GRU steps + corrections + argmax / samples
+    verify    the target forward over [root, K drafts] (chain mask, tapped features)
+    round     the whole round as the loop runs it
+    drafter: a `DominoDrafter` (its `use_head=False` twin has no head cost: the rollout then
+    only adds base logits, so compare `head` with `round`). The paper reports +2.8% latency.
+    """
+    from specjax.drafters.domino import draft_rows
+
+    with matmul_scope(matmul_precision):
+        cfg, params = target
+        state, run_round = _state_after(target, drafter, draft_params, tokens, lengths, rounds_before, max_new,
+                                        sampling)
+        ds, root, active = state.draft_state, state.root, ~state.done
+
+        @jax.jit
+        def backbone(ds, root, active):
+            from specjax.drafters.dflash import block_hidden
+            from specjax.models.model import project_to_vocab
+
+            hidden, _ = block_hidden(drafter.cfg, drafter.target_cfg, ds, root, active, drafter.block)
+            rows = draft_rows(drafter.cfg, hidden)
+            return rows, project_to_vocab(ds.target_params, drafter.target_cfg, rows)
+
+        rows, base = backbone(ds, root, active)
+        head = jax.jit(lambda ds, rows, base, root, key: drafter.rollout_from(ds, rows, base, root, key, sampling))
+        tokens_k, _ = head(ds, rows, base, root, jax.random.key(0))
+        from specjax.tree import chain_tree
+
+        tree = chain_tree(tokens_k)
+        layers = tuple(drafter.target_layers)
+
+        @jax.jit
+        def verify(cache, tree, root):
+            block = jnp.concatenate([root[:, None], tree.tokens], axis=1)
+            return forward_tapped(params, cfg, block, positions(tree, cache.lengths), ancestor_mask(tree), cache, layers)
+
+        return {
+            "backbone": _median_ms(backbone, ds, root, active, reps=reps),
+            "head": _median_ms(head, ds, rows, base, root, jax.random.key(1), reps=reps),
+            "verify": _median_ms(verify, state.cache, tree, root, reps=reps),
+            "round": _median_ms(run_round, state, reps=reps),
+        }

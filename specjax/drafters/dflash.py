@@ -125,13 +125,12 @@ class DFlashState:
     pending_n: jax.Array
 
 
-def block_logits(cfg: DFlashConfig, target_cfg: ModelConfig, state: DFlashState, root: jax.Array,
+def block_hidden(cfg: DFlashConfig, target_cfg: ModelConfig, state: DFlashState, root: jax.Array,
                  active: jax.Array | None = None, block_size: int | None = None):
-    """One drafter forward: (logits f32[B, L, V], state with the pending context committed).
+    """One drafter forward: (hidden [B, block, E] after the final norm, state with the pending context committed).
 
-    root int32[B] is the last committed token, at position = committed context + pending_n.
-    Row i - 1 of the logits predicts the token at position root + i (i = 1 .. L,
-    L = block_size - 1). Inactive rows commit nothing.
+    root int32[B] is the last committed token, at position = committed context + pending_n;
+    hidden row i sits at position root + i (row 0 is the root's own). Inactive rows commit nothing.
     """
     bs = block_size or cfg.block_size
     b, c = state.pending.shape[:2]
@@ -146,10 +145,17 @@ def block_logits(cfg: DFlashConfig, target_cfg: ModelConfig, state: DFlashState,
     mask = jnp.broadcast_to(mask, (b, bs, c + bs))
     hidden, cache = draft_hidden(state.params, cfg, state.target_params, target_cfg, tokens, positions, mask, cache,
                                  region_offset=c)
-    logits = project_to_vocab(state.target_params, target_cfg, hidden[:, 1:])  # [B, L, V]
     n = state.pending_n if active is None else jnp.where(active, state.pending_n, 0)
     cache = commit(cache, jnp.broadcast_to(jnp.arange(c, dtype=jnp.int32), (b, c)), n)
-    return logits, state.replace(cache=cache, pending_n=state.pending_n - n)  # finished rows keep theirs
+    return hidden, state.replace(cache=cache, pending_n=state.pending_n - n)  # finished rows keep theirs
+
+
+def block_logits(cfg: DFlashConfig, target_cfg: ModelConfig, state: DFlashState, root: jax.Array,
+                 active: jax.Array | None = None, block_size: int | None = None):
+    """(logits f32[B, L, V], state): `block_hidden` through the target's LM head, rows 1 .. L
+    (L = block_size - 1): row i - 1 of the logits predicts the token at position root + i."""
+    hidden, state = block_hidden(cfg, target_cfg, state, root, active, block_size)
+    return project_to_vocab(state.target_params, target_cfg, hidden[:, 1:]), state
 
 
 # ============================================================================ training view
@@ -237,9 +243,14 @@ class DFlashDrafter:
     def uses_rejection(self, sampling) -> bool:
         return False  # the sampling walk: marginals are not the path-conditional proposal
 
+    @property
+    def pending_width(self) -> int:
+        """C: features of the root + the longest accepted path (max_depth + 1 = block for DFlash)."""
+        return self.max_depth + 1
+
     def cache_slots(self, prompt_width: int, max_new_tokens: int) -> int:
         """Context committed <= T + M - 1, plus the region: C pending + block slots."""
-        return prompt_width + max_new_tokens + 2 * self.block
+        return prompt_width + max_new_tokens + self.pending_width + self.block
 
     def init(self, params, tokens, prompt_lengths, max_new_tokens: int, context: PromptContext | None = None):
         if context is None or context.features is None:
@@ -250,7 +261,8 @@ class DFlashDrafter:
         cache = ingest_context(params, self.cfg, cache, context.features.astype(dtype), prompt_lengths)
         feat = context.features.shape[2:]
         return DFlashState(params=params, target_params=context.target_params, cache=cache,
-                           pending=jnp.zeros((b, self.block) + feat, dtype), pending_n=jnp.zeros((b,), jnp.int32))
+                           pending=jnp.zeros((b, self.pending_width) + feat, dtype),
+                           pending_n=jnp.zeros((b,), jnp.int32))
 
     def block_logits(self, state: DFlashState, root, active=None):
         """(logits f32[B, L, V], state): the drafter's marginals for the block after `root`."""

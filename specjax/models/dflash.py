@@ -102,10 +102,21 @@ class DFlashConfig(TargetBound):
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> "DFlashConfig":
-        r = ConfigReader(hf, "dflash")
-        if r.get("model_type") != "dflash":
-            raise UnsupportedConfigError(f"not a DFlash config: model_type {hf.get('model_type')!r}")
-        cfg = cls(
+        r = ConfigReader(hf, cls.model_type)
+        if r.get("model_type") != cls.model_type:
+            raise UnsupportedConfigError(f"not a {cls.kind} config: model_type {hf.get('model_type')!r}")
+        cfg = cls(**cls._read_fields(r))
+        r.expect("hidden_act", ("silu",), f"{cls.kind} layers use SwiGLU")
+        r.expect("attention_bias", (False,), f"{cls.kind} layers have no biases")
+        r.expect("tie_word_embeddings", (False,), "the LM head is the target's")
+        r.get("training")  # the data recipe, kept next to the weights
+        r.finish()
+        return cfg
+
+    @classmethod
+    def _read_fields(cls, r: ConfigReader) -> dict[str, Any]:
+        """The constructor fields from a reader (subclasses add theirs)."""
+        return dict(
             vocab_size=r.get("vocab_size", required=True), hidden_size=r.get("hidden_size", required=True),
             num_layers=r.get("num_hidden_layers", required=True), num_heads=r.get("num_attention_heads", required=True),
             num_kv_heads=r.get("num_key_value_heads", required=True), head_dim=r.get("head_dim", required=True),
@@ -116,12 +127,6 @@ class DFlashConfig(TargetBound):
             block_size=r.get("block_size", required=True), mask_token_id=r.get("mask_token_id", required=True),
             rope_theta=float(r.get("rope_theta", required=True)), rms_norm_eps=float(r.get("rms_norm_eps", 1e-6)),
         )
-        r.expect("hidden_act", ("silu",), "DFlash layers use SwiGLU")
-        r.expect("attention_bias", (False,), "DFlash layers have no biases")
-        r.expect("tie_word_embeddings", (False,), "the LM head is the target's")
-        r.get("training")  # the data recipe, kept next to the weights
-        r.finish()
-        return cfg
 
     def to_hf(self) -> dict[str, Any]:
         return {

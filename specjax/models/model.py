@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from specjax.models import dflash, eagle3, gpt_neox, llama
+from specjax.models import dflash, domino, eagle3, gpt_neox, llama
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache
 from specjax.models.hf_config import UnsupportedConfigError
 from specjax.models.layers import LayerKV, cache_attention_mask
@@ -34,12 +34,12 @@ from specjax.numerics import DEFAULT_PRECISION, check_precision, matmul_scope
 
 ModelConfig = Union[gpt_neox.GPTNeoXConfig, llama.LlamaConfig]
 
-# DFlash and EAGLE-3 draft models share the registry (params, strict loading/saving), not `forward`.
+# DFlash, Domino and EAGLE-3 draft models share the registry (params, strict loading/saving), not `forward`.
 _FAMILIES = {gpt_neox.GPTNeoXConfig: gpt_neox, llama.LlamaConfig: llama, dflash.DFlashConfig: dflash,
-             eagle3.Eagle3Config: eagle3}
+             domino.DominoConfig: domino, eagle3.Eagle3Config: eagle3}
 _MODEL_TYPES = {"gpt_neox": gpt_neox.GPTNeoXConfig, "llama": llama.LlamaConfig,
                 "qwen2": llama.LlamaConfig, "qwen3": llama.LlamaConfig, "dflash": dflash.DFlashConfig,
-                "eagle3": eagle3.Eagle3Config}
+                "domino": domino.DominoConfig, "eagle3": eagle3.Eagle3Config}
 
 
 def family(cfg: ModelConfig):

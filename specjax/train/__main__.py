@@ -7,6 +7,7 @@
     python -m specjax.train eval --target DIR --draft DIR [--prompts 20 --k 4]   # held-out report (JSON)
     python -m specjax.train dflash --target zoo --out RUN --export DIR [...]     # a DFlash drafter (dflash_cli.py)
     python -m specjax.train eagle3 --target zoo --out RUN --export DIR [...]     # an EAGLE-3 drafter (eagle3_cli.py)
+    python -m specjax.train domino --target zoo --out RUN --export DIR [...]     # a Domino drafter (domino_cli.py)
 
 `--resume` continues from OUT/ckpt (saved every --ckpt-every steps). Model overrides:
 --hidden/--layers/--heads/--ffn replace the preset's sizes.
@@ -46,6 +47,10 @@ def main(argv=None) -> None:
         from specjax.train.dflash_cli import main as dflash_main
 
         return dflash_main(argv[1:])
+    if argv[:1] == ["domino"]:
+        from specjax.train.domino_cli import main as domino_main
+
+        return domino_main(argv[1:])
     if argv[:1] == ["eagle3"]:
         from specjax.train.eagle3_cli import main as eagle3_main
 

@@ -138,30 +138,41 @@ def draw_anchors(key, loss_mask: jax.Array, num: int):
     return jnp.where(valid, anchors, 0).astype(jnp.int32), valid
 
 
-def block_loss(dparams, dcfg: DFlashConfig, touter, tcfg, features, tokens, loss_mask, anchors, valid, gamma: float):
-    """Weighted same-position cross entropy of the drafter's blocks; returns (loss, metrics).
-
-    metrics: acc f32[L] (per-position top-1 accuracy over valid labels) and tau
-    (mean over valid anchors of 1 + the all-correct prefix length)."""
-    bs = dcfg.block_size
-    b, s = tokens.shape
-    hidden = anchored_hidden(dparams, dcfg, touter, tcfg, features, tokens, anchors, valid)  # [B, W, bs, E]
-    logits = project_to_vocab(touter, tcfg, hidden[:, :, 1:])  # [B, W, L, V]
-    pos = anchors[..., None] + jnp.arange(1, bs)  # [B, W, L]
-    in_range = pos < s
+def block_labels(tokens: jax.Array, loss_mask: jax.Array, anchors: jax.Array, valid: jax.Array, num: int):
+    """(labels int32[B, W, num], ok bool[B, W, num]): draft i = 1 .. num of the block at anchor a
+    is the token x_{a+i}; it counts iff a + i is in range, in the loss mask and the anchor valid."""
+    s = tokens.shape[1]
+    pos = anchors[..., None] + jnp.arange(1, num + 1)  # [B, W, num]
     pos_c = jnp.minimum(pos, s - 1)
     labels = jnp.take_along_axis(tokens[:, None, :], pos_c, axis=2)
-    lab_ok = in_range & jnp.take_along_axis(loss_mask[:, None, :], pos_c, axis=2) & valid[..., None]
+    ok = (pos < s) & jnp.take_along_axis(loss_mask[:, None, :], pos_c, axis=2) & valid[..., None]
+    return labels, ok
+
+
+def weighted_block_ce(logits: jax.Array, labels: jax.Array, ok: jax.Array, valid: jax.Array, gamma: float):
+    """Position-decayed cross entropy of per-draft logits f32[B, W, L, V] against labels [B, W, L]:
+    (loss = sum_i w_i CE_i / sum_i w_i over valid labels, w_i = exp(-(i-1)/gamma) (w_1 = 1),
+    metrics {"acc": f32[L] per-position top-1 accuracy, "tau": mean over valid anchors of
+    1 + the all-correct prefix length})."""
     logp = jax.nn.log_softmax(logits, axis=-1)
     ce = -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
-    w = jnp.exp(-jnp.arange(bs - 1, dtype=jnp.float32) / gamma)  # w_1 = 1
-    weight = w * lab_ok
+    w = jnp.exp(-jnp.arange(labels.shape[-1], dtype=jnp.float32) / gamma)
+    weight = w * ok
     loss = jnp.sum(ce * weight) / jnp.maximum(jnp.sum(weight), 1.0)
-    correct = (jnp.argmax(logits, axis=-1) == labels) & lab_ok
-    acc = jnp.sum(correct, axis=(0, 1)) / jnp.maximum(jnp.sum(lab_ok, axis=(0, 1)), 1)
+    correct = (jnp.argmax(logits, axis=-1) == labels) & ok
+    acc = jnp.sum(correct, axis=(0, 1)) / jnp.maximum(jnp.sum(ok, axis=(0, 1)), 1)
     prefix = jnp.sum(jnp.cumprod(correct, axis=-1), axis=-1)  # [B, W]
     tau = jnp.sum(jnp.where(valid, prefix + 1, 0)) / jnp.maximum(jnp.sum(valid), 1)
     return loss, {"acc": acc, "tau": tau}
+
+
+def block_loss(dparams, dcfg: DFlashConfig, touter, tcfg, features, tokens, loss_mask, anchors, valid, gamma: float):
+    """Weighted same-position cross entropy of the drafter's blocks; returns (loss, metrics)
+    (`weighted_block_ce`: per-position accuracy and the training-time tau estimate)."""
+    hidden = anchored_hidden(dparams, dcfg, touter, tcfg, features, tokens, anchors, valid)  # [B, W, bs, E]
+    logits = project_to_vocab(touter, tcfg, hidden[:, :, 1:])  # [B, W, L, V]
+    labels, ok = block_labels(tokens, loss_mask, anchors, valid, dcfg.block_size - 1)
+    return weighted_block_ce(logits, labels, ok, valid, gamma)
 
 
 def target_features(tparams, tcfg, dcfg: DFlashConfig, tokens):
@@ -183,7 +194,7 @@ def make_optimizer(tc: DFlashTrainConfig):
 
 def make_step(dcfg, tcfg, opt, tc: DFlashTrainConfig):
     @jax.jit
-    def step(dparams, opt_state, tparams, tokens, loss_mask, key):
+    def step(dparams, opt_state, tparams, tokens, loss_mask, key, step_index):
         feats = target_features(tparams, tcfg, dcfg, tokens)
         anchors, valid = draw_anchors(key, loss_mask, tc.anchors)
 
@@ -223,9 +234,11 @@ def train(target, dcfg: DFlashConfig, data: dict, tc: DFlashTrainConfig, out: st
           step_factory=None) -> tuple[dict, list]:
     """Train a drafter for `target` = (cfg, params) on `data` (make_dataset); returns (params, log).
 
-    `step_factory(dcfg, tcfg, opt, tc) -> (step, evaluate)` builds the jitted update and
-    evaluation (default: DFlash's `make_step`; EAGLE-3 passes its own, same signatures,
-    metrics {"acc": f32[L], "tau": scalar}).
+    `step_factory(dcfg, tcfg, opt, tc) -> (step, evaluate)` builds the jitted update
+    step(dparams, opt_state, tparams, tokens, loss_mask, key, step_index) and evaluation
+    evaluate(dparams, tparams, tokens, loss_mask, key) (default: DFlash's `make_step`;
+    EAGLE-3 and Domino pass their own), metrics {"acc": f32[L], "tau": scalar, any other
+    scalars (logged as valid_<name>)}.
 
     The last `valid_rows` sequences are held out for the periodic evaluation. `stop_after`:
     run at most that many steps in this call, then checkpoint and return (a time-boxed run;
@@ -259,7 +272,7 @@ def train(target, dcfg: DFlashConfig, data: dict, tc: DFlashTrainConfig, out: st
         rows = perm[j:j + tc.batch_size]
         key = jax.random.fold_in(jax.random.key(tc.seed), s)
         dparams, opt_state, loss, metrics = step_fn(dparams, opt_state, tparams, jnp.asarray(train_tok[rows]),
-                                                    jnp.asarray(train_mask[rows]), key)
+                                                    jnp.asarray(train_mask[rows]), key, jnp.int32(s))
         recent = (recent + [float(loss)])[-tc.log_every:]
         bar.update(1)
         bar.set_postfix_str(f"loss {np.mean(recent):.3f} tau {float(metrics['tau']):.2f}", refresh=False)
@@ -268,7 +281,8 @@ def train(target, dcfg: DFlashConfig, data: dict, tc: DFlashTrainConfig, out: st
             vloss, vm = eval_fn(dparams, tparams, val_tok, val_mask, jax.random.key(12345))
             rec = {"step": done, "train_loss": float(np.mean(recent)), "valid_loss": float(vloss),
                    "valid_tau_estimate": float(vm["tau"]), "valid_acc": [round(float(a), 4) for a in vm["acc"]],
-                   "lr": float(schedule(done)), "seconds": round(time.time() - t0, 1)}
+                   "lr": float(schedule(done)), "seconds": round(time.time() - t0, 1),
+                   **{f"valid_{k}": round(float(v), 4) for k, v in vm.items() if k not in ("acc", "tau")}}
             log.append(rec)
             bar.write(json.dumps(rec))
         if done % tc.ckpt_every == 0 or done in (tc.steps, end):
@@ -285,5 +299,6 @@ def export(directory: str | pathlib.Path, dcfg: DFlashConfig, dparams, recipe: d
     return directory
 
 
-__all__ = ["DrafterTrainConfig", "DFlashTrainConfig", "choose_mask_token", "make_dataset", "draw_anchors", "block_loss",
+__all__ = ["DrafterTrainConfig", "DFlashTrainConfig", "choose_mask_token", "make_dataset", "draw_anchors",
+           "block_labels", "weighted_block_ce", "block_loss",
            "target_features", "make_optimizer", "make_step", "train", "export"]

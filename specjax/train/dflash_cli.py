@@ -123,31 +123,38 @@ def export_recipe(target_name: str, data_recipe: dict, tc, dcfg, dparams, t0: fl
             "log": log, "command": command}
 
 
-def main(argv) -> None:
-    ap = argparse.ArgumentParser(prog="python -m specjax.train dflash", description=__doc__,
+def main(argv, *, command: str = "dflash", doc: str | None = None, train_config=DFlashTrainConfig,
+         drafter_config=None, add_drafter_args=None, drafter_fields=None, step_factory=None) -> None:
+    """The DFlash CLI; Domino's (`domino_cli.py`) is this with its own configs, flags and step:
+    add_drafter_args(ap) adds flags, drafter_fields(args) -> extra drafter config fields."""
+    from specjax.models.dflash import DFlashConfig
+
+    drafter_config = drafter_config or DFlashConfig
+    ap = argparse.ArgumentParser(prog=f"python -m specjax.train {command}", description=doc or __doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_data_args(ap)
     ap.add_argument("--layers", type=int, default=2, help="draft layers N_d")
     ap.add_argument("--target-layers", default=None, help="comma-separated target layer ids (default: DFlash's rule)")
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--mask-token", type=int, default=None, help="default: the least frequent id in the data")
-    add_config_args(ap, DFlashTrainConfig)
+    if add_drafter_args:
+        add_drafter_args(ap)
+    add_config_args(ap, train_config)
     args = ap.parse_args(argv)
-    tc = config_from_args(args, DFlashTrainConfig)
+    tc = config_from_args(args, train_config)
     tcfg, tparams, target_name, reserved, data, data_recipe = prepare(args, tc.seed)
     counts = np.bincount(data["tokens"][data["tokens"] > 0].ravel(), minlength=tcfg.vocab_size)
     mask_id = args.mask_token if args.mask_token is not None else choose_mask_token(counts, reserved)
     print(f"mask token id {mask_id}: occurs {int(counts[mask_id])} times in the data", flush=True)
 
-    from specjax.models.dflash import DFlashConfig
-
     ids = tuple(int(x) for x in args.target_layers.split(",")) if args.target_layers else None
-    dcfg = DFlashConfig.for_target(tcfg, num_layers=args.layers, target_layer_ids=ids, block_size=args.block_size,
-                                   mask_token_id=mask_id)
+    dcfg = drafter_config.for_target(tcfg, num_layers=args.layers, target_layer_ids=ids, block_size=args.block_size,
+                                     mask_token_id=mask_id, **(drafter_fields(args) if drafter_fields else {}))
     t0 = time.time()
-    dparams, log = train((tcfg, tparams), dcfg, data, tc, args.out, resume=args.resume, stop_after=args.stop_after)
+    dparams, log = train((tcfg, tparams), dcfg, data, tc, args.out, resume=args.resume, stop_after=args.stop_after,
+                         step_factory=step_factory)
     if args.export:
         recipe = export_recipe(target_name, data_recipe, tc, dcfg, dparams, t0, log,
-                               "python -m specjax.train dflash " + " ".join(argv),
+                               f"python -m specjax.train {command} " + " ".join(argv),
                                mask_token={"id": mask_id, "count_in_data": int(counts[mask_id])})
         print(f"exported -> {export(args.export, dcfg, dparams, recipe)}", flush=True)

@@ -85,7 +85,7 @@ def make_step(dcfg: Eagle3Config, tcfg, opt, tc: Eagle3TrainConfig):
                         tc.step_decay)
 
     @jax.jit
-    def step(dparams, opt_state, tparams, tokens, loss_mask, key):
+    def step(dparams, opt_state, tparams, tokens, loss_mask, key, step_index):
         (value, metrics), grads = jax.value_and_grad(loss_at, has_aux=True)(dparams, tparams, tokens, loss_mask)
         updates, opt_state = opt.update(grads, opt_state, dparams)
         return optax.apply_updates(dparams, updates), opt_state, value, metrics

@@ -7,6 +7,8 @@ name                   what
 ``tiny-neox-draft``    GPT-NeoX, ~1.1M params, 2 layers x 64 (its drafter)
 ``tiny-neox-dflash``   DFlash drafter of ``tiny-neox-target`` (reads its layers 1 and 3)
 ``tiny-neox-eagle3``   EAGLE-3 drafter of ``tiny-neox-target`` (reads its layers 0, 2, 3)
+``tiny-neox-domino``   Domino drafter of ``tiny-neox-target`` (DFlash backbone + GRU /
+                       low-rank head; ``ablations/``: the Figure 4 training variants)
 =====================  ==========================================================
 
 Both share one 8,192-token byte-level BPE tokenizer (``tokenizer.json`` in each dir;
@@ -14,10 +16,10 @@ Both share one 8,192-token byte-level BPE tokenizer (``tokenizer.json`` in each 
 ``[0] + ids``, see ``encode``). Each directory is a plain Hugging Face checkpoint
 (``config.json`` + float16 ``model.safetensors``) that loads with
 ``specjax.models.load_checkpoint`` and with transformers' ``GPTNeoXForCausalLM``.
-How they were trained: ``TRAINING.md`` next to this file. DFlash drafters
-and EAGLE-3 drafters (``DRAFTERS``, ``load_drafter``) are checkpoints of
-``specjax.models.dflash`` / ``specjax.models.eagle3`` with their ``recipe.json`` (data,
-training recipe, measured log) in the same directory.
+How they were trained: ``TRAINING.md`` next to this file. DFlash, EAGLE-3 and Domino
+drafters (``DRAFTERS``, ``load_drafter``) are checkpoints of ``specjax.models.dflash`` /
+``eagle3`` / ``domino`` with their ``recipe.json`` (data, training recipe, measured log)
+in the same directory.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ import jax.numpy as jnp
 
 ZOO_DIR = pathlib.Path(__file__).resolve().parent
 NAMES = ("tiny-neox-target", "tiny-neox-draft")
-# Drafters that read the target (DFlash, EAGLE-3): tiny-neox-target's and SmolLM2-135M's
-DRAFTERS = ("tiny-neox-dflash", "smollm2-135m-dflash", "tiny-neox-eagle3", "smollm2-135m-eagle3")
+# Drafters that read the target (DFlash, EAGLE-3, Domino): tiny-neox-target's and SmolLM2-135M's
+DRAFTERS = ("tiny-neox-dflash", "smollm2-135m-dflash", "tiny-neox-eagle3", "smollm2-135m-eagle3", "tiny-neox-domino")
 EOS_ID = 0
 
 __all__ = ["ZOO_DIR", "NAMES", "DRAFTERS", "EOS_ID", "path", "load", "load_drafter", "has", "load_tokenizer",
@@ -67,7 +69,7 @@ def has(name: str) -> bool:
 
 
 def load_drafter(name: str, dtype=jnp.float32):
-    """(DFlashConfig or Eagle3Config, params) of zoo drafter `name`."""
+    """(DFlashConfig, Eagle3Config or DominoConfig, params) of zoo drafter `name`."""
     from specjax.models import load_checkpoint
 
     if name not in DRAFTERS:

@@ -1,0 +1,176 @@
+"""Domino: a DFlash drafter whose parallel block is corrected causally, token by token.
+
+Per round (PAPER_NOTES 2.2; architecture in `specjax.models.domino`):
+  1. one backbone forward, exactly DFlash's (`specjax.drafters.dflash.block_hidden`): block
+     rows H_0 .. H_{B-1}; draft i (i = 1 .. K) reads row rho(i) = i (paper) or i - 1
+     (shifted labels), base logits = the target's LM head on those K rows, in parallel;
+  2. a sequential rollout (`rollout`, a `lax.scan` over the K drafts inside the one decode
+     loop): the GRU state starts at 0 on the round's root token every round (nothing of the
+     head carries across rounds), and for i = 1 .. K
+         s_i = GRUCell(e(y_{i-1}), s_{i-1})        (y_0 = root, s_0 = 0)
+         L_i = base_i + W_2 SiLU(W_1 [H_rho(i) ; s_i])   (base only for i <= P)
+         y_i = argmax L_i (T = 0) or a sample of the processed softmax(L_i / T) (T > 0);
+  3. the chain [y_1 .. y_K] goes to the target like any other tree.
+
+Verification at T > 0 (`verify`): "rejection" (default) is chain speculative sampling with
+the law each draft token was actually drawn from, q_i = processed softmax(L_i) given the
+drafted prefix (proofs/domino.md, DO2); "walk" is the reference code's sample-and-match
+(the sampling walk: accept y_i iff it equals the target's own sample there). Both are
+lossless; rejection accepts y with probability min(1, p(y)/q(y)) >= p(y), so it accepts
+at least as often (the notebook reports both).
+
+`use_head=False` drafts from the base logits alone with the same weights (Table 4 of the
+paper; with the paper's alignment it is exactly chain DFlash on the backbone).
+
+Shapes: B batch, K drafts per round, E hidden, d_s GRU width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from specjax.drafters.dflash import DFlashDrafter, DFlashState, block_hidden
+from specjax.models.domino import DominoConfig
+from specjax.models.model import embed_tokens, project_to_vocab
+from specjax.tree import chain_tree
+
+VERIFY_RULES = ("rejection", "walk")
+
+
+# ============================================================================ the head, pure
+
+
+def gru_cell(head: dict, e: jax.Array, h: jax.Array) -> jax.Array:
+    """One bias-free GRU step, PyTorch's gate convention: e [..., E], h [..., d_s] -> [..., d_s]."""
+    gi = e.astype(h.dtype) @ head["w_ih"]["kernel"].astype(h.dtype)
+    gh = h @ head["w_hh"]["kernel"].astype(h.dtype)
+    i_r, i_z, i_n = jnp.split(gi, 3, axis=-1)
+    h_r, h_z, h_n = jnp.split(gh, 3, axis=-1)
+    r = jax.nn.sigmoid(i_r + h_r)
+    z = jax.nn.sigmoid(i_z + h_z)
+    n = jnp.tanh(i_n + r * h_n)
+    return (1.0 - z) * n + z * h
+
+
+def correction(head: dict, rows: jax.Array, s: jax.Array) -> jax.Array:
+    """W_2 SiLU(W_1 [rows ; s]): rows [..., E], s [..., d_s] -> f32[..., V]."""
+    x = jnp.concatenate([rows.astype(jnp.float32), s.astype(jnp.float32)], axis=-1)
+    u = jax.nn.silu(x @ head["w1"]["kernel"].astype(jnp.float32))
+    return u @ head["w2"]["kernel"].astype(jnp.float32)
+
+
+def draft_rows(cfg: DominoConfig, hidden: jax.Array) -> jax.Array:
+    """The K block rows the drafts read: hidden [..., block, E] -> [..., K, E] (rho(i) = i or i - 1)."""
+    return hidden if cfg.shift_label else hidden[..., 1:, :]
+
+
+def head_mask(cfg: DominoConfig, use_head: bool = True) -> jax.Array:
+    """f32[K]: 1 where draft i (1-based) gets the correction (i > P), 0 on the pure prefix or with the head off."""
+    on = jnp.arange(1, cfg.num_draft_positions + 1) > cfg.pure_prefix_len
+    return (on & use_head).astype(jnp.float32)
+
+
+def teacher_forced_logits(cfg: DominoConfig, params: dict, touter: dict, tcfg, rows: jax.Array, base: jax.Array,
+                          inputs: jax.Array, use_head: bool = True) -> jax.Array:
+    """Final logits with the GRU fed given tokens (training; all blocks in parallel).
+
+    rows [..., K, E], base f32[..., K, V]; inputs int32[..., K] = (y_0 = root, y_1, ..., y_{K-1}).
+    Returns f32[..., K, V]: L_i = base_i + mask_i W_2 SiLU(W_1 [rows_i ; s_i]), s_i the GRU
+    state after inputs 1 .. i. Equal to `rollout` with the same tokens forced (tests C3)."""
+    head = params["head"]
+    emb = embed_tokens(touter, tcfg, inputs)  # [..., K, E]
+    h0 = jnp.zeros(inputs.shape[:-1] + (cfg.gru_hidden,), jnp.float32)
+
+    def step(h, e):
+        h = gru_cell(head, e, h)
+        return h, h
+
+    _, states = jax.lax.scan(step, h0, jnp.moveaxis(emb, -2, 0))  # [K, ..., d_s]
+    states = jnp.moveaxis(states, 0, -2)
+    return base + head_mask(cfg, use_head)[:, None] * correction(head, rows, states)
+
+
+def rollout(cfg: DominoConfig, params: dict, touter: dict, tcfg, rows: jax.Array, base: jax.Array, root: jax.Array,
+            pick, keys: jax.Array, use_head: bool = True):
+    """The sequential draft: (tokens int32[B, K], final logits f32[B, K, V]).
+
+    rows [B, K, E], base f32[B, K, V], root int32[B]; pick(logits f32[B, V], i, key) ->
+    int32[B] chooses draft i + 1 (argmax, a sample, or a forced token); keys [K] one PRNG
+    key per draft. The GRU starts from 0 on `root` (module docstring, step 2)."""
+    head = params["head"]
+    mask = head_mask(cfg, use_head)
+    b = root.shape[0]
+
+    def step(carry, xs):
+        h, prev = carry
+        i, row, base_i, key = xs
+        h = gru_cell(head, embed_tokens(touter, tcfg, prev), h)
+        logits = base_i + mask[i] * correction(head, row, h)
+        tok = pick(logits, i, key).astype(jnp.int32)
+        return (h, tok), (tok, logits)
+
+    h0 = jnp.zeros((b, cfg.gru_hidden), jnp.float32)
+    xs = (jnp.arange(cfg.num_draft_positions), jnp.moveaxis(rows, 1, 0), jnp.moveaxis(base, 1, 0), keys)
+    _, (tokens, logits) = jax.lax.scan(step, (h0, root.astype(jnp.int32)), xs)
+    return jnp.moveaxis(tokens, 0, 1), jnp.moveaxis(logits, 0, 1)
+
+
+def sampler(sampling):
+    """pick() for `rollout`: argmax at T = 0, else a sample of the processed distribution."""
+    if sampling.greedy:
+        return lambda logits, i, key: jnp.argmax(logits, axis=-1)
+    return lambda logits, i, key: jax.random.categorical(key, sampling.log_probs(logits), axis=-1)
+
+
+# ============================================================================ the drafter
+
+
+@dataclasses.dataclass(frozen=True)
+class DominoDrafter(DFlashDrafter):
+    """Domino drafting on the one loop (module docstring). cfg: a `DominoConfig`; block_size
+    must be the trained one (the head's rows are tied to it); use_head=False drafts from the
+    base logits; verify: "rejection" or "walk" at T > 0."""
+
+    cfg: DominoConfig
+    use_head: bool = True
+    verify: str = "rejection"
+
+    def __post_init__(self):
+        if not isinstance(self.cfg, DominoConfig):
+            raise TypeError(f"DominoDrafter needs a DominoConfig, got {type(self.cfg).__name__}")
+        if self.block_size not in (None, self.cfg.block_size):
+            raise ValueError(f"Domino drafts with its trained block ({self.cfg.block_size}), got block_size "
+                             f"{self.block_size}")
+        if self.verify not in VERIFY_RULES:
+            raise ValueError(f"Domino verify rule must be one of {VERIFY_RULES}, got {self.verify!r}")
+        super().__post_init__()
+
+    @property
+    def budget(self) -> int:
+        return self.cfg.num_draft_positions
+
+    @property
+    def max_depth(self) -> int:
+        return self.cfg.num_draft_positions
+
+    def uses_rejection(self, sampling) -> bool:
+        return self.verify == "rejection" and not sampling.greedy
+
+    def rollout_from(self, state: DFlashState, rows, base, root, key, sampling):
+        """(tokens int32[B, K], final logits f32[B, K, V]) from the K draft rows [B, K, E] and their
+        base logits f32[B, K, V] (one PRNG key per draft, split from `key`)."""
+        keys = jax.random.split(key, self.budget)
+        return rollout(self.cfg, state.params, state.target_params, self.target_cfg, rows, base, root,
+                       sampler(sampling), keys, self.use_head)
+
+    def propose(self, state: DFlashState, root, active, key, sampling):
+        hidden, state = block_hidden(self.cfg, self.target_cfg, state, root, active, self.block)
+        rows = draft_rows(self.cfg, hidden)
+        base = project_to_vocab(state.target_params, self.target_cfg, rows)  # [B, K, V], one matmul
+        tokens, logits = self.rollout_from(state, rows, base, root, key, sampling)
+        num = jnp.where(active, self.budget, 0).astype(jnp.int32)  # finished rows draft nothing
+        probs = jnp.exp(sampling.log_probs(logits)) if self.uses_rejection(sampling) else None
+        return chain_tree(tokens, num), probs, state

@@ -1,0 +1,113 @@
+"""Training a Domino drafter: backbone + head jointly, base-anchored curriculum (PAPER_NOTES 2.3).
+
+Data, anchors, the training mask and the loop are DFlash's (`specjax.train.dflash`): the
+same target-regenerated sequences, W random anchors per sequence, the backbone under the
+training mask (`anchored_hidden`, the decoding functions). Per block at anchor a:
+  * base logits: the target's LM head on the K draft rows (`draft_rows`: rows 1 .. B-1 for
+    the paper's alignment, 0 .. B-1 for shifted labels); labels x_{a+1} .. x_{a+K} either way;
+  * final logits: base + the head's correction with the GRU fed
+      - "tf" (teacher forcing, the paper's): the ground truth x_a, x_{a+1}, ..., x_{a+K-1},
+        all blocks in parallel (`teacher_forced_logits`);
+      - "ttt" (the ablation): the block's own drafts, argmax of the final logits computed
+        sequentially (`rollout`, as at inference), detached; losses still against the truth;
+  * L_final, L_base: position-decayed CE (w_i = exp(-(i-1)/gamma), w_1 = 1, one normaliser);
+  * L = (1 - lambda_t) L_final + lambda_t L_base, lambda_t = clip(lambda_0 (1 - t / (rho T)), 0, 1)
+    (`curriculum_lambda`; lambda_0 = 1, rho = 1 as the released config; lambda_0 = 0 is the
+    no-curriculum ablation). At lambda = 1 the head gets exactly zero gradient.
+Logged per evaluation: valid loss = L_final, valid_loss_base, valid_tau_base (the backbone
+alone) next to valid_tau_estimate (with the head); lambda is a function of the step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from specjax.drafters.dflash import anchored_hidden, target_outer
+from specjax.drafters.domino import draft_rows, rollout, teacher_forced_logits
+from specjax.models.domino import DominoConfig
+from specjax.models.model import project_to_vocab
+from specjax.train.dflash import (DFlashTrainConfig, block_labels, draw_anchors, target_features,
+                                  weighted_block_ce)
+
+PREFIXES = ("tf", "ttt")
+
+
+@dataclasses.dataclass(frozen=True)
+class DominoTrainConfig(DFlashTrainConfig):
+    lambda0: float = 1.0  # curriculum start; 0 = no curriculum (lambda == 0: L_final only)
+    anneal_frac: float = 1.0  # rho: lambda reaches 0 at step rho * steps
+    prefix: str = "tf"  # GRU inputs: "tf" ground truth, "ttt" the block's own drafts
+
+    def __post_init__(self):
+        if self.prefix not in PREFIXES:
+            raise ValueError(f"Domino training prefix must be one of {PREFIXES}, got {self.prefix!r}")
+        if not 0.0 <= self.lambda0 <= 1.0 or self.anneal_frac <= 0:
+            raise ValueError(f"need 0 <= lambda0 <= 1 and anneal_frac > 0, got {self.lambda0}, {self.anneal_frac}")
+
+
+def curriculum_lambda(step, tc: DominoTrainConfig) -> jax.Array:
+    """lambda_t = clip(lambda_0 (1 - step / (rho T)), 0, 1): linear from lambda_0 to 0 at step rho T."""
+    t = jnp.asarray(step, jnp.float32) / (tc.anneal_frac * tc.steps)
+    return jnp.clip(tc.lambda0 * (1.0 - t), 0.0, 1.0)
+
+
+def block_logits_pair(dparams, dcfg: DominoConfig, touter, tcfg, features, tokens, anchors, valid,
+                      prefix: str = "tf"):
+    """(base, final) f32[B, W, K, V] of every anchored block (module docstring)."""
+    b, s = tokens.shape
+    hidden = anchored_hidden(dparams, dcfg, touter, tcfg, features, tokens, anchors, valid)  # [B, W, bs, E]
+    rows = draft_rows(dcfg, hidden)  # [B, W, K, E]
+    base = project_to_vocab(touter, tcfg, rows)
+    k = dcfg.num_draft_positions
+    inputs = jnp.take_along_axis(tokens[:, None, :], jnp.minimum(anchors[..., None] + jnp.arange(k), s - 1), axis=2)
+    if prefix == "tf":
+        return base, teacher_forced_logits(dcfg, dparams, touter, tcfg, rows, base, inputs)
+    w = anchors.shape[1]
+    flat = lambda x: x.reshape((b * w,) + x.shape[2:])  # noqa: E731
+    pick = lambda logits, i, key: jax.lax.stop_gradient(jnp.argmax(logits, axis=-1))  # noqa: E731
+    _, final = rollout(dcfg, dparams, touter, tcfg, flat(rows), flat(base), flat(inputs[..., 0]), pick,
+                       jax.random.split(jax.random.key(0), k))
+    return base, final.reshape(base.shape)
+
+
+def domino_loss(dparams, dcfg: DominoConfig, touter, tcfg, features, tokens, loss_mask, anchors, valid, lam,
+                tc: DominoTrainConfig):
+    """(L = (1 - lam) L_final + lam L_base, metrics): acc/tau of the final logits, tau_base,
+    loss_final, loss_base."""
+    base, final = block_logits_pair(dparams, dcfg, touter, tcfg, features, tokens, anchors, valid, tc.prefix)
+    labels, ok = block_labels(tokens, loss_mask, anchors, valid, dcfg.num_draft_positions)
+    l_final, m_final = weighted_block_ce(final, labels, ok, valid, tc.gamma)
+    l_base, m_base = weighted_block_ce(base, labels, ok, valid, tc.gamma)
+    loss = (1.0 - lam) * l_final + lam * l_base
+    return loss, {**m_final, "tau_base": m_base["tau"], "loss_final": l_final, "loss_base": l_base}
+
+
+def make_step(dcfg: DominoConfig, tcfg, opt, tc: DominoTrainConfig):
+    """(step, evaluate) for `specjax.train.dflash.train`; evaluate's loss is L_final."""
+
+    def loss_at(p, tparams, tokens, loss_mask, key, lam):
+        feats = target_features(tparams, tcfg, dcfg, tokens)
+        anchors, valid = draw_anchors(key, loss_mask, tc.anchors)
+        return domino_loss(p, dcfg, target_outer(tparams), tcfg, feats, tokens, loss_mask, anchors, valid, lam, tc)
+
+    @jax.jit
+    def step(dparams, opt_state, tparams, tokens, loss_mask, key, step_index):
+        lam = curriculum_lambda(step_index, tc)
+        (value, metrics), grads = jax.value_and_grad(loss_at, has_aux=True)(dparams, tparams, tokens, loss_mask,
+                                                                             key, lam)
+        updates, opt_state = opt.update(grads, opt_state, dparams)
+        return optax.apply_updates(dparams, updates), opt_state, value, metrics
+
+    @jax.jit
+    def evaluate(dparams, tparams, tokens, loss_mask, key):
+        _, metrics = loss_at(dparams, tparams, tokens, loss_mask, key, 0.0)
+        return metrics["loss_final"], metrics
+
+    return step, evaluate
+
+
+__all__ = ["DominoTrainConfig", "curriculum_lambda", "block_logits_pair", "domino_loss", "make_step"]
