@@ -58,7 +58,7 @@ from specjax import zoo
 from specjax.bench.harness import environment, run_benchmark, write_json
 from specjax.bench.methods import parse_method
 from specjax.bench.round_split import domino_split
-from specjax.cli import dataset_texts
+from specjax.cli import dataset_prompts
 from specjax.decode import generate
 from specjax.models import load_checkpoint, pad_prompts
 from specjax.sampling import Sampling
@@ -96,8 +96,7 @@ def method(spec):
 
 
 def prompts_of(dataset, count, length=None):
-    ids = [encode(t) for t in dataset_texts(dataset, chat=chat)[:count]]
-    return [x[-(length or P["prompt_len"]):] for x in ids]
+    return dataset_prompts(dataset, encode, count, length or P["prompt_len"], chat=chat)
 
 
 def bench(specs, prompt_list, temperature=0.0, max_new=None):

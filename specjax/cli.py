@@ -220,6 +220,12 @@ def dataset_texts(name: str, split: str = "test", austen_chars: int = 2000, chat
     return [p.prompt if chat else (p.completion_prompt or p.prompt) for p in records]
 
 
+def dataset_prompts(name: str, encode, count: int, length: int, chat: bool = False) -> list[list[int]]:
+    """Token lists of the first `count` held-out prompts of a dataset (`dataset_texts`), each
+    cut to its last `length` tokens (the notebooks' and benchmarks' prompt sets)."""
+    return [encode(t)[-length:] for t in dataset_texts(name, chat=chat)[:count]]
+
+
 def _bench_models(args):
     """(target (cfg, params), draft (cfg, params) or None, {"dflash", "eagle3", "domino"} drafters reading the
     target ((cfg, params) or None each), encode or None, target name, draft name)."""

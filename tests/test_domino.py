@@ -418,3 +418,15 @@ def test_domino_greedy_lossless_trained_weights(data, eos, rule):
     spec = generate(tparams, tcfg, DO.DominoDrafter(dcfg, tcfg, verify=rule), dparams, tokens, lengths, new,
                     eos_ids=eos_ids)
     assert_lossless(tparams, tcfg, rows, ar, spec)
+
+
+def test_domino_split_times_every_part_of_a_round():
+    from specjax.bench.round_split import DOMINO_PARTS, domino_split
+
+    target = TARGETS["neox"]
+    cfg = domino_cfg(target)
+    tparams, dparams = random_params(target, 1), random_params(cfg, 2)
+    tokens, lengths = pad_prompts([[1, 2, 3, 4], [5, 6]], PROMPT_WIDTH)
+    split = domino_split((target, tparams), DO.DominoDrafter(cfg, target), dparams, tokens, lengths, reps=2,
+                         max_new=16)
+    assert set(split) == set(DOMINO_PARTS) and all(v > 0 for v in split.values())
