@@ -378,7 +378,7 @@ def zoo_domino():
     return tcfg, tparams, tok, zoo.load_drafter("tiny-neox-domino"), zoo.load_drafter("tiny-neox-dflash")
 
 
-ZOO_MIN_TAU = 3.0  # placeholder until the main run is measured
+ZOO_MIN_TAU = 4.5  # measured 5.84 (head off 3.54, chain DFlash 4.07) on the 6 held-out test_zoo prompts, 32 tokens
 
 
 def test_zoo_domino_beats_its_backbone_and_chain_dflash_trained_as_long():
