@@ -315,11 +315,8 @@ class BackboneLawDomino(DO.DominoDrafter):
     told they came from the backbone's base logits (the law of a different draft)."""
 
     def propose(self, state, root, active, key, sampling):
-        hidden, state = D.block_hidden(self.cfg, self.target_cfg, state, root, active, self.block)
-        rows = DO.draft_rows(self.cfg, hidden)
-        base = project_to_vocab(state.target_params, self.target_cfg, rows)
-        tokens, _ = DO.rollout(self.cfg, state.params, state.target_params, self.target_cfg, rows, base, root,
-                               DO.sampler(sampling), jax.random.split(key, self.budget))
+        rows, base, state = self.base_logits(state, root, active)
+        tokens, _ = self.rollout_from(state, rows, base, root, key, sampling)
         from specjax.tree import chain_tree
 
         return chain_tree(tokens, jnp.where(active, self.budget, 0)), jnp.exp(sampling.log_probs(base)), state

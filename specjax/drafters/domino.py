@@ -107,8 +107,10 @@ def rollout(cfg: DominoConfig, params: dict, touter: dict, tcfg, rows: jax.Array
     def step(carry, xs):
         h, prev = carry
         i, row, base_i, key = xs
-        h = gru_cell(head, embed_tokens(touter, tcfg, prev), h)
-        logits = base_i + mask[i] * correction(head, row, h)
+        logits = base_i
+        if use_head:  # static: head off drafts from the base logits without running the GRU at all
+            h = gru_cell(head, embed_tokens(touter, tcfg, prev), h)
+            logits = logits + mask[i] * correction(head, row, h)
         tok = pick(logits, i, key).astype(jnp.int32)
         return (h, tok), (tok, logits)
 
@@ -166,10 +168,15 @@ class DominoDrafter(DFlashDrafter):
         return rollout(self.cfg, state.params, state.target_params, self.target_cfg, rows, base, root,
                        sampler(sampling), keys, self.use_head)
 
-    def propose(self, state: DFlashState, root, active, key, sampling):
+    def base_logits(self, state: DFlashState, root, active=None):
+        """(rows [B, K, E], base logits f32[B, K, V], state): the backbone's one forward and the
+        target's LM head over the K draft rows in one matmul (pending context committed)."""
         hidden, state = block_hidden(self.cfg, self.target_cfg, state, root, active, self.block)
         rows = draft_rows(self.cfg, hidden)
-        base = project_to_vocab(state.target_params, self.target_cfg, rows)  # [B, K, V], one matmul
+        return rows, project_to_vocab(state.target_params, self.target_cfg, rows), state
+
+    def propose(self, state: DFlashState, root, active, key, sampling):
+        rows, base, state = self.base_logits(state, root, active)
         tokens, logits = self.rollout_from(state, rows, base, root, key, sampling)
         num = jnp.where(active, self.budget, 0).astype(jnp.int32)  # finished rows draft nothing
         probs = jnp.exp(sampling.log_probs(logits)) if self.uses_rejection(sampling) else None
