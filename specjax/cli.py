@@ -153,7 +153,8 @@ def _generate(args) -> int:
     method = None
     if args.method != "ar":
         try:
-            method = parse_method(args.method, draft[0] if draft else None, target_cfg=cfg, **readers)
+            method = parse_method(args.method, draft[0] if draft else None, target_cfg=cfg,
+                                      draft_params=draft[1] if draft else None, **readers)
         except ValueError as e:
             if draft is None and not any(readers.values()):
                 print(f"specjax generate: no draft model or DFlash drafter for this target: running AR only, not "

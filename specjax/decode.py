@@ -329,11 +329,14 @@ def initial_state(params, cfg: ModelConfig, drafter, draft_params, tokens: jax.A
     key = jax.random.key(0) if key is None else key  # created on device: no host transfer
     cache = init_cache(cfg, b, num_slots, jax.tree.leaves(params)[0].dtype)
     layers = target_layers(drafter)
-    _, last, cache, features = prefill_tapped(params, cfg, tokens, prompt_lengths, cache, layers, matmul_precision=None)
+    logits, last, cache, features = prefill_tapped(params, cfg, tokens, prompt_lengths, cache, layers,
+                                                   matmul_precision=None)
+    topk = getattr(drafter, "target_topk", 0)
     key, sub = jax.random.split(key)
     root = jax.random.categorical(sub, sampling.log_probs(last), axis=-1).astype(jnp.int32)
     context = PromptContext(features=features if layers else None,
-                            target_params={k: v for k, v in params.items() if k != "layers"})
+                            target_params={k: v for k, v in params.items() if k != "layers"},
+                            top_ids=top_k_op(logits, topk)[1].astype(jnp.int32) if topk else None)
     dstate = drafter.init(draft_params, tokens, prompt_lengths, reserve, context)
     count = jnp.ones((b,), jnp.int32)
     minus = jnp.full((b, max_new_tokens), -1, jnp.int32)

@@ -58,8 +58,10 @@ def assert_lossless(params, cfg, prompts, ar, spec, pad_id=0):
         assert np.all(np.asarray(spec.tokens[b, n_spec:]) == pad_id)
 
 
-def assert_caches_follow_output(params, cfg, draft_params, draft_cfg, prompts, spec):
-    """Target cache = prefill(prompt + output[:-1]); draft cache = draft prefill of its committed part."""
+def assert_caches_follow_output(params, cfg, draft_params, draft_cfg, prompts, spec, max_lag: int = 1):
+    """Target cache = prefill(prompt + output[:-1]); draft cache = draft prefill of its committed part.
+    `max_lag`: accepted tokens the draft may not have forwarded yet (pending; more than one
+    when retrieved paths are grafted)."""
     width = PROMPT_WIDTH + MAX_NEW
     target_len = np.asarray(spec.cache.lengths)
     draft_len = np.asarray(spec.draft_state.cache.lengths)
@@ -67,15 +69,16 @@ def assert_caches_follow_output(params, cfg, draft_params, draft_cfg, prompts, s
     for b, prompt in enumerate(prompts):
         seq = prompt + np.asarray(spec.tokens[b, : int(spec.num_tokens[b])]).tolist()
         assert target_len[b] == len(seq) - 1, "the target committed more or less than prompt + output[:-1]"
-        # the draft has processed the committed tokens except possibly the last accepted one (pending)
-        assert target_len[b] - 1 <= draft_len[b] <= target_len[b] + 1
+        # the draft has processed the committed tokens except possibly the last accepted ones (pending)
+        assert target_len[b] - max_lag <= draft_len[b] <= target_len[b] + 1
         seqs.append(seq)
     for cache, lens, p, c in ((spec.cache, target_len, params, cfg), (spec.draft_state.cache, draft_len, draft_params, draft_cfg)):
         tokens, lengths = pad_prompts([s[: int(m)] for s, m in zip(seqs, lens)], width)
         _, _, ref = prefill(p, c, tokens, lengths, init_cache(c, len(seqs), width))
         for b, m in enumerate(lens):
-            np.testing.assert_allclose(np.asarray(cache.k[:, b, :m]), np.asarray(ref.k[:, b, :m]), atol=1e-5, rtol=0)
-            np.testing.assert_allclose(np.asarray(cache.v[:, b, :m]), np.asarray(ref.v[:, b, :m]), atol=1e-5, rtol=0)
+            # fp32: a K entry of ~10 may differ in its last bits between a tree forward and a prefill
+            np.testing.assert_allclose(np.asarray(cache.k[:, b, :m]), np.asarray(ref.k[:, b, :m]), atol=1e-5, rtol=2e-6)
+            np.testing.assert_allclose(np.asarray(cache.v[:, b, :m]), np.asarray(ref.v[:, b, :m]), atol=1e-5, rtol=2e-6)
         assert np.isfinite(np.asarray(cache.k)).all() and np.isfinite(np.asarray(cache.v)).all()
 
 

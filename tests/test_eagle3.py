@@ -297,7 +297,9 @@ def test_dynamic_tree_over_the_draft_lm_is_lossless_on_the_zoo(data, eos):
     if all(np.array_equal(ar.tokens[b], spec.tokens[b]) for b in range(len(prompts))):  # no near-tie divergence
         # target cache = prefill(prompt + output[:-1]); draft cache = its committed part: rollback was exact
         assert_caches_follow_output(tparams, tcfg, dparams, dcfg, prompts, spec.replace(draft_state=spec.draft_state.inner))
-    assert float(np.mean(spec.stats.mean_accepted_length())) > 1.2  # accepted at all (random-token rows: ~1.4)
+    acc, rounds = np.asarray(spec.stats.accepted), int(np.sum(spec.stats.num_rounds))
+    if rounds >= 4:  # pooled over rows (an early EOS leaves a row with 0 or 1 rounds): accepted at all
+        assert (np.clip(acc, -1, None) + 1).sum() / rounds > 1.2  # random-token rows: ~1.4
 
 
 def test_transfer_guard_and_one_compile():

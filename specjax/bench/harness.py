@@ -184,7 +184,8 @@ def resolve_methods(methods, draft, *, dflash=None, eagle3=None, domino=None, ta
     reject duplicates and drafters without draft params."""
     draft_cfg = draft[0] if draft is not None else None
     out = [m if isinstance(m, Method) else parse_method(m, draft_cfg, dflash=dflash, eagle3=eagle3, domino=domino,
-                                                        target_cfg=target_cfg)
+                                                        target_cfg=target_cfg,
+                                                        draft_params=draft[1] if draft is not None else None)
            for m in methods]
     names = [m.name for m in out]
     if not out or len(set(names)) != len(names):
@@ -205,9 +206,17 @@ def _runner(method: Method, target, draft, sampling: Sampling, eos_ids: tuple[in
     if method.is_ar:
         return lambda tokens, lengths, n, reserve: generate_ar(params, cfg, tokens, lengths, n, eos_ids=eos_ids,
                                                                sampling=sampling, cache_slots=tokens.shape[1] + reserve)
-    draft_params = method.draft_params_override if method.draft_params_override is not None else draft[1]
-    return lambda tokens, lengths, n, reserve: generate(params, cfg, method.drafter, draft_params, tokens, lengths, n,
-                                                        sampling=sampling, eos_ids=eos_ids, reserve_new_tokens=reserve)
+    held = [method.draft_params_override if method.draft_params_override is not None else draft[1]]
+    carry_over = getattr(method.drafter, "carry_over", None)  # retrieval tables persist across requests (hot start)
+
+    def run(tokens, lengths, n, reserve):
+        out = generate(params, cfg, method.drafter, held[0], tokens, lengths, n, sampling=sampling, eos_ids=eos_ids,
+                       reserve_new_tokens=reserve)
+        if carry_over is not None:
+            held[0] = carry_over(held[0], out.draft_state)
+        return out
+
+    return run
 
 
 def _timed(run, tokens, lengths, n: int, reserve: int):

@@ -29,7 +29,27 @@ spec                                   method
                                        K tokens (``DominoDrafter``); head=0 drafts from the
                                        backbone alone (same weights); verify = rejection
                                        (default) or walk at T > 0
+``graft[:f=v,...]``                    Graft (prune-then-graft): EAGLE-3 (base=eagle3, default)
+                                       or the draft LM (base=lm) on the EAGLE-2 tree, pruned at
+                                       confidence checkpoints, retrieval grafted from the
+                                       successor table (``GraftDrafter``); fields topk, depth,
+                                       total, width, merge (0/1), thr (t0/t1/t5)
+``graft-root`` / ``graft-tail``        Graft(ROOT) = the fixed split without pruning (40 draft
+                                       + 20 retrieved at the root every round) / Graft(TAIL)
+                                       (the 20-node template under the draft's best deepest leaf)
+``graft-prune`` / ``graft-dense``      pruning without retrieval ("w/o retrieval") / neither
+                                       (the dense tree through the same code)
+``tr[:budget=N,width=k,depth=D]``      Token Recycling: the best-first template of N nodes
+                                       filled from the table alone (``TokenRecyclingDrafter``)
+``dflash-tail[:thr=t,block=B]``        Graft(TAIL) on chain DFlash: the confident prefix of the
+                                       DFlash chain, then the table's rank-0 chain
+                                       (``DFlashTailDrafter``; default t = 0.3)
+``pld[:ngram=n,num=K]``                prompt lookup: the K tokens after the earliest earlier
+                                       occurrence of the last n..1 tokens (``PromptLookupDrafter``)
 =====================================  ====================================================
+
+Retrieval tables persist across the benchmark's calls (hot start): the harness passes
+each method's table on with the drafter's ``carry_over``.
 
 Bare ``chain`` / ``linear``, ``fixed`` / ``tree`` are aliases of ``chain4`` and
 ``fixed5x2`` (the CLI's historical ``--method`` values). Depths count draft tokens on a
@@ -61,7 +81,9 @@ _EAGLE3_CHAIN = re.compile(r"eagle3-chain(\d+)")
 _DYNAMIC_FIELDS = {"topk": int, "depth": int, "total": int}
 _FORMS = ("ar, chain<K> (linear<K>), fixed<D>x<B>[n<N>] (tree<D>x<B>[n<N>]), dynatree[-p1|-p2|-p3][:field=value,...], "
           "dflash[:block=B], ddtree-<N>[:block=B,prune=P], eagle3[:topk=k,depth=D,total=N], eagle3-chain<K>, "
-          "eagle2[:topk=k,depth=D,total=N], domino[:head=0|1,verify=rejection|walk]")
+          "eagle2[:topk=k,depth=D,total=N], domino[:head=0|1,verify=rejection|walk], "
+          "graft[-root|-tail|-prune|-dense][:topk=k,depth=D,total=N,width=w,merge=0|1,thr=a/b/c,base=eagle3|lm], "
+          "tr[:budget=N,width=k,depth=D], pld[:ngram=n,num=K], dflash-tail[:thr=t,block=B]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,12 +228,64 @@ def _domino(overrides: str, spec: str, domino, target_cfg):
     return Method(name, drafter, draft_params_override=domino[1])
 
 
-def parse_method(spec: str, draft_cfg, *, dflash=None, eagle3=None, domino=None, target_cfg=None) -> Method:
+_GRAFT_VARIANTS = {"graft": {}, "graft-root": dict(fixed_stage=2), "graft-tail": dict(fixed_stage=2, tail=True),
+                   "graft-prune": dict(retrieval=False), "graft-dense": dict(prune=False, retrieval=False)}
+
+
+def _graft(head: str, overrides: str, spec: str, draft, eagle3, target_cfg):
+    from specjax.drafters.dynamic_tree import DraftLMStepper
+    from specjax.drafters.graft import PAPER_THRESHOLDS, GraftDrafter, graft_params
+
+    values = _overrides(overrides, {"topk": int, "depth": int, "total": int, "width": int, "merge": int, "thr": str,
+                                    "base": str}, "Graft")
+    base = values.get("base", "eagle3")
+    if base not in ("eagle3", "lm"):
+        raise ValueError(f"Graft field 'base' is eagle3 or lm, got {base!r}")
+    try:
+        thr = tuple(float(x) for x in values["thr"].split("/")) if "thr" in values else PAPER_THRESHOLDS
+    except ValueError:
+        raise ValueError(f"Graft field 'thr' is three confidences a/b/c, got {values['thr']!r}") from None
+    if target_cfg is None:
+        raise ValueError(f"method {spec!r} needs the target config (its table has one row per target token)")
+    if base == "eagle3":
+        if eagle3 is None:
+            raise ValueError(f"method {spec!r} needs an EAGLE-3 drafter trained for this target (or base=lm)")
+        from specjax.drafters.eagle3 import Eagle3Stepper
+
+        stepper, base_params = Eagle3Stepper(eagle3[0], target_cfg), eagle3[1]
+    else:
+        if draft is None:
+            raise ValueError(f"method {spec!r} needs a draft model (base=lm drafts with it)")
+        stepper, base_params = DraftLMStepper(draft[0]), draft[1]
+    shape = {{"topk": "top_k"}.get(k, k): v for k, v in values.items() if k in ("topk", "depth", "total", "width")}
+    if "merge" in values:
+        shape["merge"] = bool(values["merge"])
+    drafter = GraftDrafter(stepper, **shape, **_GRAFT_VARIANTS[head])
+    name = head + (":" + ",".join(f"{k}={v}" for k, v in values.items()) if values else "")
+    return Method(name, drafter, draft_params_override=graft_params(base_params, target_cfg.vocab_size, drafter.width,
+                                                                    thr))
+
+
+def _token_recycling(overrides: str, target_cfg):
+    from specjax.drafters.retrieval import empty_table
+    from specjax.drafters.token_recycling import TokenRecyclingDrafter
+
+    values = _overrides(overrides, {"budget": int, "width": int, "depth": int}, "Token Recycling")
+    if target_cfg is None:
+        raise ValueError("method 'tr' needs the target config (its table has one row per target token)")
+    drafter = TokenRecyclingDrafter(**values)
+    name = "tr" + (":" + ",".join(f"{k}={v}" for k, v in values.items()) if values else "")
+    return Method(name, drafter, draft_params_override=empty_table(target_cfg.vocab_size, drafter.width))
+
+
+def parse_method(spec: str, draft_cfg, *, dflash=None, eagle3=None, domino=None, target_cfg=None,
+                 draft_params=None) -> Method:
     """Parse a method spec (see the module docstring) into a `Method` with a canonical name.
 
     `draft_cfg` is the draft model's config (unused for ``ar``, ``dflash``, ``ddtree``,
     ``eagle3``, ``domino``); `dflash` / `eagle3` / `domino` the drafters that read the target as
-    (config, params) and `target_cfg` the target's config (needed by all of those). Raises
+    (config, params) and `target_cfg` the target's config (needed by all of those);
+    `draft_params` the draft model's params (Graft with base=lm wraps them with its table). Raises
     ValueError naming the accepted forms for an unknown spec, the valid
     fields for an unknown override, and the drafter's own message for an invalid parameter.
     """
@@ -228,6 +302,27 @@ def parse_method(spec: str, draft_cfg, *, dflash=None, eagle3=None, domino=None,
         return _dflash(overrides, spec, dflash, target_cfg)
     if head == "domino":
         return _domino(overrides, spec, domino, target_cfg)
+    if head in _GRAFT_VARIANTS:
+        draft = (draft_cfg, draft_params) if draft_cfg is not None and draft_params is not None else None
+        return _graft(head, overrides, spec, draft, eagle3, target_cfg)
+    if head == "tr":
+        return _token_recycling(overrides, target_cfg)
+    if head == "dflash-tail":
+        from specjax.drafters.graft import graft_params
+        from specjax.drafters.graft_dflash import DFlashTailDrafter
+
+        values = _overrides(overrides, {"thr": float, "block": int}, "Graft(TAIL)-DFlash")
+        drafter = DFlashTailDrafter(_dflash_drafter(spec, dflash, target_cfg, values.get("block")))
+        name = "dflash-tail" + (":" + ",".join(f"{k}={v}" for k, v in values.items()) if values else "")
+        return Method(name, drafter, draft_params_override=graft_params(dflash[1], target_cfg.vocab_size,
+                                                                        drafter.width, (values.get("thr", 0.3),)))
+    if head == "pld":
+        from specjax.drafters.prompt_lookup import PromptLookupDrafter
+
+        values = _overrides(overrides, {"ngram": int, "num": int}, "prompt lookup")
+        drafter = PromptLookupDrafter(**{{"ngram": "max_ngram", "num": "num_tokens"}[k]: v for k, v in values.items()})
+        return Method("pld" + (":" + ",".join(f"{k}={v}" for k, v in values.items()) if values else ""), drafter,
+                      draft_params_override={})
     if m := _DDTREE.fullmatch(head):
         return _ddtree(int(m.group(1)), overrides, spec, dflash, target_cfg)
     if head in ("eagle3", "eagle2") or _EAGLE3_CHAIN.fullmatch(head):

@@ -4,9 +4,10 @@ This is the engine behind the chain, fixed-tree and DynaTree drafters. The draft
 cache follows the target's committed sequence:
 
   * `catch_up` — at the start of a round the draft has not processed the root (the
-    bonus token) and, if the previous round accepted a node the draft never forwarded
-    (a leaf at the deepest level), that node either. Both go through one 2-wide forward
-    [pending?, root] and are committed at once: they are final tokens.
+    bonus token) nor the accepted nodes it never forwarded: a leaf at the deepest level
+    (one token), or, when retrieval grafts token paths the draft never saw (Graft, Token
+    Recycling), up to the whole accepted path. They go through one (P + 1)-wide forward
+    [pending..., root] (P static, `max_pending`) and are committed at once: they are final.
   * `expand_level` — level d of the tree is one batched draft forward of that level's
     nodes, written into the draft cache's *pending region* at the level's static
     offset (node i sits at region slot i), each node masking in its ancestors.
@@ -33,8 +34,8 @@ from specjax.verify import WalkResult
 class DraftLMState:
     params: dict
     cache: KVCache
-    pending_token: jax.Array  # int32[B] accepted token the draft has not forwarded yet
-    has_pending: jax.Array  # bool[B]
+    pending_tokens: jax.Array  # int32[B, P] accepted tokens the draft has not forwarded yet (a path suffix)
+    num_pending: jax.Array  # int32[B] how many of them are real
     forwarded: jax.Array  # bool[B, N] tree nodes whose K/V sit in the pending region this round
 
 
@@ -58,31 +59,59 @@ def draft_cache_slots(prompt_width: int, max_new_tokens: int, budget: int) -> in
     return prompt_width + max_new_tokens + budget
 
 
-def init_state(draft_cfg, params, tokens, prompt_lengths, num_slots: int, budget: int) -> DraftLMState:
-    """Prefill the draft cache with the prompts (traceable; called inside `generate`)."""
+def init_state(draft_cfg, params, tokens, prompt_lengths, num_slots: int, budget: int,
+               max_pending: int = 1) -> DraftLMState:
+    """Prefill the draft cache with the prompts (traceable; called inside `generate`).
+    `max_pending` (static): accepted tokens a round may leave unforwarded (1 for a pure draft
+    tree, the walk's max depth when retrieved paths are grafted)."""
     b = tokens.shape[0]
     dtype = jax.tree.leaves(params)[0].dtype
     _, _, cache = prefill_unchecked(params, draft_cfg, tokens, prompt_lengths, init_cache(draft_cfg, b, num_slots, dtype),
                                     matmul_precision=None)  # inherits the loop's policy
-    return DraftLMState(params=params, cache=cache, pending_token=jnp.zeros((b,), jnp.int32),
-                        has_pending=jnp.zeros((b,), bool), forwarded=jnp.zeros((b, budget), bool))
+    return DraftLMState(params=params, cache=cache, pending_tokens=jnp.zeros((b, max_pending), jnp.int32),
+                        num_pending=jnp.zeros((b,), jnp.int32), forwarded=jnp.zeros((b, budget), bool))
 
 
 def catch_up(draft_cfg, state: DraftLMState, root: jax.Array, active: jax.Array) -> tuple[jax.Array, DraftLMState]:
-    """Forward [pending?, root] and commit them; returns (root logits f32[B, V], state).
+    """Forward [pending..., root] and commit them; returns (root logits f32[B, V], state).
 
     Rows that are not `active` (finished) commit nothing, so their cache never grows.
     """
-    b = root.shape[0]
-    first = jnp.where(state.has_pending, state.pending_token, root)
-    tokens = jnp.stack([first, root], axis=1)  # [B, 2]; without a pending token slot 1 is a dummy
-    positions = state.cache.lengths[:, None] + jnp.arange(2, dtype=jnp.int32)[None]
-    mask = jnp.broadcast_to(jnp.tril(jnp.ones((2, 2), bool)), (b, 2, 2))
+    b, p = state.pending_tokens.shape
+    j = jnp.arange(p + 1, dtype=jnp.int32)[None]
+    npend = state.num_pending[:, None]
+    padded = jnp.concatenate([state.pending_tokens, root[:, None]], axis=1)
+    tokens = jnp.where(j < npend, padded, root[:, None])  # [B, P+1]: pending, the root, then dummies
+    positions = state.cache.lengths[:, None] + j
+    mask = jnp.broadcast_to(jnp.tril(jnp.ones((p + 1, p + 1), bool)), (b, p + 1, p + 1))
     logits, cache = forward(state.params, draft_cfg, tokens, positions, mask, state.cache)
-    n = jnp.where(active, 1 + state.has_pending.astype(jnp.int32), 0)
-    cache = commit(cache, jnp.broadcast_to(jnp.arange(2, dtype=jnp.int32), (b, 2)), n)
-    root_logits = jnp.where(state.has_pending[:, None], logits[:, 1], logits[:, 0])
-    return root_logits, state.replace(cache=cache, has_pending=jnp.zeros_like(state.has_pending))
+    n = jnp.where(active, 1 + state.num_pending, 0)
+    cache = commit(cache, jnp.broadcast_to(j, (b, p + 1)), n)
+    root_logits = jnp.take_along_axis(logits, state.num_pending[:, None, None], axis=1)[:, 0]
+    return root_logits, state.replace(cache=cache, num_pending=jnp.where(active, 0, state.num_pending))
+
+
+def settle_path(state: DraftLMState, result: WalkResult, path_region: jax.Array, active: jax.Array) -> DraftLMState:
+    """After verification: commit the accepted nodes the draft forwarded, queue the rest.
+
+    path_region int32[B, D]: the region slot each accepted step's node was forwarded at (-1:
+    never forwarded). The forwarded nodes of a path form a prefix of it (a node is forwarded
+    only when its parent was); they are gathered into place, the accepted tokens after them
+    become the pending tokens. Raises nothing on device: callers size `max_pending` for
+    their longest unforwarded suffix (1 for a draft tree, D with retrieval).
+    """
+    d = path_region.shape[1]
+    steps = jnp.arange(d)[None]
+    on_path = steps < result.num_accepted[:, None]
+    fwd = (path_region >= 0) & on_path
+    n_fwd = jnp.sum(jnp.cumprod(fwd.astype(jnp.int32), axis=1), axis=1).astype(jnp.int32)  # the forwarded prefix
+    cache = commit(state.cache, jnp.maximum(path_region, 0), jnp.where(active, n_fwd, 0))
+    p = state.pending_tokens.shape[1]
+    src = jnp.minimum(n_fwd[:, None] + jnp.arange(p)[None], d - 1)
+    pend = jnp.take_along_axis(result.accepted_tokens, src, axis=1)
+    num = jnp.where(active, result.num_accepted - n_fwd, 0)
+    return state.replace(cache=cache, pending_tokens=jnp.where(jnp.arange(p)[None] < num[:, None], pend, 0),
+                         num_pending=num)
 
 
 def region_mask(parents: np.ndarray, budget: int) -> np.ndarray:
@@ -112,21 +141,12 @@ def expand_level(
 
 
 def commit_path(state: DraftLMState, result: WalkResult, active: jax.Array) -> DraftLMState:
-    """Commit the accepted nodes the draft forwarded; remember the one it did not.
-
-    Along a root-to-leaf path the forwarded nodes form a prefix (a node is forwarded
-    only if its level was expanded), so the last accepted node is the only one that
-    can be missing; it becomes the next round's pending token.
-    """
+    """Commit the accepted nodes the draft forwarded (`state.forwarded`, region slot = node
+    index); the last accepted node, at the deepest level, may be pending (`settle_path`)."""
     nodes = jnp.maximum(result.path_slots[:, 1:] - 1, 0)  # [B, D] region slot = node index
-    on_path = jnp.arange(nodes.shape[1])[None] < result.num_accepted[:, None]
-    fwd = jnp.take_along_axis(state.forwarded, nodes, axis=1) & on_path
-    n_forwarded = jnp.sum(fwd, axis=1).astype(jnp.int32)
-    has_pending = active & (n_forwarded < result.num_accepted)
-    last = jnp.take_along_axis(result.accepted_tokens, jnp.maximum(result.num_accepted - 1, 0)[:, None], axis=1)[:, 0]
-    cache = commit(state.cache, nodes, jnp.where(active, n_forwarded, 0))
-    return state.replace(cache=cache, pending_token=jnp.where(has_pending, last, 0), has_pending=has_pending,
-                         forwarded=jnp.zeros_like(state.forwarded))
+    fwd = jnp.take_along_axis(state.forwarded, nodes, axis=1)
+    state = settle_path(state, result, jnp.where(fwd, nodes, -1), active)
+    return state.replace(forwarded=jnp.zeros_like(state.forwarded))
 
 
 class StaticTreeShape:

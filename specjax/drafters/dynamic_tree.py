@@ -37,9 +37,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.drafters.draft_lm import DraftLMState, catch_up, check_compatible, init_state
+from specjax.drafters.draft_lm import DraftLMState, catch_up, check_compatible, init_state, settle_path
 from specjax.drafters.protocol import PromptContext, Verified
-from specjax.models.cache import commit
 from specjax.models.model import ModelConfig, forward
 from specjax.tree import Tree, normalize
 
@@ -146,59 +145,106 @@ class DynamicTreeDrafter:
         return state.replace(inner=self.stepper.observe(state.inner, verified, state.node_slots))
 
 
-def build_tree(stepper, inner, root, active, top_k: int, depth: int, total: int):
-    """The EAGLE-2 tree (module docstring): -> (Tree [B, N], node_slots int32[B, N], stepper state)."""
+@struct.dataclass
+class DraftPool:
+    """The EAGLE-2 candidate pool while it grows ([B, P], P = k + D k^2, creation order).
+
+    tok / score / parent / depth / slot: each candidate's token, cumulative draft
+    log-probability S (-inf until created), parent pool index (-1 = child of the root), depth
+    and region slot (-1: never forwarded); frontier: (pool index, token, score, carried state,
+    ancestor mask over the region) of the k nodes the next step forwards."""
+
+    tok: jax.Array
+    score: jax.Array
+    parent: jax.Array
+    depth: jax.Array
+    slot: jax.Array
+    frontier: tuple
+
+
+def pool_start(stepper, inner, root, active, top_k: int, depth: int):
+    """The root step: -> (DraftPool with the k depth-1 candidates, stepper state)."""
     k = top_k
     b = root.shape[0]
-    rows = jnp.arange(b)[:, None]
     region = max(1, depth * k)
     pool = k + depth * k * k
     logits, carried, inner = stepper.start(inner, root, active)
     score, tok = jax.lax.top_k(jax.nn.log_softmax(logits, axis=-1), k)  # [B, k]
     pad = lambda x, fill: jnp.concatenate([x, jnp.full((b, pool - k), fill, x.dtype)], axis=1)  # noqa: E731
-    pool_tok, pool_score = pad(tok.astype(jnp.int32), 0), pad(score, -jnp.inf)
-    pool_parent = jnp.full((b, pool), -1, jnp.int32)
-    pool_depth = pad(jnp.ones((b, k), jnp.int32), 0)
-    pool_slot = jnp.full((b, pool), -1, jnp.int32)
     frontier = (jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (b, k)), tok.astype(jnp.int32), score,
                 jnp.broadcast_to(carried[:, None], (b, k) + carried.shape[1:]), jnp.zeros((b, k, region), bool))
+    return DraftPool(tok=pad(tok.astype(jnp.int32), 0), score=pad(score, -jnp.inf),
+                     parent=jnp.full((b, pool), -1, jnp.int32), depth=pad(jnp.ones((b, k), jnp.int32), 0),
+                     slot=jnp.full((b, pool), -1, jnp.int32), frontier=frontier), inner
 
-    def expand(carry, i):
-        inner, pool_tok, pool_score, pool_parent, pool_depth, pool_slot, (f_idx, f_tok, f_score, f_car, f_anc) = carry
-        slots = i * k + jnp.arange(k, dtype=jnp.int32)  # this frontier's region slots
-        anc = f_anc | (jnp.arange(region)[None, None, :] == slots[None, :, None])  # [B, k, R]
-        pool_slot = pool_slot.at[rows, f_idx].set(jnp.broadcast_to(slots, (b, k)))
-        logits, car, inner = stepper.step(inner, f_tok, f_car, i + 1, i * k, anc)
-        c_score, c_tok = jax.lax.top_k(jax.nn.log_softmax(logits, axis=-1), k)  # [B, k(f), k(c)]
-        cum = (f_score[:, :, None] + c_score).reshape(b, k * k)  # eq. 5 of EAGLE-2
-        c_tok = c_tok.astype(jnp.int32).reshape(b, k * k)
-        base = k + i * k * k  # this step's candidates sit at pool [base, base + k^2), parent-major
-        put = lambda buf, new: jax.lax.dynamic_update_slice_in_dim(buf, new, base, axis=1)  # noqa: E731
-        pool_tok, pool_score = put(pool_tok, c_tok), put(pool_score, cum)
-        pool_parent = put(pool_parent, jnp.repeat(f_idx, k, axis=1))
-        pool_depth = put(pool_depth, jnp.full((b, k * k), 0, jnp.int32) + i + 2)
-        best, j = jax.lax.top_k(cum, k)  # the next frontier: this step's k best candidates
-        parent = j // k
-        frontier = (base + j.astype(jnp.int32), jnp.take_along_axis(c_tok, j, axis=1), best,
-                    jnp.take_along_axis(car, parent.reshape(b, k, *([1] * (car.ndim - 2))), axis=1),
-                    jnp.take_along_axis(anc, parent[:, :, None], axis=1))
-        return (inner, pool_tok, pool_score, pool_parent, pool_depth, pool_slot, frontier), None
 
-    carry = (inner, pool_tok, pool_score, pool_parent, pool_depth, pool_slot, frontier)
-    if depth:
-        carry, _ = jax.lax.scan(expand, carry, jnp.arange(depth, dtype=jnp.int32))
-    inner, pool_tok, pool_score, pool_parent, pool_depth, pool_slot, _ = carry
+def pool_expand(stepper, inner, pool: DraftPool, i, top_k: int, depth: int, keep: jax.Array | None = None):
+    """Expansion step i (0-based, traced): one drafter step on the frontier, its k^2 children
+    join the pool at [k + i k^2, k + (i + 1) k^2). `keep` bool[B]: rows whose new candidates
+    count (others get score -inf: a pruned row's tree stops growing).
+    -> (pool, stepper state, the new candidates' scores f32[B, k^2])."""
+    k = top_k
+    b = pool.tok.shape[0]
+    rows = jnp.arange(b)[:, None]
+    region = max(1, depth * k)
+    f_idx, f_tok, f_score, f_car, f_anc = pool.frontier
+    slots = i * k + jnp.arange(k, dtype=jnp.int32)  # this frontier's region slots
+    anc = f_anc | (jnp.arange(region)[None, None, :] == slots[None, :, None])  # [B, k, R]
+    pool_slot = pool.slot.at[rows, f_idx].set(jnp.broadcast_to(slots, (b, k)))
+    logits, car, inner = stepper.step(inner, f_tok, f_car, i + 1, i * k, anc)
+    c_score, c_tok = jax.lax.top_k(jax.nn.log_softmax(logits, axis=-1), k)  # [B, k(f), k(c)]
+    cum = (f_score[:, :, None] + c_score).reshape(b, k * k)  # eq. 5 of EAGLE-2
+    if keep is not None:
+        cum = jnp.where(keep[:, None], cum, -jnp.inf)
+        pool_slot = jnp.where(keep[:, None], pool_slot, pool.slot)
+    c_tok = c_tok.astype(jnp.int32).reshape(b, k * k)
+    base = k + i * k * k  # this step's candidates sit at pool [base, base + k^2), parent-major
+    put = lambda buf, new: jax.lax.dynamic_update_slice_in_dim(buf, new, base, axis=1)  # noqa: E731
+    best, j = jax.lax.top_k(cum, k)  # the next frontier: this step's k best candidates
+    parent = j // k
+    frontier = (base + j.astype(jnp.int32), jnp.take_along_axis(c_tok, j, axis=1), best,
+                jnp.take_along_axis(car, parent.reshape(b, k, *([1] * (car.ndim - 2))), axis=1),
+                jnp.take_along_axis(anc, parent[:, :, None], axis=1))
+    pool = DraftPool(tok=put(pool.tok, c_tok), score=put(pool.score, cum),
+                     parent=put(pool.parent, jnp.repeat(f_idx, k, axis=1)),
+                     depth=put(pool.depth, jnp.full((b, k * k), 0, jnp.int32) + i + 2), slot=pool_slot,
+                     frontier=frontier)
+    return pool, inner, cum
 
-    # The K_max best by score; a stable sort puts a parent before its equal-score child.
-    best = jnp.argsort(-pool_score, axis=1, stable=True)[:, :total]
-    sel = jnp.sort(best, axis=1)  # creation order: parents before children
-    index_of = jnp.full((b, pool), -1, jnp.int32).at[rows, sel].set(jnp.arange(total, dtype=jnp.int32))
-    par = jnp.take_along_axis(pool_parent, sel, axis=1)
+
+def ranked(pool: DraftPool, count: int) -> jax.Array:
+    """int32[B, count]: pool indices of the `count` best candidates, best first (a stable sort:
+    a parent, never below its child in score, comes before it, so every prefix is a tree)."""
+    return jnp.argsort(-pool.score, axis=1, stable=True)[:, :count]
+
+
+def pool_select(pool: DraftPool, total: int, active) -> tuple[Tree, jax.Array]:
+    """The K_max best candidates as a Tree in creation order: -> (Tree [B, N], node_slots [B, N])."""
+    b, size = pool.tok.shape
+    rows = jnp.arange(b)[:, None]
+    sel = jnp.sort(ranked(pool, total), axis=1)  # creation order: parents before children
+    index_of = jnp.full((b, size), -1, jnp.int32).at[rows, sel].set(jnp.arange(total, dtype=jnp.int32))
+    par = jnp.take_along_axis(pool.parent, sel, axis=1)
     parents = jnp.where(par >= 0, jnp.take_along_axis(index_of, jnp.maximum(par, 0), axis=1), -1)
     valid = jnp.broadcast_to(active[:, None], (b, total))
-    tree = normalize(Tree(tokens=jnp.take_along_axis(pool_tok, sel, axis=1), parents=parents,
-                          depth=jnp.take_along_axis(pool_depth, sel, axis=1), valid=valid))
-    return tree, jnp.take_along_axis(pool_slot, sel, axis=1), inner
+    tree = normalize(Tree(tokens=jnp.take_along_axis(pool.tok, sel, axis=1), parents=parents,
+                          depth=jnp.take_along_axis(pool.depth, sel, axis=1), valid=valid))
+    return tree, jnp.take_along_axis(pool.slot, sel, axis=1)
+
+
+def build_tree(stepper, inner, root, active, top_k: int, depth: int, total: int):
+    """The EAGLE-2 tree (module docstring): -> (Tree [B, N], node_slots int32[B, N], stepper state)."""
+    pool, inner = pool_start(stepper, inner, root, active, top_k, depth)
+
+    def expand(carry, i):
+        pool, inner = carry
+        pool, inner, _ = pool_expand(stepper, inner, pool, i, top_k, depth)
+        return (pool, inner), None
+
+    if depth:
+        (pool, inner), _ = jax.lax.scan(expand, (pool, inner), jnp.arange(depth, dtype=jnp.int32))
+    tree, node_slots = pool_select(pool, total, active)
+    return tree, node_slots, inner
 
 
 # ============================================================================ the draft LM as a stepper
@@ -208,12 +254,15 @@ def build_tree(stepper, inner, root, active, top_k: int, depth: int, total: int)
 class DraftLMStepper:
     """A small draft LM (same vocabulary as the target) stepping with its own KV cache.
 
-    The root and any accepted node it never forwarded are caught up in one 2-wide forward
+    The root and the accepted nodes it never forwarded are caught up in one forward
     (`draft_lm.catch_up`); frontier nodes are forwarded into the region; after verification
     the accepted nodes that were forwarded (a prefix of the path: a frontier node's parent
-    was a frontier node) are gathered into place, the one that was not waits as pending."""
+    was a frontier node) are gathered into place, the rest wait as pending tokens: one for a
+    draft tree (a leaf), up to `max_pending` when retrieval grafts paths the draft never saw
+    (Graft sets it to its walk's max depth)."""
 
     draft_cfg: ModelConfig
+    max_pending: int = 1
 
     target_layers = ()
 
@@ -222,8 +271,8 @@ class DraftLMStepper:
 
     def init(self, params, tokens, prompt_lengths, max_new_tokens: int, context=None, *, region: int,
              max_depth: int) -> DraftLMState:
-        slots = tokens.shape[1] + max_new_tokens + max(region, 2)
-        return init_state(self.draft_cfg, params, tokens, prompt_lengths, slots, 0)
+        slots = tokens.shape[1] + max_new_tokens + max(region, self.max_pending + 1)
+        return init_state(self.draft_cfg, params, tokens, prompt_lengths, slots, 0, self.max_pending)
 
     def start(self, state: DraftLMState, root, active):
         logits, state = catch_up(self.draft_cfg, state, root, active)
@@ -238,14 +287,6 @@ class DraftLMStepper:
         return logits, carried, state.replace(cache=cache)
 
     def observe(self, state: DraftLMState, verified: Verified, node_slots) -> DraftLMState:
-        result, active = verified.result, verified.active
+        result = verified.result
         nodes = jnp.maximum(result.path_slots[:, 1:] - 1, 0)  # [B, D] tree node of each accepted step
-        on_path = jnp.arange(nodes.shape[1])[None] < result.num_accepted[:, None]
-        slots = jnp.take_along_axis(node_slots, nodes, axis=1)
-        forwarded = (slots >= 0) & on_path
-        n_forwarded = jnp.sum(forwarded, axis=1).astype(jnp.int32)
-        has_pending = active & (n_forwarded < result.num_accepted)
-        last = jnp.take_along_axis(result.accepted_tokens, jnp.maximum(result.num_accepted - 1, 0)[:, None], axis=1)
-        cache = commit(state.cache, jnp.maximum(slots, 0), jnp.where(active, n_forwarded, 0))
-        return state.replace(cache=cache, pending_token=jnp.where(has_pending, last[:, 0], 0),
-                             has_pending=has_pending)
+        return settle_path(state, result, jnp.take_along_axis(node_slots, nodes, axis=1), verified.active)

@@ -42,10 +42,14 @@ class PromptContext:
     target_params  the target's params outside the layer stack (embedding, final norm,
                    head): a drafter may share them (DFlash embeds with the target's
                    embedding and projects with its LM head); the same buffers, not a copy
+    top_ids        int32[B, T, k]: the target's top-k next tokens after every prompt position
+                   (descending; padding positions are don't-care), or None when the drafter's
+                   `target_topk` is 0 (retrieval drafters fill their table from it)
     """
 
     features: jax.Array | None
     target_params: dict
+    top_ids: jax.Array | None = None
 
 
 @struct.dataclass

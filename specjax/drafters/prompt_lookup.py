@@ -1,0 +1,92 @@
+"""Prompt lookup decoding (PLD): propose the continuation of an earlier occurrence of the last n-gram.
+
+Training-free chain drafting (PAPER_NOTES 4): for n = max_ngram down to 1, find an
+earlier occurrence in prompt + generated text of the last n tokens (the root included);
+the first n that matches proposes the (up to `num_tokens`) tokens that followed its
+earliest occurrence (the original implementation's choice); no match -> an empty tree (a
+plain decoding step). Verified as a chain (greedy walk / sampling walk: lossless).
+
+State: the text so far, int32[B, H] with H = T + M + num_tokens + 2, and its length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from specjax.drafters.protocol import Verified
+from specjax.tree import chain_tree
+
+
+@struct.dataclass
+class LookupState:
+    text: jax.Array  # int32[B, H] prompt + generated tokens (the root included once proposed)
+    length: jax.Array  # int32[B] committed tokens in `text` (the root not counted)
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptLookupDrafter:
+    """max_ngram: longest n-gram matched (3); num_tokens: longest proposal (10)."""
+
+    max_ngram: int = 3
+    num_tokens: int = 10
+
+    target_layers = ()
+    target_topk = 0
+
+    def __post_init__(self):
+        if self.max_ngram < 1 or self.num_tokens < 1:
+            raise ValueError(f"prompt lookup needs max_ngram >= 1 and num_tokens >= 1, got {self.max_ngram}, "
+                             f"{self.num_tokens}")
+
+    @property
+    def budget(self) -> int:
+        return self.num_tokens
+
+    @property
+    def max_depth(self) -> int:
+        return self.num_tokens
+
+    def validate(self, target_cfg) -> None:
+        pass
+
+    def uses_rejection(self, sampling) -> bool:
+        return False  # deterministic proposals: the walk
+
+    def init(self, params, tokens, prompt_lengths, max_new_tokens: int, context=None) -> LookupState:
+        b, t = tokens.shape
+        width = t + max_new_tokens + self.num_tokens + 2
+        text = jnp.zeros((b, width), jnp.int32).at[:, :t].set(tokens.astype(jnp.int32))
+        return LookupState(text=text, length=prompt_lengths.astype(jnp.int32))
+
+    def propose(self, state: LookupState, root, active, key, sampling):
+        b, h = state.text.shape
+        rows = jnp.arange(b)
+        text = state.text.at[rows, state.length].set(root)
+        end = state.length + 1  # text[:end] = everything committed + the root
+        pos = jnp.arange(h)[None]
+        start = jnp.full((b,), -1, jnp.int32)
+        for n in range(self.max_ngram, 0, -1):  # longest n-gram first
+            suffix = jnp.take_along_axis(text, jnp.clip(end[:, None] - n + jnp.arange(n)[None], 0, h - 1), axis=1)
+            hit = jnp.ones((b, h), bool)
+            for j in range(n):  # window [i, i + n) equals the suffix
+                hit = hit & (jnp.roll(text, -j, axis=1) == suffix[:, j:j + 1])
+            hit = hit & (pos + n < end[:, None]) & (end[:, None] >= n + 1)  # earlier, with a following token
+            first = jnp.argmax(hit, axis=1).astype(jnp.int32)
+            start = jnp.where((start < 0) & hit.any(axis=1), first + n, start)
+        idx = jnp.clip(start[:, None] + jnp.arange(self.num_tokens)[None], 0, h - 1)
+        proposal = jnp.take_along_axis(text, idx, axis=1)
+        num = jnp.where((start >= 0) & active, jnp.minimum(self.num_tokens, end - start), 0)
+        return chain_tree(proposal, num), None, state.replace(text=text)
+
+    def observe(self, state: LookupState, verified: Verified) -> LookupState:
+        b, h = state.text.shape
+        acc = verified.result.accepted_tokens  # [B, D]
+        n = jnp.where(verified.active, verified.num_kept - 1, 0)  # accepted tokens kept (after the root)
+        steps = jnp.arange(acc.shape[1])[None]
+        at = jnp.where(steps < n[:, None], state.length[:, None] + 1 + steps, h)  # h: dropped
+        text = state.text.at[jnp.arange(b)[:, None], at].set(acc, mode="drop")
+        return state.replace(text=text, length=state.length + jnp.where(verified.active, 1 + n, 0))
