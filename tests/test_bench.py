@@ -150,6 +150,18 @@ def test_run_benchmark_rejects_bad_arguments(pair):
         harness.run_benchmark(target, None, PROMPTS, ["ar", "chain2"], max_new_tokens=4, progress=False)
 
 
+def test_warm_up_fills_the_table_and_leaves_the_method_unchanged(pair):
+    from specjax.drafters.retrieval import table_rows_used
+
+    target, draft = pair
+    tr = parse_method("tr:budget=6,depth=3", None, target_cfg=target[0])
+    warm = harness.warm_up(tr, target, PROMPTS[:2], max_new_tokens=4, prompt_width=8)
+    assert table_rows_used(tr.draft_params_override) == 0  # the cold method is untouched
+    assert table_rows_used(warm.draft_params_override) > 0 and warm.drafter == tr.drafter
+    with pytest.raises(ValueError, match="keeps no state across requests"):
+        harness.warm_up(parse_method("chain4", DRAFT), target, PROMPTS[:1], max_new_tokens=4)
+
+
 @pytest.mark.parametrize("spec, name, drafter", [
     ("ar", "ar", None),
     ("chain4", "chain4", ChainDrafter(DRAFT, 4)),
@@ -258,12 +270,26 @@ def test_parse_method_ddtree():
     assert parse_method(m2.name, None, dflash=(dcfg, params), target_cfg=target) == m2
     for spec, message in (("ddtree-0", "budget (tree nodes per round) must be an int >= 1"),
                           ("ddtree-8:block=1", "block size must be >= 2"), ("ddtree-8:prune=1.5", "prune_mass"),
-                          ("ddtree-8:width=3", "the fields are block=<int>, prune=<float>"),
+                          ("ddtree-8:depth=3", "the fields are block=<int>, prune=<float>"),
+                          ("ddtree-8:width=3", "'width' and 'merge' belong to retrieval"),
+                          ("ddtree-8:ret=8", "retrieval nodes U must be in [1, N)"),
                           ("ddtree-8:prune=x", "'prune' needs a number"), ("ddtree", "ddtree-<N>")):
         with pytest.raises(ValueError, match=re.escape(message)):
             parse_method(spec, None, dflash=(dcfg, params), target_cfg=target)
     with pytest.raises(ValueError, match="needs a DFlash drafter trained for this target"):
         parse_method("ddtree-16", DRAFT)
+    # DDTree + retrieval: the first N - U prefixes and Graft's 20-node (d5) template, a fresh table
+    from specjax.drafters.ddtree_graft import DDTreeGraftDrafter
+    from specjax.drafters.retrieval import PAPER_TEMPLATES
+
+    g = parse_method("ddtree-60:ret=20", None, dflash=(dcfg, params), target_cfg=target)
+    assert g.name == "ddtree-60:ret=20"
+    assert g.drafter == DDTreeGraftDrafter(DDTreeDrafter(DFlashDrafter(dcfg, target), 60), 20)
+    assert g.drafter.template.counts() == PAPER_TEMPLATES["d5"] and g.drafter.budget == 60
+    assert g.draft_params_override.base is params and g.draft_params_override.table.shape == (64, 8)
+    assert np.all(np.asarray(g.draft_params_override.table) == -1)
+    g2 = parse_method("ddtree-16:ret=5,width=4,merge=0", None, dflash=(dcfg, params), target_cfg=target)
+    assert (g2.drafter.width, g2.drafter.merge, g2.drafter.template.size) == (4, False, 5)
 
 
 def test_parse_method_eagle3_and_dynamic_trees():

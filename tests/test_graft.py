@@ -56,6 +56,16 @@ def test_table_update_equals_sequential_last_writer(seed, vocab, width):
     np.testing.assert_array_equal(np.asarray(got), slow_update(table, tokens, succ, valid))
 
 
+def test_measured_rank_prior_counts_next_token_hits():
+    from specjax.drafters.retrieval import measured_rank_prior
+
+    table = np.full((6, 3), -1, np.int32)
+    table[1] = [2, 3, -1]
+    table[2] = [4, 1, 0]
+    seqs = [[1, 2, 1, 3], [2, 4], [5]]  # pairs (1,2) r0, (2,1) r1, (1,3) r1, (2,4) r0: 4 pairs
+    assert measured_rank_prior(jnp.asarray(table), seqs) == (3 / 6, 3 / 6, 1 / 6)
+
+
 def test_prefill_update_skips_padding():
     tokens = jnp.asarray([[1, 2, 1, 3], [2, 0, 0, 0]], jnp.int32)
     top = jnp.arange(2 * 4 * 2, dtype=jnp.int32).reshape(2, 4, 2) % 5

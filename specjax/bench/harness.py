@@ -219,6 +219,28 @@ def _runner(method: Method, target, draft, sampling: Sampling, eos_ids: tuple[in
     return run
 
 
+def warm_up(method: Method, target, prompts: list[list[int]], *, max_new_tokens: int, prompt_width: int | None = None,
+            sampling: Sampling = GREEDY, eos_ids: tuple[int, ...] = ()) -> Method:
+    """Graft's warm-up (hot start): run `method` on `prompts` one after another, each call
+    starting from the table the previous one left (the drafter's `carry_over`), and return
+    the method with those warm params. Use prompts disjoint from the evaluation set (the
+    paper warms up on ShareGPT). Generations use the benchmark's shapes (`prompt_width`,
+    `max_new_tokens`), so the benchmark reuses their compiled program."""
+    if getattr(method.drafter, "carry_over", None) is None:
+        raise ValueError(f"method {method.name!r} keeps no state across requests: nothing to warm up")
+    if method.draft_params_override is None:
+        raise ValueError(f"method {method.name!r} has no draft params to warm up (its table)")
+    from specjax.decode import generate
+
+    cfg, params = target
+    held = method.draft_params_override
+    for tokens, lengths in (prepare_prompts(prompts, prompt_width) if prompts else ()):
+        out = generate(params, cfg, method.drafter, held, tokens, lengths, max_new_tokens, sampling=sampling,
+                       eos_ids=tuple(eos_ids), reserve_new_tokens=max_new_tokens)
+        held = method.drafter.carry_over(held, out.draft_state)
+    return dataclasses.replace(method, draft_params_override=held)
+
+
 def _timed(run, tokens, lengths, n: int, reserve: int):
     """(output, seconds) of one call, `jax.block_until_ready` inside the timed region, no GC pause in it."""
     enabled = gc.isenabled()

@@ -18,6 +18,9 @@ spec                                   method
 ``ddtree-N[:block=B,prune=P]``         DDTree: the same drafter forward, the N most probable
                                        prefixes under its marginals, verified as one tree
                                        (``DDTreeDrafter``; P = prune_mass, 0 = full tree)
+``ddtree-N:ret=U[,width=k,merge=0]``   DDTree + retrieval: DDTree's first N - U prefixes and a
+                                       U-node template from the successor table grafted under
+                                       the root, N nodes in all (``DDTreeGraftDrafter``)
 ``eagle3[:topk=k,depth=D,total=N]``    EAGLE-3 (reads the target's low/mid/high features) on
                                        the EAGLE-2 dynamic tree (``DynamicTreeDrafter``;
                                        defaults top_k 10, depth 8, total 60 as in Graft)
@@ -80,8 +83,8 @@ _DDTREE = re.compile(r"ddtree-(\d+)")
 _EAGLE3_CHAIN = re.compile(r"eagle3-chain(\d+)")
 _DYNAMIC_FIELDS = {"topk": int, "depth": int, "total": int}
 _FORMS = ("ar, chain<K> (linear<K>), fixed<D>x<B>[n<N>] (tree<D>x<B>[n<N>]), dynatree[-p1|-p2|-p3][:field=value,...], "
-          "dflash[:block=B], ddtree-<N>[:block=B,prune=P], eagle3[:topk=k,depth=D,total=N], eagle3-chain<K>, "
-          "eagle2[:topk=k,depth=D,total=N], domino[:head=0|1,verify=rejection|walk], "
+          "dflash[:block=B], ddtree-<N>[:block=B,prune=P,ret=U,width=k,merge=0|1], eagle3[:topk=k,depth=D,total=N], "
+          "eagle3-chain<K>, eagle2[:topk=k,depth=D,total=N], domino[:head=0|1,verify=rejection|walk], "
           "graft[-root|-tail|-prune|-dense][:topk=k,depth=D,total=N,width=w,merge=0|1,thr=a/b/c,base=eagle3|lm], "
           "tr[:budget=N,width=k,depth=D], pld[:ngram=n,num=K], dflash-tail[:thr=t,block=B]")
 
@@ -180,11 +183,22 @@ def _dflash(overrides: str, spec: str, dflash, target_cfg):
 def _ddtree(budget: int, overrides: str, spec: str, dflash, target_cfg):
     from specjax.drafters.ddtree import DDTreeDrafter
 
-    values = _overrides(overrides, {"block": int, "prune": float}, "DDTree")
+    values = _overrides(overrides, {"block": int, "prune": float, "ret": int, "width": int, "merge": int}, "DDTree")
     block_drafter = _dflash_drafter(spec, dflash, target_cfg, values.get("block"))
     extra = {"prune_mass": values["prune"]} if "prune" in values else {}
     name = f"ddtree-{budget}" + (":" + ",".join(f"{k}={v}" for k, v in values.items()) if values else "")
-    return Method(name, DDTreeDrafter(block_drafter, budget, **extra), draft_params_override=dflash[1])
+    ddtree = DDTreeDrafter(block_drafter, budget, **extra)
+    if not values.get("ret"):
+        if "width" in values or "merge" in values:
+            raise ValueError(f"DDTree fields 'width' and 'merge' belong to retrieval (ret=U >= 1), got {spec!r}")
+        return Method(name, ddtree, draft_params_override=dflash[1])
+    from specjax.drafters.ddtree_graft import DDTreeGraftDrafter
+    from specjax.drafters.graft import graft_params
+
+    drafter = DDTreeGraftDrafter(ddtree, values["ret"], **{k: (bool(v) if k == "merge" else v)
+                                                          for k, v in values.items() if k in ("width", "merge")})
+    return Method(name, drafter, draft_params_override=graft_params(dflash[1], target_cfg.vocab_size, drafter.width,
+                                                                    ()))
 
 
 def _dynamic_tree(head: str, overrides: str, spec: str, draft_cfg, eagle3, target_cfg):

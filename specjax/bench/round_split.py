@@ -1,4 +1,4 @@
-"""Where a DDTree round spends its time, and what that predicts at another scale.
+"""Where a DDTree (Domino, Graft) round spends its time, and what that predicts at another scale.
 
 `round_split` times the parts of one round of `specjax.decode.speculative_round` for a
 `DDTreeDrafter` from a real mid-generation state, each part jitted on its own, medians
@@ -20,6 +20,7 @@ tau * ar_step / round. It is a projection, not a measurement.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 
@@ -28,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.decode import cache_sizes, initial_state, speculative_round
+from specjax.drafters.retrieval import retrieve, union, update_table
 from specjax.models.cache import commit
 from specjax.models.model import forward, forward_tapped
 from specjax.numerics import DEFAULT_PRECISION, matmul_scope
@@ -46,6 +48,19 @@ def _median_ms(fn, *args, reps: int) -> float:
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - start)
     return 1e3 * float(np.median(times))
+
+
+def _ar_step(target, batch: int):
+    """One jitted autoregressive step of the target: (cache, root int32[B]) -> (next token, cache)."""
+    cfg, params = target
+    ones = jnp.ones((batch, 1, 1), bool)
+
+    @jax.jit
+    def ar_step(cache, root):
+        logits, cache = forward(params, cfg, root[:, None], cache.lengths[:, None], ones, cache)
+        return jnp.argmax(logits[:, 0], axis=-1), cache
+
+    return ar_step
 
 
 def _state_after(target, drafter, draft_params, tokens, lengths, rounds: int, max_new: int, sampling: Sampling):
@@ -108,13 +123,7 @@ def _round_split(target, drafter, draft_params, tokens, lengths, rounds_before, 
         path_feats = jnp.take_along_axis(feats, result.path_slots[:, :, None, None], axis=1) if layers else None
         return commit(t_cache, result.path_slots, result.num_accepted + 1), path_feats
 
-    ones = jnp.ones((tokens.shape[0], 1, 1), bool)
-
-    @jax.jit
-    def ar_step(cache, root):
-        logits, cache = forward(params, cfg, root[:, None], cache.lengths[:, None], ones, cache)
-        return jnp.argmax(logits[:, 0], axis=-1), cache
-
+    ar_step = _ar_step(target, tokens.shape[0])
     out = {
         "draft": _median_ms(draft, state.draft_state, state.root, active, reps=reps),
         "select": _median_ms(select, logits, active, reps=reps),
@@ -172,3 +181,82 @@ def domino_split(target, drafter, draft_params, tokens, lengths, *, rounds_befor
             "verify": _median_ms(verify, state.cache, tree, root, reps=reps),
             "round": _median_ms(run_round, state, reps=reps),
         }
+
+
+GRAFT_PARTS = ("draft", "draft_dense", "retrieve", "propose", "mask", "verify", "walk", "table_update", "round",
+               "ar_step")
+
+
+def graft_split(target, drafter, draft_params, tokens, lengths, *, rounds_before: int = 2, reps: int = 10,
+                sampling: Sampling = Sampling(), max_new: int = 64,
+                matmul_precision: str = DEFAULT_PRECISION) -> dict[str, float]:
+    """Median milliseconds of a Graft round's parts (`GRAFT_PARTS`; the paper's Table 14) from a
+    real mid-generation state:
+
+    draft         root step + the checkpoint-gated expansions (the pool and each row's stage)
+    draft_dense   the same drafter never pruned: root step + all `depth` expansions
+    retrieve      the template's tokens from the successor table (one gather per depth)
+    propose       the whole drafter side: draft + ranking + retrieval + graft (merge); the
+                  paper's "Merge" is about propose - draft - retrieve
+    mask          ancestor mask + positions of the K_max-node tree ("Rebuild")
+    verify        the target forward over [root, tree] (tapped layers, if the drafter reads any)
+    walk          the walk over the target's logits ("Posterior")
+    table_update  the target's top-k at every verified slot written into the table ("Matrix update")
+    round         the whole round as the loop runs it (propose, verify, walk, commit, observe)
+    ar_step       one autoregressive step of the target
+
+    drafter: a `GraftDrafter`; draft_params its `GraftParams`. Also returns `stage` (row 0's
+    stage in the timed round) and `step_cost` = (draft_dense / (1 + depth)) / verify, the
+    drafter-forward-to-verify cost ratio `calibrate_thresholds` takes.
+    """
+    with matmul_scope(matmul_precision):
+        cfg, params = target
+        state, run_round = _state_after(target, drafter, draft_params, tokens, lengths, rounds_before, max_new,
+                                        sampling)
+        ds, root, active = state.draft_state, state.root, ~state.done
+        dense = dataclasses.replace(drafter, prune=False, retrieval=False)
+        draft = jax.jit(lambda ds, root, active: drafter.draft(ds, root, active)[:2])
+        draft_dense = jax.jit(lambda ds, root, active: dense.draft(ds, root, active)[0])
+        template = drafter.tail_template if drafter.tail else union(drafter.stage_templates)[0]
+        fetch = jax.jit(lambda table, root: retrieve(table, root, template))
+        propose = jax.jit(lambda ds, root, active: drafter.propose(ds, root, active, None, sampling)[0])
+        tree = propose(ds, root, active)
+        mask_fn = jax.jit(lambda tree, lengths: (ancestor_mask(tree), positions(tree, lengths)))
+        mask, pos = mask_fn(tree, state.cache.lengths)
+        layers = tuple(drafter.target_layers)
+
+        @jax.jit
+        def verify(cache, tree, mask, pos, root):
+            block = jnp.concatenate([root[:, None], tree.tokens], axis=1)
+            return forward_tapped(params, cfg, block, pos, mask, cache, layers)[0]
+
+        t_logits = verify(state.cache, tree, mask, pos, root)
+
+        @jax.jit
+        def walk(tree, t_logits, key):
+            if sampling.greedy:
+                return greedy_walk(tree, t_logits, drafter.max_depth)
+            return sampling_walk(tree, t_logits, key, sampling.temperature, max_depth=drafter.max_depth)
+
+        @jax.jit
+        def table_update(table, tree, t_logits, root):
+            top_ids = jax.lax.top_k(t_logits, table.shape[1])[1]
+            toks = jnp.concatenate([root[:, None], tree.tokens], axis=1)
+            valid = jnp.concatenate([jnp.ones_like(root[:, None], bool), tree.valid], axis=1)
+            return update_table(table, toks, top_ids, valid)
+
+        ar_step = _ar_step(target, tokens.shape[0])
+        out = {
+            "draft": _median_ms(draft, ds, root, active, reps=reps),
+            "draft_dense": _median_ms(draft_dense, ds, root, active, reps=reps),
+            "retrieve": _median_ms(fetch, ds.table, root, reps=reps),
+            "propose": _median_ms(propose, ds, root, active, reps=reps),
+            "mask": _median_ms(mask_fn, tree, state.cache.lengths, reps=reps),
+            "verify": _median_ms(verify, state.cache, tree, mask, pos, root, reps=reps),
+            "walk": _median_ms(walk, tree, t_logits, jax.random.key(1), reps=reps),
+            "table_update": _median_ms(table_update, ds.table, tree, t_logits, root, reps=reps),
+            "round": _median_ms(run_round, state, reps=reps),
+            "ar_step": _median_ms(ar_step, state.cache, root, reps=reps),
+        }
+        stage = int(np.asarray(draft(ds, root, active)[1])[0])
+        return {**out, "stage": stage, "step_cost": out["draft_dense"] / (1 + drafter.depth) / out["verify"]}

@@ -38,11 +38,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from specjax.drafters.draft_lm import DraftLMState
 from specjax.drafters.dynamic_tree import DraftLMStepper, pool_expand, pool_start, ranked
 from specjax.drafters.protocol import PromptContext, Verified
-from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, empty_table, graft, retrieve, union,
-                                        update_from_prompt, update_from_round)
+from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, accepted_from_table, empty_table, graft,
+                                        retrieve, union, update_from_prompt, update_from_round)
 
 PAPER_THRESHOLDS = (0.14, 0.14, 0.49)  # Table 11 (Qwen3-8B), medians over the five datasets
 
@@ -268,39 +267,33 @@ class GraftDrafter:
         else:
             template, member = union(self.stage_templates)
             member = np.concatenate([member, np.zeros((1, template.size), bool)])  # the never-pruned stage
-            num_draft = budgets[stage] if self.retrieval else jnp.minimum(budgets[stage], n)
+            num_draft = budgets[stage]
             anchor, anchor_tok = jnp.full((b,), -1, jnp.int32), root
             ret_member = jnp.asarray(member)[stage] & self.retrieval
         ret_tok = retrieve(state.table, anchor_tok, template)
         tree, node_slots, retrieved = graft(cand_tok, cand_par, cand_depth, cand_ok, cand_slot, num_draft, ret_tok,
                                             template, ret_member, anchor, n, merge=self.merge, fill=self.retrieval)
-        r = jnp.minimum(state.num_rounds, state.stage.shape[1] - 1)
-        record = jnp.where(active, stage, state.stage[jnp.arange(b), r])
         return tree, None, state.replace(inner=inner, root=root, node_slots=node_slots, retrieved=retrieved,
-                                         stage=state.stage.at[jnp.arange(b), r].set(record))
+                                         stage=record_round(state.stage, state.num_rounds, active, stage))
 
     def carry_over(self, params: GraftParams, state: GraftState) -> GraftParams:
         """The next request's params: the table as this generation left it (hot start)."""
         return params.replace(table=state.table)
 
     def observe(self, state: GraftState, verified: Verified) -> GraftState:
-        b = state.root.shape[0]
-        result = verified.result
-        steps = jnp.arange(result.max_depth)[None]
-        nodes = jnp.maximum(result.path_slots[:, 1:] - 1, 0)
-        from_table = jnp.take_along_axis(state.retrieved, nodes, axis=1) & (steps < result.num_accepted[:, None])
-        r = jnp.minimum(state.num_rounds, state.stage.shape[1] - 1)
-        rows = jnp.arange(b)
-        ret_acc = state.retrieved_accepted.at[rows, r].set(
-            jnp.where(verified.active, jnp.sum(from_table, axis=1).astype(jnp.int32), state.retrieved_accepted[rows, r]))
+        ret_acc = record_round(state.retrieved_accepted, state.num_rounds, verified.active,
+                               accepted_from_table(state.retrieved, verified.result))
         return state.replace(inner=self.stepper.observe(state.inner, verified, state.node_slots),
                              table=update_from_round(state.table, state.root, verified), retrieved_accepted=ret_acc,
                              num_rounds=state.num_rounds + verified.active.astype(jnp.int32))
 
 
-def draft_lm_state(state: GraftState) -> DraftLMState:
-    """The draft LM's state inside a Graft state (for cache checks)."""
-    return state.inner
+def record_round(history: jax.Array, num_rounds: jax.Array, active: jax.Array, value: jax.Array) -> jax.Array:
+    """history [B, R] with this round's `value` [B] written at column num_rounds[b] (clamped to
+    R - 1) for the active rows bool[B]; other rows keep their entry."""
+    rows = jnp.arange(history.shape[0])
+    r = jnp.minimum(num_rounds, history.shape[1] - 1)
+    return history.at[rows, r].set(jnp.where(active, value.astype(history.dtype), history[rows, r]))
 
 
 # ============================================================================ calibration at warm-up

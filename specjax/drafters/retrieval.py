@@ -101,6 +101,31 @@ def update_from_round(table, root, verified) -> jax.Array:
     return update_table(table, tokens, verified.top_ids, valid & verified.active[:, None])
 
 
+def accepted_from_table(retrieved: jax.Array, result) -> jax.Array:
+    """int32[B]: accepted nodes of a walk `result` (`specjax.verify.WalkResult`) that were
+    retrieved (bool[B, N] per tree slot), i.e. tokens the table contributed this round."""
+    steps = jnp.arange(result.max_depth)[None]
+    nodes = jnp.maximum(result.path_slots[:, 1:] - 1, 0)
+    hit = jnp.take_along_axis(retrieved, nodes, axis=1) & (steps < result.num_accepted[:, None])
+    return jnp.sum(hit, axis=1).astype(jnp.int32)
+
+
+def measured_rank_prior(table, sequences) -> tuple[float, ...]:
+    """w(r) = P(M[x, r] is the next token) over the consecutive pairs (x, y) of `sequences`
+    (host lists of token ids, e.g. the target's own generations), Laplace-smoothed into (0, 1):
+    the rank prior `Template.best_first` / `from_counts` take, measured instead of assumed."""
+    m = np.asarray(jax.device_get(table))
+    hits, pairs = np.zeros(m.shape[1]), 0
+    for seq in sequences:
+        seq = np.asarray(seq, np.int64)
+        if seq.size < 2:
+            continue
+        rows = m[np.clip(seq[:-1], 0, m.shape[0] - 1)]  # [n, k]
+        hits += np.sum(rows == seq[1:, None], axis=0)
+        pairs += seq.size - 1
+    return tuple(float(x) for x in (hits + 1) / (pairs + 2))
+
+
 def table_rows_used(table) -> int:
     """Populated rows of the table (host): what Graft's Table 4 counts as storage."""
     return int(np.sum(np.asarray(jax.device_get(table))[:, 0] >= 0))
