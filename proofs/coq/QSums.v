@@ -4,7 +4,7 @@
 From Coq Require Import List Arith Lia QArith Lqa Permutation.
 Import ListNotations.
 
-Open Scope Q_scope.
+Local Open Scope Q_scope.
 
 Definition qsum {A : Type} (f : A -> Q) (l : list A) : Q :=
   fold_right (fun x acc => f x + acc) 0 l.
