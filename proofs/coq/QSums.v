@@ -137,3 +137,12 @@ Proof.
   - rewrite qsum_cons, IHl. cbn [length].
     rewrite Nat2Z.inj_succ. unfold Z.succ. rewrite inject_Z_plus. ring.
 Qed.
+
+Lemma qsum_nonneg_zero : forall A (f : A -> Q) l, (forall x, In x l -> 0 <= f x) ->
+  qsum f l == 0 -> forall x, In x l -> f x == 0.
+Proof.
+  induction l as [|a l IH]; intros Hn Hs x Hx; [destruct Hx|]. rewrite qsum_cons in Hs.
+  assert (0 <= f a) by (apply Hn; left; auto).
+  assert (0 <= qsum f l) by (apply qsum_nonneg; intros; apply Hn; right; auto).
+  destruct Hx as [<- | Hx]; [lra|]. apply IH; auto; [intros; apply Hn; right; auto | lra].
+Qed.
