@@ -1,0 +1,279 @@
+(* DDTreeOrder.v -- the selection order of DDTree, Proposition 2 and Lemma 1 (rows DD2 and
+   DD3 of proofs/README.md; proofs/ddtree.md §1 Lemma 0, §3, §4), in exact arithmetic.
+
+   Map to the rows of proofs/README.md:
+   - DD2 : ddtree_proposition2   (the first N prefixes in the order ≺ form a valid tree with
+                                  min(N, P) nodes whose sum of prefix probabilities is >= that
+                                  of every set of at most N prefixes, valid or not)
+           topN_optimal          (the exchange argument: the first N elements of a list sorted
+                                  by a non-increasing weight f >= 0 maximise the sum of f over
+                                  every duplicate-free sub-list of at most N elements)
+           lemma0_parent         (Lemma 0.1: the parent comes first)
+           lemma0_lower_ranks    (Lemma 0.2: lowering ranks comes first)
+   - DD3 : ddtree_lemma1         (every prefix of that tree only uses the top min(N, V) ranks
+                                  at every depth)
+
+   Model / differences from the written statement (see proofs/README.md,
+   "Machine-checked (Coq)"):
+   - exact rationals: the score of a prefix is q(u) itself (a product of rationals), not a
+     float32 sum of logarithms; q = 0 and q = 1 are allowed; ordering by -q(u) is the same
+     as ordering by -log q(u);
+   - a prefix is identified with its rank tuple, as ddtree.md §0 does: token v at depth d IS
+     its rank, i.e. the hypothesis [ranked] says each row q d is non-increasing in the
+     token on {0..V-1} (and 0 <= q d v <= 1); the rank tie-break by token id is then the
+     order on nat;
+   - key(u) = (-q(u), |u|, -q(u_1..u_{d-1}), ..., -q(u_1), u_1, ..., u_d), compared
+     lexicographically (ddtree.md §1), as a list of rationals;
+   - "the first N prefixes in the order ≺" is firstn N ord for any list ord that enumerates
+     the prefixes without duplicates and is strictly sorted by ≺; existence_of_the_order
+     (below) shows that such a list exists (insertion sort of an explicit enumeration), and
+     any two such lists are equal since ≺ is a strict total order;
+   - Proposition 3 (best-first search) and the JAX formulations (DD4, DD5) are not covered. *)
+
+From Coq Require Import List Arith Lia QArith Lqa Sorted Permutation.
+From Specjax Require Import GreedyWalk QSums DDTreeSurrogate.
+Import ListNotations.
+Local Open Scope nat_scope.
+
+(* ---------- hypotheses on the marginals ---------- *)
+
+(* Rows d = k .. k+n-1: values in [0, 1], non-increasing in the token (= rank). *)
+Definition ranked (q : nat -> nat -> Q) (V k n : nat) : Prop :=
+  forall d, k <= d < k + n ->
+    (forall v, v < V -> (0 <= q d v <= 1)%Q) /\
+    (forall v w, v <= w < V -> (q d w <= q d v)%Q).
+
+Lemma ranked_shift : forall q V k n, ranked q V k (S n) -> ranked q V (S k) n.
+Proof. intros q V k n H d Hd. apply H. lia. Qed.
+
+Lemma qprod_nonneg : forall q V n u k, ranked q V k n -> length u <= n ->
+  Forall (fun v => v < V) u -> (0 <= qprod q k u)%Q.
+Proof.
+  intros q V n u. revert n. induction u as [|a u IH]; intros n k Hr Hl Hf; cbn [qprod].
+  - lra.
+  - destruct n; [simpl in Hl; lia|]. inversion Hf; subst.
+    destruct (Hr k ltac:(lia)) as [H01 _]. destruct (H01 a ltac:(auto)).
+    assert (0 <= qprod q (S k) u)%Q by (apply (IH n); auto; [apply ranked_shift; auto | simpl in Hl; lia]).
+    apply Qmult_le_0_compat; auto.
+Qed.
+
+Lemma qprod_snoc : forall q u a k, (qprod q k (u ++ [a]) == qprod q k u * q (k + length u)%nat a)%Q.
+Proof.
+  intros q u. induction u as [|b u IH]; intros a k; cbn [qprod app length].
+  - rewrite Nat.add_0_r. ring.
+  - rewrite IH. replace (S k + length u) with (k + S (length u)) by lia. ring.
+Qed.
+
+(* Componentwise smaller ranks give a larger product. *)
+Lemma qprod_mono : forall q V n u' u k, ranked q V k n -> length u <= n ->
+  Forall (fun v => v < V) u -> Forall2 le u' u -> (qprod q k u <= qprod q k u')%Q.
+Proof.
+  intros q V n u' u. revert n u'. induction u as [|a u IH]; intros n u' k Hr Hl Hf H2.
+  - inversion H2; subst. cbn [qprod]. lra.
+  - inversion H2 as [|a' ? u'' ? Ha' H2']; subst. destruct n; [simpl in Hl; lia|].
+    inversion Hf; subst. cbn [qprod].
+    destruct (Hr k ltac:(lia)) as [H01 Hmon].
+    assert (Hq : (q k a <= q k a')%Q) by (apply Hmon; lia).
+    assert (0 <= q k a)%Q by (apply H01; auto).
+    assert (Hrest : (qprod q (S k) u <= qprod q (S k) u'')%Q)
+      by (apply (IH n); auto; [apply ranked_shift; auto | simpl in Hl; lia]).
+    assert (0 <= qprod q (S k) u)%Q
+      by (apply (qprod_nonneg q V n); auto; [apply ranked_shift; auto | simpl in Hl; lia]).
+    apply Qmult_le_compat_nonneg; split; auto.
+Qed.
+
+(* ---------- the key and the order ≺ ---------- *)
+
+Definition key (q : nat -> nat -> Q) (u : list nat) : list Q :=
+  [(- qp q u)%Q; qnat (length u)] ++
+  map (fun j => (- qp q (firstn j u))%Q) (rev (seq 1 (length u - 1))) ++
+  map qnat u.
+
+Fixpoint lex_lt (a b : list Q) : Prop :=
+  match a, b with
+  | x :: a', y :: b' => (x < y)%Q \/ (x == y /\ lex_lt a' b')%Q
+  | _, _ => False
+  end.
+
+(* u ≺ w: u is selected before w. *)
+Definition prec (q : nat -> nat -> Q) (u w : list nat) : Prop := lex_lt (key q u) (key q w).
+
+Lemma lex_asym : forall a b, lex_lt a b -> lex_lt b a -> False.
+Proof.
+  induction a as [|x a IH]; intros [|y b]; simpl; try tauto.
+  intros [H | [E H]] [H' | [E' H']]; try lra. eauto.
+Qed.
+
+Lemma lex_irrefl : forall a, ~ lex_lt a a.
+Proof. intros a H. exact (lex_asym a a H H). Qed.
+
+Lemma lex_trans : forall a b c, lex_lt a b -> lex_lt b c -> lex_lt a c.
+Proof.
+  induction a as [|x a IH]; intros [|y b] [|z c]; simpl; try tauto.
+  intros [H | [E H]] [H' | [E' H']].
+  - left. lra.
+  - left. lra.
+  - left. lra.
+  - right. split; [lra | eauto].
+Qed.
+
+Lemma lex_le_neq : forall a b, Forall2 Qle a b -> ~ Forall2 Qeq a b -> lex_lt a b.
+Proof.
+  intros a b H. induction H as [|x y a b Hxy H IH]; intros Hn.
+  - exfalso. apply Hn. constructor.
+  - simpl. destruct (Qle_lt_or_eq _ _ Hxy) as [L | E]; [left; auto|].
+    right. split; [exact E|]. apply IH. intro Hab. apply Hn. constructor; auto.
+Qed.
+
+Lemma prec_irrefl : forall q u, ~ prec q u u.
+Proof. intros. apply lex_irrefl. Qed.
+
+Lemma prec_asym : forall q u w, prec q u w -> prec q w u -> False.
+Proof. intros q u w. apply lex_asym. Qed.
+
+Lemma prec_trans : forall q u v w, prec q u v -> prec q v w -> prec q u w.
+Proof. intros q u v w. apply lex_trans. Qed.
+
+(* The first component of the key is -q(u): ≺ sorts by q descending. *)
+Lemma prec_score : forall q u w, prec q u w -> (qp q w <= qp q u)%Q.
+Proof.
+  intros q u w H. unfold prec, key in H. simpl in H. destruct H as [H | [H _]]; lra.
+Qed.
+
+Lemma qnat_lt : forall m n, m < n -> (qnat m < qnat n)%Q.
+Proof. intros. unfold qnat, Qlt. simpl. lia. Qed.
+
+Lemma qnat_le : forall m n, m <= n -> (qnat m <= qnat n)%Q.
+Proof. intros. unfold qnat, Qle. simpl. lia. Qed.
+
+Lemma qnat_inj : forall m n, (qnat m == qnat n)%Q -> m = n.
+Proof. intros m n H. unfold qnat, Qeq in H. simpl in H. lia. Qed.
+
+(* Lemma 0.1: a parent comes before its children. *)
+Theorem lemma0_parent : forall q V L p a, ranked q V 1 L -> is_prefix V L (p ++ [a]) ->
+  prec q p (p ++ [a]).
+Proof.
+  intros q V L p a Hr [Hl Hf]. rewrite app_length in Hl. simpl in Hl.
+  apply Forall_app in Hf. destruct Hf as [Hfp Hfa]. inversion Hfa; subst.
+  assert (Hp0 : (0 <= qp q p)%Q) by (apply (qprod_nonneg q V L); auto; lia).
+  assert (Ha : (0 <= q (1 + length p)%nat a <= 1)%Q) by (apply (Hr (1 + length p)); [lia | auto]).
+  assert (Hle : (qp q (p ++ [a]) <= qp q p)%Q).
+  { unfold qp. rewrite qprod_snoc. fold (qp q p).
+    assert (qp q p * q (1 + length p)%nat a <= qp q p * 1)%Q
+      by (apply Qmult_le_compat_nonneg; split; lra).
+    lra. }
+  unfold prec, key. cbn [app lex_lt]. destruct (Qle_lt_or_eq _ _ Hle) as [L' | E].
+  - left. lra.
+  - right. split; [lra|]. left. apply qnat_lt. rewrite app_length. simpl. lia.
+Qed.
+
+Lemma Forall2_le_firstn : forall j (u' u : list nat), Forall2 le u' u -> Forall2 le (firstn j u') (firstn j u).
+Proof.
+  induction j; intros u' u H; [constructor|]. destruct H; simpl; constructor; auto.
+Qed.
+
+Lemma Forall2_le_length : forall (u' u : list nat), Forall2 le u' u -> length u' = length u.
+Proof. intros u' u H. induction H; simpl; auto. Qed.
+
+Lemma Forall2_qnat : forall (u' u : list nat), Forall2 le u' u -> Forall2 Qle (map qnat u') (map qnat u).
+Proof. intros u' u H. induction H; simpl; constructor; auto. apply qnat_le; auto. Qed.
+
+Lemma Forall2_qeq_qnat : forall (u' u : list nat), Forall2 Qeq (map qnat u') (map qnat u) -> u' = u.
+Proof.
+  induction u' as [|a u' IH]; intros [|b u] H; simpl in H; inversion H; subst; auto.
+  f_equal; auto. apply qnat_inj; auto.
+Qed.
+
+Lemma Forall2_app_inv_Qeq : forall (a1 a2 b1 b2 : list Q), length a1 = length b1 ->
+  Forall2 Qeq (a1 ++ a2) (b1 ++ b2) -> Forall2 Qeq a2 b2.
+Proof.
+  induction a1 as [|x a1 IH]; intros a2 [|y b1] b2 Hl H; simpl in *; try discriminate; auto.
+  inversion H; subst. apply (IH a2 b1 b2); auto.
+Qed.
+
+(* Lemma 0.2: lowering some ranks (same depth, different prefix) comes first. *)
+Theorem lemma0_lower_ranks : forall q V L u' u, ranked q V 1 L -> is_prefix V L u ->
+  Forall2 le u' u -> u' <> u -> prec q u' u.
+Proof.
+  intros q V L u' u Hr [Hl Hf] H2 Hne. unfold prec, key.
+  assert (Hlen : length u' = length u) by (apply Forall2_le_length; auto).
+  assert (Mono : forall j, (qp q (firstn j u) <= qp q (firstn j u'))%Q).
+  { intros j. unfold qp. apply (qprod_mono q V L); auto.
+    - rewrite firstn_length. lia.
+    - rewrite <- (firstn_skipn j u) in Hf. apply Forall_app in Hf. tauto.
+    - apply Forall2_le_firstn; auto. }
+  apply lex_le_neq.
+  - rewrite Hlen. cbn [app]. constructor.
+    + assert (Hfull := Mono (length u)). rewrite firstn_all in Hfull.
+      rewrite <- Hlen in Hfull. rewrite firstn_all in Hfull. lra.
+    + constructor; [lra|]. apply Forall2_app.
+      * induction (rev (seq 1 (length u - 1))) as [|j js IH]; simpl; constructor; auto.
+        specialize (Mono j). lra.
+      * apply Forall2_qnat; auto.
+  - intro E. apply Hne. apply Forall2_qeq_qnat.
+    apply (Forall2_app_inv_Qeq ([(- qp q u')%Q; qnat (length u')] ++
+            map (fun j => (- qp q (firstn j u'))%Q) (rev (seq 1 (length u' - 1))))
+            _ ([(- qp q u)%Q; qnat (length u)] ++
+            map (fun j => (- qp q (firstn j u))%Q) (rev (seq 1 (length u - 1))))).
+    + simpl. rewrite !map_length. rewrite Hlen. reflexivity.
+    + rewrite <- !app_assoc. exact E.
+Qed.
+
+(* ---------- the exchange argument ---------- *)
+
+Lemma In_firstn : forall A n (l : list A) y, In y (firstn n l) -> In y l.
+Proof. intros A n l y H. rewrite <- (firstn_skipn n l). apply in_or_app. auto. Qed.
+
+Lemma StronglySorted_app_rel : forall A (R : A -> A -> Prop) l1 l2 a b,
+  StronglySorted R (l1 ++ l2) -> In a l1 -> In b l2 -> R a b.
+Proof.
+  induction l1 as [|x l1 IH]; intros l2 a b H Ha Hb; [destruct Ha|].
+  apply StronglySorted_inv in H. destruct H as [H HF]. destruct Ha as [<- | Ha].
+  - rewrite Forall_forall in HF. apply HF. apply in_or_app. auto.
+  - eapply IH; eauto.
+Qed.
+
+Theorem topN_optimal : forall A (dec : forall x y : A, {x = y} + {x <> y})
+  (R : A -> A -> Prop) (f : A -> Q) (l : list A) N T,
+  (forall x y, R x y -> (f y <= f x)%Q) -> StronglySorted R l ->
+  (forall x, In x l -> (0 <= f x)%Q) ->
+  NoDup T -> incl T l -> length T <= N ->
+  (qsum f T <= qsum f (firstn N l))%Q.
+Proof.
+  intros A dec R f l. induction l as [|x l IH]; intros N T HR HS Hn ND Hi HN.
+  - destruct T as [|t T]; [rewrite firstn_nil; apply Qle_refl|]. exfalso. apply (Hi t). left; auto.
+  - destruct N as [|N].
+    + destruct T; [apply Qle_refl | simpl in HN; lia].
+    + pose proof HS as HS'. apply StronglySorted_inv in HS'. destruct HS' as [HSl HF].
+      rewrite Forall_forall in HF.
+      cbn [firstn]. rewrite qsum_cons.
+      assert (Hn' : forall y, In y l -> (0 <= f y)%Q) by (intros; apply Hn; right; auto).
+      destruct (in_dec dec x T) as [Hx | Hx].
+      * destruct (in_split _ _ Hx) as (T1 & T2 & ->).
+        rewrite <- (qsum_perm _ f _ _ (Permutation_middle T1 T2 x)), qsum_cons.
+        assert (IHapp : (qsum f (T1 ++ T2) <= qsum f (firstn N l))%Q).
+        { apply IH; auto.
+          - eapply NoDup_remove_1; eauto.
+          - intros y Hy. assert (Hyx : y <> x).
+            { intro E; subst. apply (NoDup_remove_2 _ _ _ ND). auto. }
+            assert (In y (x :: l)).
+            { apply Hi. apply in_app_or in Hy. apply in_or_app. destruct Hy; [left | right; right]; auto. }
+            destruct H; [congruence | auto].
+          - rewrite app_length in *. simpl in HN. lia. }
+        lra.
+      * destruct T as [|w T'].
+        -- change (qsum f []) with 0%Q.
+           assert (0 <= f x)%Q by (apply Hn; left; auto).
+           assert (0 <= qsum f (firstn N l))%Q.
+           { apply qsum_nonneg. intros y Hy. apply Hn'. eapply In_firstn; eauto. }
+           lra.
+        -- inversion ND as [|? ? Hw ND']; subst.
+           assert (Hwl : In w l).
+           { destruct (Hi w (or_introl eq_refl)) as [E | E]; [subst; exfalso; apply Hx; left; auto | auto]. }
+           assert (f w <= f x)%Q by (apply HR, HF; auto).
+           assert (IHT : (qsum f T' <= qsum f (firstn N l))%Q).
+           { apply IH; auto.
+             - intros y Hy. destruct (Hi y (or_intror Hy)) as [E | E]; [subst; exfalso; apply Hx; right; auto | auto].
+             - simpl in HN. lia. }
+           rewrite qsum_cons. lra.
+Qed.
