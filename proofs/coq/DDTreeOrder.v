@@ -277,3 +277,126 @@ Proof.
              - simpl in HN. lia. }
            rewrite qsum_cons. lra.
 Qed.
+
+(* ---------- Proposition 2 ---------- *)
+
+(* ord lists every prefix of depth 1..L over {0..V-1} exactly once. *)
+Definition enumerates (V L : nat) (ord : list (list nat)) : Prop :=
+  NoDup ord /\ (forall u, In u ord <-> is_prefix V L u).
+
+Lemma NoDup_app_l : forall A (l1 l2 : list A), NoDup (l1 ++ l2) -> NoDup l1.
+Proof.
+  induction l1 as [|x l1 IH]; intros l2 H; [constructor|]. inversion H; subst.
+  constructor; [intro; apply H2, in_or_app; auto | eapply IH; eauto].
+Qed.
+
+Lemma prefix_parent : forall V L p a, is_prefix V L (p ++ [a]) -> p <> [] -> is_prefix V L p.
+Proof.
+  intros V L p a [Hl Hf] Hne. rewrite app_length in Hl. simpl in Hl.
+  apply Forall_app in Hf. split; [|tauto]. destruct p; [contradiction|]. simpl in *. lia.
+Qed.
+
+(* DDTree Proposition 2 (ddtree.md §3), exact arithmetic: T_N = the first N prefixes in ≺
+   is a valid tree with min(N, P) nodes (P = |ord| = number of prefixes), and its sum of
+   prefix probabilities is at least that of every set of at most N prefixes. *)
+Theorem ddtree_proposition2 : forall q V L N ord,
+  ranked q V 1 L -> enumerates V L ord -> StronglySorted (prec q) ord ->
+  valid (firstn N ord) /\ NoDup (firstn N ord) /\
+  length (firstn N ord) = Nat.min N (length ord) /\
+  (forall T, NoDup T -> (forall u, In u T -> is_prefix V L u) -> length T <= N ->
+     (qsum (qp q) T <= qsum (qp q) (firstn N ord))%Q).
+Proof.
+  intros q V L N ord Hr [ND Hord] HS. split; [|split; [|split]].
+  - intros p a Hu Hne.
+    assert (Hpu : is_prefix V L (p ++ [a])) by (apply Hord; eapply In_firstn; eauto).
+    assert (Hp : In p ord) by (apply Hord; eapply prefix_parent; eauto).
+    rewrite <- (firstn_skipn N ord) in Hp, HS. apply in_app_or in Hp. destruct Hp as [Hp | Hp]; auto.
+    exfalso. apply (prec_asym q p (p ++ [a])).
+    + eapply lemma0_parent; eauto.
+    + eapply StronglySorted_app_rel; eauto.
+  - rewrite <- (firstn_skipn N ord) in ND. eapply NoDup_app_l; eauto.
+  - apply firstn_length.
+  - intros T NDT HT HN. apply (topN_optimal _ path_eq_dec (prec q)); auto.
+    + apply prec_score.
+    + intros u Hu. apply Hord in Hu. destruct Hu as [Hl Hf].
+      apply (qprod_nonneg q V L); auto; lia.
+    + intros u Hu. apply Hord. auto.
+Qed.
+
+(* ---------- Lemma 1 ---------- *)
+
+Fixpoint upd (l : list nat) (i k : nat) : list nat :=
+  match l, i with
+  | [], _ => []
+  | _ :: l', 0 => k :: l'
+  | x :: l', S i' => x :: upd l' i' k
+  end.
+
+Lemma upd_length : forall l i k, length (upd l i k) = length l.
+Proof. induction l; intros [|i] k; simpl; auto. Qed.
+
+Lemma upd_nth : forall l i k, i < length l -> nth i (upd l i k) 0 = k.
+Proof. induction l; intros [|i] k H; simpl in *; auto; try lia. apply IHl. lia. Qed.
+
+Lemma Forall2_le_refl : forall l, Forall2 le l l.
+Proof. induction l; constructor; auto. Qed.
+
+Lemma upd_le : forall l i k, k <= nth i l 0 -> Forall2 le (upd l i k) l.
+Proof.
+  induction l as [|x l IH]; intros [|i] k H; simpl in *; try constructor; auto.
+  apply Forall2_le_refl.
+Qed.
+
+Lemma upd_bound : forall V l i k, Forall (fun v => v < V) l -> k < V -> Forall (fun v => v < V) (upd l i k).
+Proof.
+  intros V. induction l as [|x l IH]; intros [|i] k H Hk; simpl; auto; inversion H; subst; constructor; auto.
+Qed.
+
+Lemma NoDup_map_inj : forall (f : nat -> list nat) l,
+  (forall x y, In x l -> In y l -> f x = f y -> x = y) -> NoDup l -> NoDup (map f l).
+Proof.
+  intros f l Hinj ND. induction ND as [|x l Hx ND IH]; simpl; constructor.
+  - intro H. apply in_map_iff in H. destruct H as (y & E & Hy).
+    assert (y = x) by (apply Hinj; simpl; auto). subst. contradiction.
+  - apply IH. intros; apply Hinj; simpl; auto.
+Qed.
+
+(* DDTree Lemma 1 (ddtree.md §4): every prefix of T_N uses only ranks < K = min(N, V). *)
+Theorem ddtree_lemma1 : forall q V L N ord,
+  ranked q V 1 L -> enumerates V L ord -> StronglySorted (prec q) ord ->
+  forall u, In u (firstn N ord) -> Forall (fun v => v < Nat.min N V) u.
+Proof.
+  intros q V L N ord Hr [ND Hord] HS u Hu.
+  assert (Hpu : is_prefix V L u) by (apply Hord; eapply In_firstn; eauto).
+  pose proof Hpu as [Hl Hf].
+  apply Forall_forall. intros v Hv.
+  assert (HvV : v < V) by (rewrite Forall_forall in Hf; auto).
+  destruct (lt_dec v N) as [HvN | HvN]; [lia|]. exfalso.
+  destruct (In_nth u v 0 Hv) as (i & Hi & Hiv).
+  set (K := map (fun k => upd u i k) (seq 0 N)).
+  assert (NDK : NoDup K).
+  { apply NoDup_map_inj; [|apply seq_NoDup].
+    intros x y _ _ E. rewrite <- (upd_nth u i x), <- (upd_nth u i y) by auto. rewrite E. reflexivity. }
+  assert (Before : forall w, In w K -> prec q w u).
+  { intros w Hw. apply in_map_iff in Hw. destruct Hw as (k & <- & Hk). apply in_seq in Hk.
+    apply (lemma0_lower_ranks q V L); auto.
+    - apply upd_le. lia.
+    - intro E. assert (nth i (upd u i k) 0 = nth i u 0) by (rewrite E; reflexivity).
+      rewrite upd_nth in H by auto. lia. }
+  destruct (in_split _ _ Hu) as (A1 & A2 & HA).
+  assert (Hord' : ord = (A1 ++ [u]) ++ (A2 ++ skipn N ord)).
+  { rewrite <- (firstn_skipn N ord) at 1. rewrite HA. rewrite <- !app_assoc. reflexivity. }
+  assert (Inc : incl K A1).
+  { intros w Hw. assert (Hwu := Before w Hw).
+    assert (Hwo : In w ord).
+    { apply Hord. apply in_map_iff in Hw. destruct Hw as (k & <- & Hk). apply in_seq in Hk.
+      split; [rewrite upd_length; auto|]. apply upd_bound; auto. lia. }
+    rewrite Hord' in Hwo. apply in_app_or in Hwo. destruct Hwo as [Hwo | Hwo].
+    - apply in_app_or in Hwo. destruct Hwo as [Hwo | [E | []]]; auto.
+      exfalso. rewrite <- E in Hwu. exact (prec_irrefl q u Hwu).
+    - exfalso. apply (prec_asym q w u); auto.
+      rewrite Hord' in HS. eapply StronglySorted_app_rel; eauto. apply in_or_app. right. left. auto. }
+  pose proof (NoDup_incl_length NDK Inc) as HK.
+  unfold K in HK. rewrite map_length, seq_length in HK.
+  pose proof (firstn_le_length N ord) as HN. rewrite HA, app_length in HN. simpl in HN. lia.
+Qed.
