@@ -400,3 +400,183 @@ Proof.
   unfold K in HK. rewrite map_length, seq_length in HK.
   pose proof (firstn_le_length N ord) as HN. rewrite HA, app_length in HN. simpl in HN. lia.
 Qed.
+
+(* ---------- the order exists (and is unique): the hypotheses above are satisfiable ---------- *)
+
+Lemma lex_lt_dec : forall a b, {lex_lt a b} + {~ lex_lt a b}.
+Proof.
+  induction a as [|x a IH]; intros [|y b]; simpl; auto.
+  destruct (Qlt_le_dec x y) as [L | L]; [left; left; auto|].
+  destruct (Qeq_dec x y) as [E | E].
+  - destruct (IH b) as [H | H]; [left; right; auto | right; intros [H' | [_ H']]; [lra | auto]].
+  - right. intros [H' | [H' _]]; [lra | auto].
+Qed.
+
+Lemma lex_trichotomy : forall a b, length a = length b -> lex_lt a b \/ lex_lt b a \/ Forall2 Qeq a b.
+Proof.
+  induction a as [|x a IH]; intros [|y b] Hl; simpl in Hl; try discriminate.
+  - right; right; constructor.
+  - destruct (Q_dec x y) as [[L | L] | E].
+    + left. left. auto.
+    + right. left. left. auto.
+    + destruct (IH b ltac:(lia)) as [H | [H | H]].
+      * left. right. auto.
+      * right. left. right. split; [symmetry; auto | auto].
+      * right. right. constructor; auto.
+Qed.
+
+Lemma key_length : forall q u, length (key q u) = 2 + (length u - 1) + length u.
+Proof.
+  intros. unfold key. rewrite !app_length, !map_length, rev_length, seq_length. reflexivity.
+Qed.
+
+Theorem prec_total : forall q u w, u <> w -> prec q u w \/ prec q w u.
+Proof.
+  intros q u w Hne. unfold prec.
+  destruct (Nat.eq_dec (length u) (length w)) as [E | E].
+  - destruct (lex_trichotomy (key q u) (key q w)) as [H | [H | H]]; auto.
+    + rewrite !key_length. lia.
+    + exfalso. apply Hne. apply Forall2_qeq_qnat.
+      unfold key in H. rewrite !app_assoc in H.
+      eapply Forall2_app_inv_Qeq; [|exact H].
+      rewrite !app_length, !map_length, !rev_length, !seq_length, E. reflexivity.
+  - unfold key. cbn [app lex_lt].
+    destruct (Q_dec (- qp q u) (- qp q w))%Q as [[L | L] | Eq]; auto.
+    destruct (Nat.lt_gt_cases (length u) (length w)) as [[Lt | Gt] _]; [auto| |].
+    + left. right. split; auto. left. apply qnat_lt. auto.
+    + right. right. split; [symmetry; auto|]. left. apply qnat_lt. lia.
+Qed.
+
+Fixpoint insert (q : nat -> nat -> Q) (x : list nat) (l : list (list nat)) : list (list nat) :=
+  match l with
+  | [] => [x]
+  | y :: l' => if lex_lt_dec (key q x) (key q y) then x :: y :: l' else y :: insert q x l'
+  end.
+
+Definition isort (q : nat -> nat -> Q) (l : list (list nat)) : list (list nat) :=
+  fold_right (insert q) [] l.
+
+Lemma insert_perm : forall q x l, Permutation (insert q x l) (x :: l).
+Proof.
+  intros q x l. induction l as [|y l IH]; simpl; auto.
+  destruct (lex_lt_dec (key q x) (key q y)); auto.
+  eapply perm_trans; [apply perm_skip, IH | apply perm_swap].
+Qed.
+
+Lemma isort_perm : forall q l, Permutation (isort q l) l.
+Proof.
+  intros q l. induction l as [|x l IH]; simpl; auto.
+  eapply perm_trans; [apply insert_perm | apply perm_skip, IH].
+Qed.
+
+Lemma insert_sorted : forall q x l, StronglySorted (prec q) l -> ~ In x l ->
+  StronglySorted (prec q) (insert q x l).
+Proof.
+  intros q x l. induction l as [|y l IH]; intros HS Hx; simpl.
+  - repeat constructor.
+  - apply StronglySorted_inv in HS. destruct HS as [HS HF].
+    destruct (lex_lt_dec (key q x) (key q y)) as [L | L].
+    + constructor; [constructor; auto|]. constructor; [exact L|].
+      rewrite Forall_forall in *. intros z Hz. eapply prec_trans; [exact L | apply HF; auto].
+    + assert (Hyx : prec q y x).
+      { destruct (prec_total q x y) as [H | H]; [intro E; apply Hx; left; auto | contradiction | auto]. }
+      constructor; [apply IH; auto; intro; apply Hx; right; auto|].
+      rewrite Forall_forall in *. intros z Hz.
+      apply (Permutation_in _ (insert_perm q x l)) in Hz. destruct Hz as [<- | Hz]; auto.
+Qed.
+
+Lemma isort_sorted : forall q l, NoDup l -> StronglySorted (prec q) (isort q l).
+Proof.
+  intros q l ND. induction ND as [|x l Hx ND IH]; simpl; [constructor|].
+  apply insert_sorted; auto. intro H. apply Hx.
+  apply (Permutation_in _ (isort_perm q l)). auto.
+Qed.
+
+(* The explicit enumeration of the prefixes. *)
+Definition prefixes (V L : nat) : list (list nat) := flat_map (seqs V) (seq 1 L).
+
+Lemma seqs_spec : forall V n y, In y (seqs V n) <-> length y = n /\ Forall (fun v => v < V) y.
+Proof.
+  intros V. induction n as [|n IH]; intros y; simpl.
+  - split; [intros [<- | []]; split; auto|]. intros [H _]. destruct y; [auto | discriminate].
+  - rewrite in_flat_map. split.
+    + intros (v & Hv & Hy). apply in_map_iff in Hy. destruct Hy as (y' & <- & Hy').
+      apply IH in Hy'. apply in_seq in Hv. simpl. split; [f_equal; tauto|]. constructor; [lia | tauto].
+    + intros [Hl Hf]. destruct y as [|v y']; [discriminate|]. inversion Hf; subst.
+      exists v. split; [apply in_seq; lia|]. apply in_map. apply IH. split; auto.
+Qed.
+
+Lemma NoDup_app_gen : forall A (l1 l2 : list A), NoDup l1 -> NoDup l2 ->
+  (forall x, In x l1 -> ~ In x l2) -> NoDup (l1 ++ l2).
+Proof.
+  induction l1 as [|a l1 IH]; intros l2 N1 N2 Hd; simpl; auto.
+  inversion N1; subst. constructor.
+  - intro Hin. apply in_app_or in Hin. destruct Hin; [contradiction|]. apply (Hd a); simpl; auto.
+  - apply IH; auto. intros x Hx. apply Hd. simpl; auto.
+Qed.
+
+Lemma NoDup_flat_map_gen : forall A B (f : A -> list B) l, NoDup l ->
+  (forall x, In x l -> NoDup (f x)) ->
+  (forall x y z, In x l -> In y l -> x <> y -> In z (f x) -> In z (f y) -> False) ->
+  NoDup (flat_map f l).
+Proof.
+  intros A B f l ND. induction ND as [|x l Hx ND IH]; intros H1 H2; simpl; [constructor|].
+  apply NoDup_app_gen.
+  - apply H1. left; auto.
+  - apply IH; [intros; apply H1; right; auto | intros; eapply H2; eauto; right; auto].
+  - intros z Hz Hz'. apply in_flat_map in Hz'. destruct Hz' as (y & Hy & Hz').
+    apply (H2 x y z); auto; [left; auto | right; auto | intro; subst; contradiction].
+Qed.
+
+Lemma seqs_NoDup : forall V n, NoDup (seqs V n).
+Proof.
+  intros V. induction n as [|n IH]; simpl; [repeat constructor; auto|].
+  apply NoDup_flat_map_gen; [apply seq_NoDup | |].
+  - intros v _. induction IH as [|y l Hy ND IH']; simpl; constructor; auto.
+    intro H. apply in_map_iff in H. destruct H as (y' & E & Hy'). inversion E; subst. contradiction.
+  - intros v w z _ _ Hvw Hv Hw. apply in_map_iff in Hv, Hw.
+    destruct Hv as (y & <- & _). destruct Hw as (y' & E & _). inversion E. auto.
+Qed.
+
+Lemma prefixes_enumerates : forall V L, enumerates V L (prefixes V L).
+Proof.
+  intros V L. split.
+  - apply NoDup_flat_map_gen; [apply seq_NoDup | intros; apply seqs_NoDup|].
+    intros d e z _ _ Hde Hd He. apply seqs_spec in Hd, He. lia.
+  - intros u. unfold prefixes. rewrite in_flat_map. split.
+    + intros (d & Hd & Hu). apply in_seq in Hd. apply seqs_spec in Hu. split; [lia | tauto].
+    + intros [Hl Hf]. exists (length u). split; [apply in_seq; lia | apply seqs_spec; auto].
+Qed.
+
+(* The list "all prefixes in the order ≺" exists: sort the enumeration. *)
+Theorem existence_of_the_order : forall q V L,
+  enumerates V L (isort q (prefixes V L)) /\ StronglySorted (prec q) (isort q (prefixes V L)).
+Proof.
+  intros q V L. destruct (prefixes_enumerates V L) as [ND Hin]. split; [split|].
+  - eapply Permutation_NoDup; [symmetry; apply isort_perm | auto].
+  - intros u. rewrite <- Hin. split; apply Permutation_in; [|symmetry]; apply isort_perm.
+  - apply isort_sorted; auto.
+Qed.
+
+(* ... and it is unique, so "the first N prefixes in ≺" is well defined. *)
+Theorem uniqueness_of_the_order : forall q (l1 l2 : list (list nat)),
+  NoDup l1 -> NoDup l2 -> (forall u, In u l1 <-> In u l2) ->
+  StronglySorted (prec q) l1 -> StronglySorted (prec q) l2 -> l1 = l2.
+Proof.
+  intros q l1. induction l1 as [|x l1 IH]; intros [|y l2] N1 N2 Hin S1 S2.
+  - reflexivity.
+  - exfalso. apply (Hin y). left; auto.
+  - exfalso. apply (Hin x). left; auto.
+  - apply StronglySorted_inv in S1. destruct S1 as [S1 F1].
+    apply StronglySorted_inv in S2. destruct S2 as [S2 F2].
+    rewrite Forall_forall in F1, F2.
+    assert (Exy : x = y).
+    { destruct (path_eq_dec x y) as [E | E]; auto. exfalso.
+      assert (Hx : In x l2) by (destruct (proj1 (Hin x) (or_introl eq_refl)); [congruence | auto]).
+      assert (Hy : In y l1) by (destruct (proj2 (Hin y) (or_introl eq_refl)); [congruence | auto]).
+      apply (prec_asym q x y); auto. }
+    subst y. inversion N1; inversion N2; subst. f_equal. apply IH; auto.
+    intros u. split; intros Hu.
+    + destruct (proj1 (Hin u) (or_intror Hu)) as [E | E]; [subst; contradiction | auto].
+    + destruct (proj2 (Hin u) (or_intror Hu)) as [E | E]; [subst; contradiction | auto].
+Qed.
