@@ -12,6 +12,12 @@
            lemma0_lower_ranks    (Lemma 0.2: lowering ranks comes first)
    - DD3 : ddtree_lemma1         (every prefix of that tree only uses the top min(N, V) ranks
                                   at every depth)
+   - DD2 (well-definedness of "the first N prefixes in ≺"):
+           prec_total            (≺ is a strict total order on prefixes: with prec_irrefl,
+                                  prec_asym, prec_trans)
+           existence_of_the_order (sorting the explicit enumeration of all prefixes by ≺ gives
+                                  a duplicate-free list of all prefixes, strictly sorted)
+           uniqueness_of_the_order (two such lists are equal)
 
    Model / differences from the written statement (see proofs/README.md,
    "Machine-checked (Coq)"):
@@ -28,7 +34,9 @@
      the prefixes without duplicates and is strictly sorted by ≺; existence_of_the_order
      (below) shows that such a list exists (insertion sort of an explicit enumeration), and
      any two such lists are equal since ≺ is a strict total order;
-   - Proposition 3 (best-first search) and the JAX formulations (DD4, DD5) are not covered. *)
+   - Lemma 0.3 and Proposition 3 (best-first search), the float32 statement (optimal up to
+     e^{2 eps}) and the JAX formulations (DD0 in float32, DD4, DD5) are not covered, nor the
+     consequence of Lemma 1 that the first n prefixes of S_K are exactly T_N. *)
 
 From Coq Require Import List Arith Lia QArith Lqa Sorted Permutation.
 From Specjax Require Import GreedyWalk QSums DDTreeSurrogate.
