@@ -19,6 +19,7 @@ Print Assumptions ddtree_proposition2.
 Print Assumptions ddtree_lemma1.
 Print Assumptions lemma0_parent.
 Print Assumptions lemma0_lower_ranks.
+Print Assumptions lemma0_child_order.
 Print Assumptions existence_of_the_order.
 Print Assumptions uniqueness_of_the_order.
 Print Assumptions chain_rejection_exact.

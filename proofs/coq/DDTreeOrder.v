@@ -10,6 +10,7 @@
                                   every duplicate-free sub-list of at most N elements)
            lemma0_parent         (Lemma 0.1: the parent comes first)
            lemma0_lower_ranks    (Lemma 0.2: lowering ranks comes first)
+           lemma0_child_order    (Lemma 0.3: p' ≺ p of equal depth => p'·v ≺ p·v)
    - DD3 : ddtree_lemma1         (every prefix of that tree only uses the top min(N, V) ranks
                                   at every depth)
    - DD2 (well-definedness of "the first N prefixes in ≺"):
@@ -34,7 +35,7 @@
      the prefixes without duplicates and is strictly sorted by ≺; existence_of_the_order
      (below) shows that such a list exists (insertion sort of an explicit enumeration), and
      any two such lists are equal since ≺ is a strict total order;
-   - Lemma 0.3 and Proposition 3 (best-first search), the float32 statement (optimal up to
+   - Proposition 3 (best-first search), the float32 statement (optimal up to
      e^{2 eps}) and the JAX formulations (DD0 in float32, DD4, DD5) are not covered, nor the
      consequence of Lemma 1 that the first n prefixes of S_K are exactly T_N. *)
 
@@ -225,6 +226,71 @@ Proof.
             map (fun j => (- qp q (firstn j u))%Q) (rev (seq 1 (length u - 1))))).
     + simpl. rewrite !map_length. rewrite Hlen. reflexivity.
     + rewrite <- !app_assoc. exact E.
+Qed.
+
+(* Lemma 0.3: if p' ≺ p have the same depth, then p'·v ≺ p·v. *)
+Definition key_tail (q : nat -> nat -> Q) (u : list nat) : list Q :=
+  map (fun j => (- qp q (firstn j u))%Q) (rev (seq 1 (length u - 1))) ++ map qnat u.
+
+Lemma key_split : forall q u, key q u = (- qp q u)%Q :: qnat (length u) :: key_tail q u.
+Proof. reflexivity. Qed.
+
+Lemma key_snoc : forall q p v, 1 <= length p ->
+  key q (p ++ [v]) = (- qp q (p ++ [v]))%Q :: qnat (S (length p)) ::
+                     (- qp q p)%Q :: key_tail q p ++ [qnat v].
+Proof.
+  intros q p v Hp.
+  assert (F : forall j, j <= length p -> firstn j (p ++ [v]) = firstn j p).
+  { intros j Hj. rewrite firstn_app. replace (j - length p) with 0 by lia.
+    cbn [firstn]. apply app_nil_r. }
+  assert (M : map (fun j => (- qp q (firstn j (p ++ [v])))%Q) (rev (seq 1 (length p - 1)))
+            = map (fun j => (- qp q (firstn j p))%Q) (rev (seq 1 (length p - 1)))).
+  { apply map_ext_in. intros j Hj. apply in_rev, in_seq in Hj. rewrite F by lia. reflexivity. }
+  unfold key, key_tail. rewrite app_length. cbn [length].
+  replace (length p + 1 - 1) with (S (length p - 1)) by lia.
+  replace (length p + 1) with (S (length p)) by lia.
+  rewrite seq_S, rev_app_distr. cbn [rev app map].
+  replace (1 + (length p - 1)) with (length p) by lia.
+  rewrite (F (length p) (le_n _)), firstn_all, M, map_app. cbn [map].
+  rewrite <- app_assoc. reflexivity.
+Qed.
+
+Lemma lex_app_r : forall a b c, lex_lt a b -> lex_lt (a ++ c) (b ++ c).
+Proof.
+  induction a as [|x a IH]; intros [|y b] c H; simpl in *; try tauto.
+  destruct H as [H | [E H]]; [left; auto | right; split; auto].
+Qed.
+
+Theorem lemma0_child_order : forall q V L p' p v, ranked q V 1 L ->
+  is_prefix V L (p ++ [v]) -> is_prefix V L (p' ++ [v]) -> length p' = length p ->
+  prec q p' p -> prec q (p' ++ [v]) (p ++ [v]).
+Proof.
+  intros q V L p' p v Hr [Hl Hf] [Hl' Hf'] Hlen H.
+  rewrite app_length in Hl, Hl'. simpl in Hl, Hl'.
+  apply Forall_app in Hf. destruct Hf as [Hfp Hfv]. inversion Hfv; subst.
+  apply Forall_app in Hf'. destruct Hf' as [Hfp' _].
+  destruct (Nat.eq_dec (length p) 0) as [Z | NZ].
+  { (* depth-1 children of the root: p = p' = [], excluded by p' ≺ p *)
+    destruct p; [|discriminate]. destruct p'; [|discriminate]. exfalso. exact (prec_irrefl q [] H). }
+  unfold prec in *. rewrite !key_snoc by lia. rewrite !key_split in H. rewrite Hlen.
+  assert (Hqv : (0 <= q (1 + length p)%nat v)%Q) by (apply (Hr (1 + length p)); [lia | auto]).
+  assert (Hs : forall u, length u = length p -> (qp q (u ++ [v]) == qp q u * q (1 + length p)%nat v)%Q).
+  { intros u Hu. unfold qp. rewrite qprod_snoc, Hu. reflexivity. }
+  rewrite Hlen in H.
+  destruct H as [H | [E H]].
+  - (* q(p') > q(p) *)
+    assert (Hle : (qp q p * q (1 + length p)%nat v <= qp q p' * q (1 + length p)%nat v)%Q)
+      by (apply Qmult_le_compat_r; lra).
+    pose proof (Hs p' Hlen) as E1. pose proof (Hs p eq_refl) as E2. cbn [lex_lt].
+    destruct (Qle_lt_or_eq _ _ Hle) as [Lt | Eq]; [left; lra|].
+    right. split; [lra|]. right. split; [reflexivity|]. left. exact H.
+  - (* equal scores and depths: the parents' remaining keys decide *)
+    destruct H as [H | [_ H]]; [exfalso; apply (Qlt_irrefl _ H)|].
+    assert (Eq : (qp q p' * q (1 + length p)%nat v == qp q p * q (1 + length p)%nat v)%Q)
+      by (assert (qp q p' == qp q p)%Q by lra; rewrite H0; reflexivity).
+    pose proof (Hs p' Hlen) as E1. pose proof (Hs p eq_refl) as E2. cbn [lex_lt].
+    right. split; [lra|]. right. split; [reflexivity|]. right. split; [exact E|].
+    apply lex_app_r. exact H.
 Qed.
 
 (* ---------- the exchange argument ---------- *)
