@@ -23,4 +23,5 @@ Print Assumptions lemma0_child_order.
 Print Assumptions existence_of_the_order.
 Print Assumptions uniqueness_of_the_order.
 Print Assumptions chain_rejection_exact.
+Print Assumptions chain_rejection_stream.
 Print Assumptions residual_zero_no_rejection.

@@ -2,7 +2,11 @@
    proofs/README.md; proofs/chain_rejection.md, "Lemma (one position)").
 
    Map to the rows of proofs/README.md:
-   - V4 : chain_rejection_exact   (P(emit x) = q(x) min(1, p(x)/q(x)) + beta r(x) = p(x) for
+   - V4 : chain_rejection_stream  (the whole stream: for every finite continuation s, the
+                                   probability that the loop with chain rejection emits s
+                                   next equals prod_i p(ctx, s_<i)(s_i), sequential sampling,
+                                   whatever the drafter's laws q and the chain length K)
+          chain_rejection_exact   (P(emit x) = q(x) min(1, p(x)/q(x)) + beta r(x) = p(x) for
                                    every token x of the vocabulary, including the case
                                    where the residual mass is 0)
           accept_prob_is_min      (q(x) min(1, p(x)/q(x)) = min(p(x), q(x)), also for q(x) = 0)
@@ -27,9 +31,13 @@
      q(x) = 0 (never drawn) contributes 0, as in the written proof;
    - the residual law is r = max(0, p - q) / beta, and r = p (the code's convention) when
      the residual mass beta is 0; the theorem covers both cases;
-   - this is the one-position lemma; the chain theorem (every emitted token has law p_i
-     given the past) follows from it by the conditioning argument of chain_rejection.md,
-     which is not formalised here (no probability spaces in the standard library). *)
+   - the stream theorem is stated on the recursion [stream_prob] (the probability of the next
+     emitted tokens, splitting at each draft position into "accepted, the round goes on" and
+     "rejected, resampled, a new round starts"), not on a probability space (none in the
+     standard library): the drafter's law of the next draft is a function q ctx0 ctx of the
+     round's start and of the text so far; a drafter whose law also depends on its own
+     hidden randomness is a mixture of such functions, which this statement does not cover
+     directly. *)
 
 From Coq Require Import List Arith Lia QArith Lqa.
 From Specjax Require Import QSums.
@@ -186,4 +194,50 @@ Proof.
   split; [split; [intros x _; unfold ex_q; lra | reflexivity]|].
   split; [unfold ex_p, ex_q; simpl; intro H; inversion H|].
   intros x [<- | [<- | []]]; reflexivity.
+Qed.
+
+(* ---------- the whole stream (chain_rejection.md, Theorem) ---------- *)
+
+(* Probability that the speculative loop with chain rejection emits the tokens s next, from
+   committed text ctx, inside a round that started at ctx0 and still has k draft positions.
+   At a draft position the emitted token is the accepted draft (the round goes on) or the
+   resample (the round ends and a new one starts with K drafts); with no draft left (k = 0)
+   it is the bonus, drawn from p, and a new round starts. The drafter's law of the next draft
+   token is q ctx0 ctx: any function of the round's start and of the text so far, i.e. of
+   the committed past and the drafts already accepted. p c is the target's law after c. *)
+Fixpoint stream_prob (vs : list nat) (p : list nat -> nat -> Q) (q : list nat -> list nat -> nat -> Q)
+    (K : nat) (ctx0 ctx : list nat) (k : nat) (s : list nat) : Q :=
+  match s with
+  | [] => 1
+  | x :: s' =>
+      match k with
+      | O => p ctx x * stream_prob vs p q K (ctx ++ [x]) (ctx ++ [x]) K s'
+      | S k' =>
+          accept_prob (p ctx) (q ctx0 ctx) x * stream_prob vs p q K ctx0 (ctx ++ [x]) k' s'
+          + reject_prob vs (p ctx) (q ctx0 ctx) * residual vs (p ctx) (q ctx0 ctx) x
+            * stream_prob vs p q K (ctx ++ [x]) (ctx ++ [x]) K s'
+      end
+  end.
+
+(* Sequential sampling from the target: prod_i p(ctx, s_<i)(s_i). *)
+Fixpoint seq_prob (p : list nat -> nat -> Q) (ctx : list nat) (s : list nat) : Q :=
+  match s with
+  | [] => 1
+  | x :: s' => p ctx x * seq_prob p (ctx ++ [x]) s'
+  end.
+
+(* V4, the stream: every finite continuation has the law of sequential sampling, whatever
+   the drafter's laws q (as long as they are the laws the drafts are drawn from). *)
+Theorem chain_rejection_stream : forall vs p q K,
+  (forall c, distribution vs (p c)) -> (forall c0 c, distribution vs (q c0 c)) ->
+  forall s ctx0 ctx k, Forall (fun x => In x vs) s ->
+  stream_prob vs p q K ctx0 ctx k s == seq_prob p ctx s.
+Proof.
+  intros vs p q K Dp Dq s. induction s as [|x s IH]; intros ctx0 ctx k Hs; [reflexivity|].
+  inversion Hs as [|? ? Hx Hs']; subst. cbn [stream_prob seq_prob].
+  destruct k as [|k].
+  - rewrite IH by auto. reflexivity.
+  - rewrite !IH by auto.
+    pose proof (chain_rejection_exact vs (p ctx) (q ctx0 ctx) (Dp ctx) (Dq ctx0 ctx) x Hx) as E.
+    unfold emit_prob in E. rewrite <- E. ring.
 Qed.
