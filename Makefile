@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specjax-installed
 
-.PHONY: run test test-fast notebooks venv clean
+.PHONY: run test test-fast notebooks venv clean proofs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,3 +33,18 @@ notebooks: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+# Machine-checked proofs (proofs/coq, issue 17): plain coqc on the files of _CoqProject, in
+# its (dependency) order. Fails on Admitted/admit/Axiom/Parameter/Conjecture anywhere and on
+# top-level Hypothesis/Variable; Assumptions.v must print "Closed under the global context"
+# for every theorem it lists.
+COQ_DIR   := proofs/coq
+COQ_FILES := $(shell grep -E '\.v$$' $(COQ_DIR)/_CoqProject)
+COQ_FORBIDDEN := \b(Admitted|admit|Axiom|Axioms|Parameter|Parameters|Conjecture)\b|^[[:space:]]*(Hypothesis|Hypotheses|Variable|Variables)\b
+
+proofs:
+	@if grep -nE '$(COQ_FORBIDDEN)' $(addprefix $(COQ_DIR)/,$(COQ_FILES)); then \
+	  echo "proofs/coq: forbidden Admitted/admit/Axiom/Parameter/Conjecture/Hypothesis/Variable (lines above)"; exit 1; fi
+	@cd $(COQ_DIR) && for f in $(COQ_FILES); do echo "coqc $$f"; coqc -Q . Specjax $$f > .coqc.out 2>&1 || { cat .coqc.out; rm -f .coqc.out; exit 1; }; \
+	  if [ "$$f" = Assumptions.v ]; then cat .coqc.out; \
+	    if grep -v '^Closed under the global context$$' .coqc.out | grep -q .; then echo "proofs/coq: a theorem depends on an axiom"; rm -f .coqc.out; exit 1; fi; fi; done; rm -f .coqc.out

@@ -1,0 +1,27 @@
+(* Assumptions.v -- no claim of its own: prints what each main theorem depends on.
+   `make proofs` fails unless every line says "Closed under the global context"
+   (nothing assumed, not even what the standard library may assume). *)
+From Specjax Require Import GreedyWalk GraftCoverage DDTreeSurrogate DDTreeOrder ChainRejection.
+
+Print Assumptions greedy_walk_lossless.
+Print Assumptions greedy_walk_progress.
+Print Assumptions walk_accepts_longest_greedy_prefix.
+Print Assumptions decode_lossless.
+Print Assumptions decode_progress.
+Print Assumptions walk_monotone.
+Print Assumptions expected_walk_monotone.
+Print Assumptions pruning_loses.
+Print Assumptions grafting_cannot_lose.
+Print Assumptions coverage_gain.
+Print Assumptions coverage_gain_nonneg.
+Print Assumptions ddtree_proposition1.
+Print Assumptions ddtree_proposition2.
+Print Assumptions ddtree_lemma1.
+Print Assumptions lemma0_parent.
+Print Assumptions lemma0_lower_ranks.
+Print Assumptions lemma0_child_order.
+Print Assumptions existence_of_the_order.
+Print Assumptions uniqueness_of_the_order.
+Print Assumptions chain_rejection_exact.
+Print Assumptions chain_rejection_stream.
+Print Assumptions residual_zero_no_rejection.
