@@ -35,9 +35,9 @@ from typing import Any
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache
 from specjax.models.model import ModelConfig, forward, forward_tapped, prefill_tapped, prefill_unchecked
-from specjax.ops import switch_on_width
+from specjax.ops import device_widths, switch_on_width
 from specjax.ops import top_k as top_k_op
-from specjax.numerics import DEFAULT_PRECISION, check_precision, matmul_scope
+from specjax.numerics import DEFAULT_PRECISION, check_precision, decode_compiler_options, matmul_scope
 from specjax.sampling import Sampling
 from specjax.tree import Tree, ancestor_mask, positions, tree_depth
 from specjax.verify import WalkResult, chain_rejection, greedy_walk, sampling_walk
@@ -62,15 +62,18 @@ def is_eos(tokens: jax.Array, eos_ids: tuple[int, ...]) -> jax.Array:
     return jnp.isin(tokens, jnp.asarray(eos_ids, jnp.int32))
 
 
-@functools.partial(
-    jax.jit, static_argnames=("cfg", "max_new_tokens", "eos_ids", "sampling", "pad_id", "matmul_precision"),
-    donate_argnames=("cache",)
-)
-def _generate_ar(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling, pad_id,
-                 matmul_precision=DEFAULT_PRECISION):
+_AR_JIT = dict(static_argnames=("cfg", "max_new_tokens", "eos_ids", "sampling", "pad_id", "matmul_precision"),
+               donate_argnames=("cache",))
+
+
+def _generate_ar_entry(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling, pad_id,
+                       matmul_precision=DEFAULT_PRECISION):
     with matmul_scope(matmul_precision):
         return _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling,
                                  pad_id)
+
+
+_generate_ar = jax.jit(_generate_ar_entry, **_AR_JIT)
 
 
 def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling, pad_id):
@@ -136,8 +139,9 @@ def generate_ar(
     dtype = cache_dtype or jax.tree.leaves(params)[0].dtype
     cache = init_cache(cfg, b, slots, dtype)
     eos = tuple(cfg.eos_token_ids) if eos_ids is None else tuple(eos_ids)
-    return _generate_ar(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32), cache,
-                        key, max_new_tokens, eos, sampling, pad_id, matmul_precision)
+    run = _entry_point(_generate_ar, _generate_ar_entry, cfg)
+    return run(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32), cache, key,
+               max_new_tokens, eos, sampling, pad_id, matmul_precision)
 
 
 @struct.dataclass
@@ -237,8 +241,8 @@ def verify_tree(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KV
     def run(width, cache, tree, draft_probs):
         tree = jax.tree.map(lambda x: x[:, :width], tree)
         block = jnp.concatenate([root[:, None], tree.tokens], axis=1)  # [B, width+1]
-        logits, cache, feats = forward_tapped(params, cfg, block, positions(tree, cache.lengths), ancestor_mask(tree),
-                                              cache, feature_layers)
+        logits, cache, feats = forward_tapped(params, cfg, block, positions(tree, cache.lengths),
+                                              ancestor_mask(tree, max_depth), cache, feature_layers)
         if sampling.greedy:
             result = greedy_walk(tree, logits, max_depth)
         elif rejection:
@@ -283,7 +287,7 @@ def speculative_round(params, cfg: ModelConfig, drafter, state: LoopState, *, ma
     tp = verify_tree(params, cfg, tree, state.root, state.cache, k_verify, sampling, max_depth=drafter.max_depth,
                      draft_probs=draft_probs, rejection=drafter.uses_rejection(sampling),
                      feature_layers=target_layers(drafter), top_k=getattr(drafter, "target_topk", 0),
-                     widths=getattr(drafter, "verify_widths", None), active=active)
+                     widths=device_widths(getattr(drafter, "verify_widths", None)), active=active)
     result = tp.result
 
     # Keep only what the output will hold: up to max_new_tokens and through the first EOS.
@@ -359,16 +363,33 @@ def finish(state: LoopState, max_new_tokens: int, pad_id: int) -> "SpeculativeOu
                              draft_state=state.draft_state)
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("cfg", "drafter", "max_new_tokens", "eos_ids", "sampling", "pad_id", "num_slots", "reserve",
-                     "matmul_precision"),
-)
-def _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos_ids, sampling,
-              pad_id, num_slots, reserve, matmul_precision=DEFAULT_PRECISION):
+_SPEC_JIT = dict(static_argnames=("cfg", "drafter", "max_new_tokens", "eos_ids", "sampling", "pad_id", "num_slots",
+                                  "reserve", "matmul_precision"))
+
+
+def _generate_entry(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos_ids, sampling,
+                    pad_id, num_slots, reserve, matmul_precision=DEFAULT_PRECISION):
     with matmul_scope(matmul_precision):  # target and drafter, prefill, verify and decode: one policy
         return _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos_ids,
                               sampling, pad_id, num_slots, reserve)
+
+
+_generate = jax.jit(_generate_entry, **_SPEC_JIT)
+
+
+@functools.cache
+def _compiled_with(entry, options: tuple[tuple[str, object], ...]):
+    """`entry` jitted with XLA `options` (specjax.numerics.decode_compiler_options): one jit
+    object per option set, so each keeps its own compile cache."""
+    jit_args = _AR_JIT if entry is _generate_ar_entry else _SPEC_JIT
+    return jax.jit(entry, compiler_options=dict(options), **jit_args)
+
+
+def _entry_point(default, entry, cfg):
+    """The jitted loop for this target on this backend: `default`, or `entry` compiled with
+    the decode options the backend needs (none on CPU)."""
+    options = decode_compiler_options(cfg)
+    return _compiled_with(entry, options) if options else default
 
 
 def _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos_ids, sampling,
@@ -448,5 +469,6 @@ def generate(
     # (and T + M + D the D + 1 slots that `commit` rewrites).
     num_slots, reserve = cache_sizes(drafter, tokens.shape[1], max_new_tokens, reserve_new_tokens)
     eos = tuple(cfg.eos_token_ids) if eos_ids is None else tuple(eos_ids)
-    return _generate(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos, sampling,
-                     pad_id, num_slots, reserve, matmul_precision)
+    run = _entry_point(_generate, _generate_entry, cfg)
+    return run(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos, sampling, pad_id,
+               num_slots, reserve, matmul_precision)

@@ -15,7 +15,8 @@ explicit policy, whatever the environment says:
                exactness for speed; `specjax.equality.near_tie_eps` widens accordingly
 
 Jitted entry points take `matmul_precision` as a static argument; when one calls another
-inside its trace it passes None, which inherits the caller's policy.
+inside its trace it passes None, which inherits the caller's policy. The decode loops are
+also compiled with per-backend XLA options (`decode_compiler_options`, below).
 """
 
 from __future__ import annotations
@@ -38,3 +39,25 @@ def matmul_scope(precision):
     """Context under which a jitted body is traced: the policy, or nothing for None (inherit)."""
     check_precision(precision)
     return contextlib.nullcontext() if precision is None else jax.default_matmul_precision(precision)
+
+
+# ---------------------------------------------------------------------------- compiler options
+#
+# The matmul path is the other half of the policy. XLA:GPU's default lowers the batch-1
+# matrix-vector products of decoding to Triton GEMM kernels; cuBLAS is much faster for
+# them on large models. Measured on one H100 (jax 0.11.2, bf16, batch 1, random weights;
+# issue 16): Qwen3-8B shape 15.8 ms/token with Triton GEMMs, 6.9 ms without (bandwidth
+# bound 4.9 ms); SmolLM2-135M shape (hidden 576) 1.28 ms with, 1.48 ms without. So specjax
+# compiles its decode loops without Triton GEMMs from this hidden size up, per jitted
+# function (no environment variable for the user to set). The threshold sits between the
+# two measured shapes; where exactly it should be is still to be measured on a GPU.
+TRITON_GEMM_OFF_FROM_HIDDEN = 2048
+
+
+def decode_compiler_options(cfg, backend: str | None = None) -> tuple[tuple[str, object], ...]:
+    """XLA options for compiling a decode loop of target `cfg` on `backend` (default: jax's
+    default backend), as a hashable tuple of (name, value): () on CPU and for small models."""
+    backend = jax.default_backend() if backend is None else backend
+    if backend in ("gpu", "cuda") and cfg.hidden_size >= TRITON_GEMM_OFF_FROM_HIDDEN:
+        return (("xla_gpu_enable_triton_gemm", False),)
+    return ()

@@ -40,6 +40,25 @@ def width_buckets(width: int, smallest: int = 4, factor: float = 2) -> tuple[int
     return (*out, width)
 
 
+# Verify widths up to which one target forward costs about the same as a single token on a
+# backend: on a GPU the verify is memory-bound up to ~64-128 tokens (issue 16: 8B shape, T = 1
+# 8.6 ms, T = 64 11.0 ms), so width buckets below that buy little and each costs a compiled
+# branch (DynaTree's 12 branches took 83 s to compile there); on a CPU every token costs.
+FLAT_VERIFY_WIDTH = {"cpu": 1, "gpu": 64, "cuda": 64, "rocm": 64, "tpu": 128}
+
+
+def device_widths(widths: tuple[int, ...] | None, backend: str | None = None) -> tuple[int, ...] | None:
+    """A drafter's verify `widths` for `backend` (default: jax's default backend): every width
+    below the backend's flat size (`FLAT_VERIFY_WIDTH`) is dropped, so the next larger one
+    serves those trees; the largest width always stays. None stays None (one full width)."""
+    if widths is None:
+        return None
+    backend = jax.default_backend() if backend is None else backend
+    flat = FLAT_VERIFY_WIDTH.get(backend, 1)
+    kept = tuple(w for w in widths[:-1] if w >= flat)
+    return (*kept, widths[-1])
+
+
 def switch_on_width(live, widths: tuple[int, ...], branch, operands, empty=None):
     """`branch(w, *operands)` for the smallest static `w` in `widths` with `w >= live`.
 

@@ -70,17 +70,32 @@ class Tree:
 # ----------------------------------------------------------------------------------------
 
 
-def ancestor_mask(tree: Tree) -> jax.Array:
+def ancestor_mask(tree: Tree, max_depth: int | None = None) -> jax.Array:
     """Ancestor-or-self mask of root + nodes: bool[B, N+1, N+1].
 
     mask[b, i, j] is True iff slot j is slot i or an ancestor of slot i, where slot 0
     is the root and slot i + 1 is node i. Invalid nodes see only the root and themselves
-    (so their logits are finite and ignored). Computed by N rounds of pointer doubling-free
-    propagation in topological order: row(i) = row(parent(i)) | e_i, via `lax.fori_loop`.
+    (so their logits are finite and ignored).
+
+    max_depth (static) bounds the depth of the nodes whose rows must be exact: each node's
+    ancestors at distance 0..max_depth are found by max_depth parallel pointer steps
+    (a_{d+1} = parent(a_d), one gather over all nodes each) and scattered into the mask at
+    once -- O(N D) work with a critical path of D gathers, the form a decode loop wants
+    (it knows its drafter's max_depth). Rows of nodes deeper than max_depth miss their
+    farthest ancestors (no walk of that drafter reaches them). None: exact for any tree,
+    by N sequential steps in topological order (row(i) = row(parent(i)) | e_i).
     """
     b, n = tree.tokens.shape
     eye = jnp.eye(n + 1, dtype=bool)
     parent_slot = jnp.where(tree.valid, tree.parents + 1, 0)  # [B, N], root is slot 0
+    if max_depth is not None:
+        up = jnp.concatenate([jnp.zeros((b, 1), jnp.int32), parent_slot.astype(jnp.int32)], axis=1)  # [B, N+1]
+        hops = [jnp.broadcast_to(jnp.arange(n + 1, dtype=jnp.int32), (b, n + 1))]
+        for _ in range(max(int(max_depth), 1)):  # the root (slot 0) is its own parent: chains end there
+            hops.append(jnp.take_along_axis(up, hops[-1], axis=1))
+        targets = jnp.stack(hops, axis=-1)  # [B, N+1, D+1] slots on each row's path to the root
+        rows = jnp.arange(n + 1)[None, :, None]
+        return jnp.zeros((b, n + 1, n + 1), bool).at[jnp.arange(b)[:, None, None], rows, targets].set(True)
 
     def body(i, mask):
         # Parents precede children, so row parent_slot[:, i] is final when we reach i.

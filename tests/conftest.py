@@ -14,6 +14,19 @@ from hypothesis import HealthCheck, settings
 # Test helper modules (tiny_models, strategies, references) import both as `tests.x` and `x`.
 sys.path.insert(0, os.path.dirname(__file__))
 
+# A persistent XLA compilation cache outside the clone: a later run on the same machine (the
+# next CI run, a developer's rerun) loads the programs instead of recompiling them; the
+# suite is compile-bound on 2 cores. Children (notebook kernels, CLI subprocesses) inherit it
+# through the environment. SPECJAX_XLA_CACHE=off disables it; the cache key covers jax,
+# jaxlib, the backend and the program, so a stale entry is never reused.
+_XLA_CACHE = os.environ.get("SPECJAX_XLA_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "specjax-xla"))
+if _XLA_CACHE != "off":
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _XLA_CACHE)
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                      float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+
 # Parity tests compare against float32 PyTorch: keep XLA's float32 matmuls exact
 # (a no-op on CPU, matters on GPUs that default to TF32).
 jax.config.update("jax_default_matmul_precision", "highest")

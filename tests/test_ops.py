@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax.ops import switch_on_width, top_k, width_buckets
+from specjax.ops import device_widths, switch_on_width, top_k, width_buckets
 
 
 @pytest.mark.parametrize("width, smallest, factor, expected", [
@@ -21,6 +21,15 @@ from specjax.ops import switch_on_width, top_k, width_buckets
 ])
 def test_width_buckets(width, smallest, factor, expected):
     assert width_buckets(width, smallest, factor) == expected
+
+
+def test_device_widths_merge_the_buckets_a_backend_runs_at_flat_cost():
+    dynatree = (4, 6, 9, 14, 21, 32, 48, 72, 108, 162, 243, 256)
+    assert device_widths(dynatree, "cpu") == dynatree  # every verified token costs on a CPU
+    assert device_widths(dynatree, "gpu") == (72, 108, 162, 243, 256)  # 12 compiled branches -> 5
+    assert device_widths((16, 32, 64), "tpu") == (64,)  # the budget always stays
+    assert device_widths(None, "gpu") is None and device_widths((8,), "gpu") == (8,)
+    assert device_widths(dynatree) == dynatree  # this test runs on CPU
 
 
 def test_width_buckets_rejects_bad_input():

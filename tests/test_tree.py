@@ -46,6 +46,19 @@ def ref_ancestors(par, val, r, i):
     return out
 
 
+@given(trees(B, N, V), st.integers(1, N))
+def test_pointer_jumping_mask_equals_the_sequential_one_up_to_max_depth(tree, max_depth):
+    """The decode loop's form (D pointer steps, one scatter) equals the exact mask on every
+    row of a node of depth <= D, and on every row when D bounds the tree's depth."""
+    exact = np.asarray(ancestor_mask(tree))
+    fast = np.asarray(jax.jit(T.ancestor_mask, static_argnums=1)(tree, max_depth))
+    _, _, depth, val = np_tree(tree)
+    rows = np.concatenate([np.ones((B, 1), bool), ~val | (depth <= max_depth)], axis=1)  # root + shallow nodes
+    np.testing.assert_array_equal(fast[rows], exact[rows])
+    deep = np.concatenate([np.zeros((B, 1), bool), val & (depth > max_depth)], axis=1)
+    assert np.all(fast[deep] <= exact[deep])  # deeper rows only miss their farthest ancestors
+
+
 @given(trees(B, N, V))
 def test_ancestor_mask_matches_reference(tree):
     _, par, _, val = np_tree(tree)

@@ -103,7 +103,7 @@ from specjax.equality import count as equality_count
 from specjax.sampling import Sampling
 
 __all__ = ["Method", "MethodResult", "environment", "format_table", "parse_method", "prepare_prompts", "random_pair",
-           "read_csv", "read_json", "run_benchmark", "summarise", "write_csv", "write_json"]
+           "read_csv", "read_json", "run_benchmark", "summarise", "warm_up", "write_csv", "write_json"]
 
 GREEDY = Sampling()
 

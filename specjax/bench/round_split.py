@@ -33,6 +33,7 @@ from specjax.drafters.retrieval import retrieve, union, update_table
 from specjax.models.cache import commit
 from specjax.models.model import forward, forward_tapped
 from specjax.numerics import DEFAULT_PRECISION, matmul_scope
+from specjax.ops import device_widths
 from specjax.sampling import Sampling
 from specjax.tree import ancestor_mask, chain_tree, positions
 from specjax.verify import greedy_walk, sampling_walk
@@ -101,10 +102,10 @@ def _round_split(target, drafter, draft_params, tokens, lengths, rounds_before, 
     select = jax.jit(drafter.tree)
     tree, _ = select(logits, active)
     extent = int(np.max(np.where(np.asarray(tree.valid), np.arange(1, tree.tokens.shape[1] + 1), 0)))
-    width = min(w for w in getattr(drafter, "verify_widths", (drafter.budget,)) if w >= extent)
+    width = min(w for w in device_widths(getattr(drafter, "verify_widths", (drafter.budget,))) if w >= extent)
     tree = jax.tree.map(lambda x: x[:, :width], tree)
     layers = tuple(drafter.target_layers)
-    mask_fn = jax.jit(ancestor_mask)
+    mask_fn = jax.jit(functools.partial(ancestor_mask, max_depth=drafter.max_depth))  # as the loop builds it
     mask = mask_fn(tree)
 
     @jax.jit
@@ -173,7 +174,8 @@ def domino_split(target, drafter, draft_params, tokens, lengths, *, rounds_befor
         @jax.jit
         def verify(cache, tree, root):
             block = jnp.concatenate([root[:, None], tree.tokens], axis=1)
-            return forward_tapped(params, cfg, block, positions(tree, cache.lengths), ancestor_mask(tree), cache, layers)
+            return forward_tapped(params, cfg, block, positions(tree, cache.lengths),
+                                  ancestor_mask(tree, drafter.max_depth), cache, layers)
 
         return {
             "backbone": _median_ms(backbone, ds, root, active, reps=reps),
@@ -221,7 +223,7 @@ def graft_split(target, drafter, draft_params, tokens, lengths, *, rounds_before
         fetch = jax.jit(lambda table, root: retrieve(table, root, template))
         propose = jax.jit(lambda ds, root, active: drafter.propose(ds, root, active, None, sampling)[0])
         tree = propose(ds, root, active)
-        mask_fn = jax.jit(lambda tree, lengths: (ancestor_mask(tree), positions(tree, lengths)))
+        mask_fn = jax.jit(lambda tree, lengths: (ancestor_mask(tree, drafter.max_depth), positions(tree, lengths)))
         mask, pos = mask_fn(tree, state.cache.lengths)
         layers = tuple(drafter.target_layers)
 

@@ -104,12 +104,16 @@ def attend(
     """Grouped-query attention of pending queries over all cache slots.
 
     q: [B, T, H, D]; k_all, v_all: [B, S, K, D]; mask: bool[B, T, S]. Returns [B, T, H, D].
-    Scores and softmax in float32.
+    Scores and softmax in float32: q . k is accumulated in float32 on the operands' own
+    dtype (`preferred_element_type`), so a bf16 cache is read as bf16, never copied to
+    float32 first (the products of two bf16 values are exact in float32: same scores).
     """
     b, t, h, d = q.shape
     kv_heads = k_all.shape[2]
     qg = q.reshape(b, t, kv_heads, h // kv_heads, d)  # [B, T, K, G, D]
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg.astype(jnp.float32), k_all.astype(jnp.float32)) * scale
+    if qg.dtype != k_all.dtype:
+        qg, k_all = qg.astype(jnp.float32), k_all.astype(jnp.float32)
+    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k_all, preferred_element_type=jnp.float32) * scale
     scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)  # [B, K, G, T, S]
     probs = jax.nn.softmax(scores, axis=-1)
     out = jnp.einsum("bkgts,bskd->btkgd", probs, v_all.astype(jnp.float32))  # [B, T, K, G, D]
