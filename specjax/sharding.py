@@ -30,10 +30,10 @@ layer scan, never sharded; M = "model", - = replicated):
     every output-side bias ([L, E]) is replicated: it is added after the all-reduce.
 
 The vocabulary axis is sharded rather than the hidden axis of the embedding: the LM head
-then is an ordinary column-parallel matmul whose logits stay sharded on V (argmax, top-k
-and log-softmax reduce over V with one small collective), and a tied embedding needs one
-layout for both uses. XLA's partitioner turns the lookup into a masked local gather plus
-an all-reduce of [B, T, E], the same as Megatron's vocab-parallel embedding.
+then is an ordinary column-parallel matmul whose logits stay sharded on V (a greedy argmax
+exchanges one (max, index) pair per shard and row), and a tied embedding needs one layout
+for both uses. XLA's partitioner turns the lookup into a masked local gather plus an
+all-reduce of [B, T, E], the same as Megatron's vocab-parallel embedding.
 
 KV caches [L, B, S, K, D] hold the batch on "data" and the KV heads on "model"
 (`cache_shardings`): `generate_ar` allocates its cache so (`init_cache_on`, the one line
@@ -41,6 +41,16 @@ KV caches [L, B, S, K, D] hold the batch on "data" and the KV heads on "model"
 layout of the computation that writes them from XLA's sharding propagation. Every
 sharded parameter dimension must be divisible by its mesh axis; `param_specs` raises
 naming the config field that is not.
+
+What XLA makes of it (the compiled HLO on 4 CPU devices, tests/sharding_checks.py setup):
+per target forward one all-reduce of [B/data, T, E] for the embedding and one per layer
+(GPT-NeoX's parallel residual: attention and MLP partial sums in one tuple all-reduce;
+Llama: two), no parameter or cache ever gathered. Two small costs remain: the cache write
+(a scatter with iota row indices, not recognised as batch-parallel) all-gathers the T new
+K/V rows [B, T, K/model, D] over "data" per layer, and a drafter that ranks the
+full-vocabulary logits of the target's head (DDTree's top-k) gathers them, [B, L, V]
+per round. A batch-dimension scatter (vmap) removes the first but runs 2.5x slower on one
+CPU device, so the cache write is left as it is.
 """
 
 from __future__ import annotations
@@ -113,12 +123,12 @@ def make_mesh(data: int = 1, model: int | None = None, devices: Sequence[jax.Dev
     out_sharding on every matmul that contracts a sharded axis).
     """
     devices = list(jax.devices() if devices is None else devices)
+    if data < 1 or (model is not None and model < 1):
+        raise ValueError(f"mesh axes must be >= 1, got data={data}, model={model}")
     if model is None:
-        if data < 1 or len(devices) % data:
+        if len(devices) % data:
             raise ValueError(f"data={data} does not divide the {len(devices)} devices")
         model = len(devices) // data
-    if data < 1 or model < 1:
-        raise ValueError(f"mesh axes must be >= 1, got data={data}, model={model}")
     if data * model != len(devices):
         raise ValueError(f"a (data={data}, model={model}) mesh needs {data * model} devices, there are "
                          f"{len(devices)} ({devices[0].platform}); on CPU emulate more with "
@@ -179,15 +189,15 @@ def param_specs(params: dict, cfg, mesh: Mesh) -> dict:
 
 def shard_params(params: dict, cfg, mesh: Mesh) -> dict:
     """The target params placed tensor-parallel on `mesh` (`param_specs`), replicated over "data"."""
-    specs = param_specs(params, cfg, mesh)
-    return jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), params, specs)
+    shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), param_specs(params, cfg, mesh),
+                             is_leaf=lambda x: isinstance(x, P))
+    return jax.device_put(params, shardings)  # each device receives only its shards
 
 
 def replicate(tree: Any, mesh: Mesh) -> Any:
     """Every array leaf of `tree` copied to every device of `mesh` (drafter params, Graft's
     table, ...). None leaves stay None."""
-    everywhere = NamedSharding(mesh, P())
-    return jax.tree.map(lambda x: jax.device_put(x, everywhere), tree)
+    return jax.device_put(tree, NamedSharding(mesh, P()))
 
 
 def shard_batch(tokens: jax.Array, lengths: jax.Array, mesh: Mesh) -> tuple[jax.Array, jax.Array]:
