@@ -29,7 +29,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from specjax import sharding as S
-from specjax.decode import generate, generate_ar
+from specjax.decode import _generate, _generate_ar, generate, generate_ar
 from specjax.models import GPTNeoXConfig, LlamaConfig, pad_prompts, param_shapes
 from specjax.models.dflash import DFlashConfig
 from specjax.models.eagle3 import Eagle3Config
@@ -113,6 +113,17 @@ def assert_same_greedy_output(ref, out, mesh, what: str):
     print("  tokens:", np.asarray(out.tokens).tolist(), flush=True)
 
 
+def assert_second_call_compiles_and_transfers_nothing(jitted, call, mesh):
+    """`call(tokens, lengths)` on new prompts of the same shape, placed beforehand: no new
+    compile of `jitted`, no implicit host <-> device transfer (the prompt checks' explicit
+    `device_get` is allowed)."""
+    compiled = jitted._cache_size()
+    tokens, lengths = S.shard_batch(*pad_prompts([p[::-1] for p in PROMPTS], PROMPT_WIDTH), mesh)
+    with jax.transfer_guard("disallow"):
+        call(tokens, lengths).tokens.block_until_ready()
+    assert jitted._cache_size() == compiled, "a second sharded call compiled again"
+
+
 # ============================================================================ groups
 
 
@@ -192,10 +203,12 @@ def check_generate_ar():
         ref = generate_ar(params, cfg, tokens, lengths, MAX_NEW, eos_ids=EOS)
         for data, model in ((2, 2), (1, 4)):
             mesh = S.make_mesh(data, model)
-            out = generate_ar(S.shard_params(params, cfg, mesh), cfg, *S.shard_batch(tokens, lengths, mesh), MAX_NEW,
-                              eos_ids=EOS)
+            sharded = S.shard_params(params, cfg, mesh)
+            out = generate_ar(sharded, cfg, *S.shard_batch(tokens, lengths, mesh), MAX_NEW, eos_ids=EOS)
             assert_same_greedy_output(ref, out, mesh, f"generate_ar {cfg.model_type} data={data} model={model}")
             assert has_spec(out.cache.k, P(None, "data", None, M, None)), out.cache.k.sharding
+            assert_second_call_compiles_and_transfers_nothing(
+                _generate_ar, lambda t, n: generate_ar(sharded, cfg, t, n, MAX_NEW, eos_ids=EOS), mesh)
 
 
 def check_generate(make):
@@ -208,6 +221,9 @@ def check_generate(make):
         out = generate(S.shard_params(params, target, mesh), target, drafter, S.replicate(draft_params, mesh),
                        *S.shard_batch(tokens, lengths, mesh), MAX_NEW, eos_ids=EOS)
         assert_same_greedy_output(ref, out, mesh, f"generate {name} ({target.model_type})")
+        sharded, replicated = S.shard_params(params, target, mesh), S.replicate(draft_params, mesh)
+        assert_second_call_compiles_and_transfers_nothing(
+            _generate, lambda t, n: generate(sharded, target, drafter, replicated, t, n, MAX_NEW, eos_ids=EOS), mesh)
         assert all(S.is_sharded_over(x, mesh) for x in jax.tree.leaves(out.draft_state)), name
         print(f"  rounds per row: one device {np.asarray(ref.stats.num_rounds).tolist()}, "
               f"4 devices {np.asarray(out.stats.num_rounds).tolist()}", flush=True)
