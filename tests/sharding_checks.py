@@ -8,7 +8,8 @@ Groups:
   layout   mesh construction and its named errors; the intended PartitionSpec of every
            param leaf of tiny GPT-NeoX / Qwen3 / biased tied Llama configs; placed shards
   ar       `generate_ar` on (data=2, model=2) and (data=1, model=4) meshes = one device,
-           token for token, both architectures; the cache allocated in its shards
+           token for token, both architectures; the cache allocated in its shards; a
+           second call compiles and transfers nothing; sampling with the same key too
   dflash   `generate` with DDTree over DFlash (GPT-NeoX target) and a draft-LM chain
            (Qwen3 target) on (2, 2) = one device; batch of 4 ragged prompts
   eagle3   `generate` with the EAGLE-3 dynamic tree (Qwen3 target)
@@ -101,8 +102,8 @@ def one_device(x) -> bool:
     return len(x.sharding.device_set) == 1
 
 
-def assert_same_greedy_output(ref, out, mesh, what: str):
-    """Sharded output = one-device output token for token; it ran on every device of the mesh."""
+def assert_same_output(ref, out, mesh, what: str):
+    """Sharded output = one-device output, token for token; it ran on every device of the mesh."""
     assert one_device(ref.tokens), f"{what}: the reference did not run on one device"
     assert S.is_sharded_over(out.tokens, mesh) and has_spec(out.tokens, P("data")), out.tokens.sharding
     np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(ref.tokens), err_msg=what)
@@ -205,10 +206,23 @@ def check_generate_ar():
             mesh = S.make_mesh(data, model)
             sharded = S.shard_params(params, cfg, mesh)
             out = generate_ar(sharded, cfg, *S.shard_batch(tokens, lengths, mesh), MAX_NEW, eos_ids=EOS)
-            assert_same_greedy_output(ref, out, mesh, f"generate_ar {cfg.model_type} data={data} model={model}")
+            assert_same_output(ref, out, mesh, f"generate_ar {cfg.model_type} data={data} model={model}")
             assert has_spec(out.cache.k, P(None, "data", None, M, None)), out.cache.k.sharding
             assert_second_call_compiles_and_transfers_nothing(
                 _generate_ar, lambda t, n: generate_ar(sharded, cfg, t, n, MAX_NEW, eos_ids=EOS), mesh)
+
+
+def check_sampled_generate_ar():
+    """Sampling (T = 1) with the same key draws the same tokens on a mesh as on one device:
+    the random bits do not depend on the sharding (`jax_threefry_partitionable`)."""
+    from specjax.sampling import Sampling
+
+    tokens, lengths = pad_prompts(PROMPTS, PROMPT_WIDTH)
+    mesh, params, key = S.make_mesh(2, 2), random_params(QWEN, 1), jax.random.key(3)
+    ref = generate_ar(params, QWEN, tokens, lengths, MAX_NEW, eos_ids=EOS, sampling=Sampling(1.0), key=key)
+    out = generate_ar(S.shard_params(params, QWEN, mesh), QWEN, *S.shard_batch(tokens, lengths, mesh), MAX_NEW,
+                      eos_ids=EOS, sampling=Sampling(1.0), key=key)
+    assert_same_output(ref, out, mesh, "sampled generate_ar qwen3 data=2 model=2 (same key)")
 
 
 def check_generate(make):
@@ -220,7 +234,7 @@ def check_generate(make):
         ref = generate(params, target, drafter, draft_params, tokens, lengths, MAX_NEW, eos_ids=EOS)
         out = generate(S.shard_params(params, target, mesh), target, drafter, S.replicate(draft_params, mesh),
                        *S.shard_batch(tokens, lengths, mesh), MAX_NEW, eos_ids=EOS)
-        assert_same_greedy_output(ref, out, mesh, f"generate {name} ({target.model_type})")
+        assert_same_output(ref, out, mesh, f"generate {name} ({target.model_type})")
         sharded, replicated = S.shard_params(params, target, mesh), S.replicate(draft_params, mesh)
         assert_second_call_compiles_and_transfers_nothing(
             _generate, lambda t, n: generate(sharded, target, drafter, replicated, t, n, MAX_NEW, eos_ids=EOS), mesh)
@@ -261,7 +275,7 @@ def graft_drafters():
 
 GROUPS = {
     "layout": check_layout,
-    "ar": check_generate_ar,
+    "ar": lambda: (check_generate_ar(), check_sampled_generate_ar()),
     "dflash": lambda: check_generate(dflash_drafters),
     "eagle3": lambda: check_generate(eagle3_drafters),
     "graft": lambda: check_generate(graft_drafters),
