@@ -194,6 +194,13 @@ def check_layout():
     replicated = S.replicate({"w": params["embed"]["embedding"], "none": None}, mesh)
     assert replicated["none"] is None and has_spec(replicated["w"], P())
     assert S.mesh_of(params) is None and S.mesh_of(placed) == mesh and S.mesh_of(params, tokens) == mesh
+    # generate_ar's cache is allocated in its shards: [L, B, S, K, D] = [3, 4, 16, 4, 8] -> [3, 2, 16, 2, 8] each
+    cache = S.init_cache_on(mesh, QWEN, 4, 16, np.float32)
+    assert has_spec(cache.k, P(None, "data", None, M, None)) and has_spec(cache.lengths, P("data"))
+    assert {s.data.shape for s in cache.v.addressable_shards} == {(3, 2, 16, 2, 8)}
+    odd = S.init_cache_on(mesh, QWEN, 3, 16, np.float32)  # 3 rows: the batch stays whole, the heads split
+    assert has_spec(odd.k, P(None, None, None, M, None)) and not np.asarray(odd.k).any()
+    assert one_device(S.init_cache_on(None, QWEN, 4, 16, np.float32).k)
 
 
 def check_generate_ar():
