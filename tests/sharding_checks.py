@@ -6,7 +6,8 @@ JAX_PLATFORMS=cpu. Each group prints "OK <group>" at the end; any failed check r
 
 Groups:
   layout   mesh construction and its named errors; the intended PartitionSpec of every
-           param leaf of tiny GPT-NeoX / Qwen3 / biased tied Llama configs; placed shards
+           param leaf of tiny GPT-NeoX / Qwen3 / biased tied Llama configs; placed shards;
+           the compiled sharded `generate_ar` never all-gathers a weight or a cache
   ar       `generate_ar` on (data=2, model=2) and (data=1, model=4) meshes = one device,
            token for token, both architectures; the cache allocated in its shards; a
            second call compiles and transfers nothing; sampling with the same key too
@@ -21,6 +22,7 @@ The tiny models are random (numpy normal(0, 0.3) weights, norms 1 + noise) from
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -74,7 +76,7 @@ def random_params(cfg, seed: int, sigma: float = 0.3) -> dict:
     rng = np.random.default_rng(seed)
 
     def leaf(path, shape):
-        base = 1.0 if jax.tree_util.keystr(path[-1:]).strip("[]'") in ("scale", "weight") else 0.0
+        base = 1.0 if getattr(path[-1], "key", None) in ("scale", "weight") else 0.0
         return jnp.asarray(base + sigma * rng.standard_normal(shape.shape), shape.dtype)
 
     return jax.tree_util.tree_map_with_path(leaf, param_shapes(cfg))
@@ -219,6 +221,30 @@ def check_generate_ar():
                 _generate_ar, lambda t, n: generate_ar(sharded, cfg, t, n, MAX_NEW, eos_ids=EOS), mesh)
 
 
+def check_no_weight_or_cache_is_gathered():
+    """Tensor parallelism is real: the compiled sharded `generate_ar` all-reduces activations
+    and never all-gathers a parameter (whole or one layer's slice) or a KV cache (whole or
+    one layer's): output equality alone would not notice XLA gathering the weights."""
+    from specjax.sampling import Sampling
+
+    mesh = S.make_mesh(2, 2)
+    params = S.shard_params(random_params(QWEN, 1), QWEN, mesh)
+    tokens, lengths = S.shard_batch(*pad_prompts(PROMPTS, PROMPT_WIDTH), mesh)
+    cache = S.init_cache_on(mesh, QWEN, len(PROMPTS), PROMPT_WIDTH + MAX_NEW, np.float32)
+    lowered = _generate_ar.lower(params, QWEN, tokens, lengths, cache, None, MAX_NEW, EOS, Sampling(), 0)
+    hlo = lowered.compile().as_text()
+    gathered = set()
+    for line in hlo.splitlines():
+        if m := re.search(r"= (.+?) all-gather(?:-start)?\(", line):
+            gathered |= {tuple(int(d) for d in dims.split(",") if d) for dims in re.findall(r"\[([\d,]*)\]", m[1])}
+    split = [x for x in jax.tree.leaves(params) if not x.sharding.is_fully_replicated]
+    big = {x.shape for x in split} | {x.shape[1:] for x in split if x.ndim > 2}  # whole, or one layer of [L, ...]
+    big |= {cache.k.shape, cache.k.shape[1:]}
+    assert gathered and not gathered & big, f"all-gathered: {sorted(gathered & big)}"
+    assert " all-reduce(" in hlo or " all-reduce-start(" in hlo
+    print(f"compiled generate_ar: all-reduces, and all-gathers only of {sorted(gathered)}", flush=True)
+
+
 def check_sampled_generate_ar():
     """Sampling (T = 1) with the same key draws the same tokens on a mesh as on one device:
     the random bits do not depend on the sharding (`jax_threefry_partitionable`)."""
@@ -281,7 +307,7 @@ def graft_drafters():
 
 
 GROUPS = {
-    "layout": check_layout,
+    "layout": lambda: (check_layout(), check_no_weight_or_cache_is_gathered()),
     "ar": lambda: (check_generate_ar(), check_sampled_generate_ar()),
     "dflash": lambda: check_generate(dflash_drafters),
     "eagle3": lambda: check_generate(eagle3_drafters),

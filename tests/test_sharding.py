@@ -35,7 +35,8 @@ def run_on_four_cpu_devices(group: str) -> str:
 
 def test_mesh_errors_and_the_spec_of_every_param_leaf():
     """(a) make_mesh and its named errors, param_specs' errors; (b) every leaf of GPT-NeoX,
-    Qwen3 and a biased tied Llama gets its intended spec; placed shards have the split shapes."""
+    Qwen3 and a biased tied Llama gets its intended spec; placed shards have the split shapes;
+    the compiled sharded generate_ar all-reduces activations and gathers no weight or cache."""
     run_on_four_cpu_devices("layout")
 
 
