@@ -43,9 +43,10 @@ sharded parameter dimension must be divisible by its mesh axis; `param_specs` ra
 naming the config field that is not.
 
 What XLA makes of it (the compiled HLO on 4 CPU devices, tests/sharding_checks.py setup):
-per target forward one all-reduce of [B/data, T, E] for the embedding and one per layer
-(GPT-NeoX's parallel residual: attention and MLP partial sums in one tuple all-reduce;
-Llama: two), no parameter or cache ever gathered. Two small costs remain: the cache write
+per target forward, all-reduces of [B/data, T, E] only: one for the embedding, then one
+per layer with GPT-NeoX's parallel residual (attention and MLP partial sums in one tuple
+all-reduce) and two with Llama's sequential one; no parameter or cache is ever gathered
+(`tests/sharding_checks.py` asserts it). Two small costs remain: the cache write
 (a scatter with iota row indices, not recognised as batch-parallel) all-gathers the T new
 K/V rows [B, T, K/model, D] over "data" per layer, and a drafter that ranks the
 full-vocabulary logits of the target's head (DDTree's top-k) gathers them, [B, L, V]
