@@ -39,6 +39,7 @@ from specjax.ops import device_widths, switch_on_width
 from specjax.ops import top_k as top_k_op
 from specjax.numerics import DEFAULT_PRECISION, check_precision, decode_compiler_options, matmul_scope
 from specjax.sampling import Sampling
+from specjax.sharding import init_cache_on, mesh_of
 from specjax.tree import Tree, ancestor_mask, positions, tree_depth
 from specjax.verify import WalkResult, chain_rejection, greedy_walk, sampling_walk
 
@@ -137,7 +138,8 @@ def generate_ar(
     validate_prompts(tokens, prompt_lengths, cfg.vocab_size)
     check_capacity(np.zeros(b), t + max_new_tokens, slots, what="prompt + max_new_tokens")
     dtype = cache_dtype or jax.tree.leaves(params)[0].dtype
-    cache = init_cache(cfg, b, slots, dtype)
+    # Sharded inputs (`specjax.sharding`): allocate the cache in its shards, not whole on one device.
+    cache = init_cache_on(mesh_of(params, tokens), cfg, b, slots, dtype)
     eos = tuple(cfg.eos_token_ids) if eos_ids is None else tuple(eos_ids)
     run = _entry_point(_generate_ar, _generate_ar_entry, cfg)
     return run(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32), cache, key,
