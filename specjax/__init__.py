@@ -1,3 +1,43 @@
-"""specjax: tree-based speculative decoding as jit-compiled pure JAX functions."""
+"""specjax: tree-based speculative decoding as jit-compiled pure JAX functions.
+
+The stable core, importable from here (shapes in each docstring; B batch, N tree budget,
+D max depth, V vocabulary):
+
+    generate, generate_ar, Sampling        the one decode loop (any drafter) and the AR baseline
+    verify_tree, speculative_round         one verification round, reusable outside the loop
+    initial_state, cache_sizes, LoopState, RoundStats, GenerateOutput, SpeculativeOutput
+    Tree, ancestor_mask, node_positions, chain_tree, tree_from_lists, tree_from_paths,
+        token_paths, check_tree            draft trees and what the verify forward derives from them
+    walk, greedy_walk, sampling_walk, chain_rejection, WalkResult    verification rules
+    select_tree, select_tree_scored        DDTree's surrogate-optimal tree from marginals
+    forward, forward_tapped, prefill, prefill_tapped, init_cache, commit, KVCache,
+        load_checkpoint, save_checkpoint, init_params, pad_prompts, GPTNeoXConfig, LlamaConfig
+    Drafter, PromptContext, Verified and every drafter class (`specjax.drafters`)
+
+Subpackages: `models` (Flax ports), `drafters`, `bench`, `train`, `data`, `zoo`, `sharding`.
+"""
+
+from specjax.decode import (GenerateOutput, LoopState, RoundStats, SpeculativeOutput, cache_sizes, generate,
+                            generate_ar, initial_state, speculative_round, verify_tree)
+from specjax.drafters import *  # noqa: F403  (the drafter classes and protocol: specjax.drafters.__all__)
+from specjax.drafters import __all__ as _drafters_all
+from specjax.models import (GPTNeoXConfig, KVCache, LlamaConfig, commit, forward, forward_tapped, init_cache,
+                            init_params, load_checkpoint, pad_prompts, prefill, prefill_tapped, save_checkpoint)
+from specjax.sampling import Sampling
+from specjax.tree import (Tree, ancestor_mask, chain_tree, check_tree, node_positions, token_paths, tree_from_lists,
+                          tree_from_paths)
+from specjax.verify import WalkResult, chain_rejection, greedy_walk, sampling_walk, walk
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "GenerateOutput", "LoopState", "RoundStats", "SpeculativeOutput", "cache_sizes", "generate", "generate_ar",
+    "initial_state", "speculative_round", "verify_tree",
+    "GPTNeoXConfig", "KVCache", "LlamaConfig", "commit", "forward", "forward_tapped", "init_cache", "init_params",
+    "load_checkpoint", "pad_prompts", "prefill", "prefill_tapped", "save_checkpoint",
+    "Sampling",
+    "Tree", "ancestor_mask", "chain_tree", "check_tree", "node_positions", "token_paths", "tree_from_lists",
+    "tree_from_paths",
+    "WalkResult", "chain_rejection", "greedy_walk", "sampling_walk", "walk",
+    *_drafters_all,
+]

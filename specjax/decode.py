@@ -40,12 +40,21 @@ from specjax.ops import top_k as top_k_op
 from specjax.numerics import DEFAULT_PRECISION, check_precision, decode_compiler_options, matmul_scope
 from specjax.sampling import Sampling
 from specjax.sharding import init_cache_on, mesh_of
-from specjax.tree import Tree, ancestor_mask, positions, tree_depth
+from specjax.tree import Tree, ancestor_mask, node_positions, tree_depth
 from specjax.verify import WalkResult, chain_rejection, greedy_walk, sampling_walk
+
+__all__ = [
+    "cache_sizes", "finish", "generate", "generate_ar", "GenerateOutput", "initial_state", "is_eos", "LoopState",
+    "pick_token", "RoundStats", "speculative_round", "SpeculativeOutput", "target_layers", "TargetPass",
+    "validate_prompts", "verify_tree",
+]
 
 
 @struct.dataclass
 class GenerateOutput:
+    """What a generation returns: tokens int32[B, M] (M = max_new_tokens; pad_id after a
+    row's end), num_tokens int32[B], and the target's final `KVCache`."""
+
     tokens: jax.Array  # int32[B, max_new_tokens], pad_id after each row's end
     num_tokens: jax.Array  # int32[B] generated tokens per row (an EOS token counts and ends the row)
     cache: KVCache  # target cache: row b holds prompt + generated tokens except the last (P + num_tokens - 1)
@@ -176,6 +185,9 @@ class RoundStats:
 
 @struct.dataclass
 class SpeculativeOutput(GenerateOutput):
+    """`GenerateOutput` (tokens int32[B, M], num_tokens int32[B], cache) plus per-round
+    `RoundStats` ([B, R] arrays) and the drafter's final state (e.g. a warm retrieval table)."""
+
     stats: RoundStats = None
     draft_state: object = None  # the drafter's final state (e.g. its KV cache), for inspection
 
@@ -243,7 +255,7 @@ def verify_tree(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KV
     def run(width, cache, tree, draft_probs):
         tree = jax.tree.map(lambda x: x[:, :width], tree)
         block = jnp.concatenate([root[:, None], tree.tokens], axis=1)  # [B, width+1]
-        logits, cache, feats = forward_tapped(params, cfg, block, positions(tree, cache.lengths),
+        logits, cache, feats = forward_tapped(params, cfg, block, node_positions(tree, cache.lengths),
                                               ancestor_mask(tree, max_depth), cache, feature_layers)
         if sampling.greedy:
             result = greedy_walk(tree, logits, max_depth)

@@ -20,9 +20,10 @@ roundoff of the arithmetic that produces the logits (float32 2^-24, TF32 2^-11, 
 of the same forward differ by a few units in the last place of the values they round, so
 the two runs' logits differ by c u s with a small c, and argmax can flip only where the
 margin is below twice that. Measured on the zoo target (tests/test_equality.py: decode
-forward vs prefill forward, 3 prompts x 48 tokens): c = 18 in float32 and c = 1.3 in
-bfloat16 (the LM head accumulates in float32); 128 leaves a factor >= 3.5 over the flip
-condition 2 c u s, and a margin above it is not a rounding effect.
+forward vs prefill forward, 3 prompts x 48 tokens): c = 18 (an Intel AVX-512 host) to 20
+(an AMD EPYC host: XLA:CPU vectorises the reductions differently) in float32 and c = 0.9
+to 1.3 in bfloat16 (the LM head accumulates in float32); 128 leaves a factor >= 3 over the
+flip condition 2 c u s, and a margin above it is not a rounding effect.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+__all__ = ["Agreement", "ar_logits", "compare_with_ar", "count", "near_tie_eps", "UNIT_ROUNDOFF"]
 
 # unit roundoff of the arithmetic the logits come from (TF32 keeps 10 mantissa bits; bf16x3 ~ f32)
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "tensorfloat32": 2.0**-11, "bfloat16": 2.0**-8, "float16": 2.0**-11}

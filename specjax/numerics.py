@@ -25,6 +25,11 @@ import contextlib
 
 import jax
 
+__all__ = [
+    "check_precision", "decode_compiler_options", "DEFAULT_PRECISION", "matmul_scope", "PRECISIONS",
+    "TRITON_GEMM_OFF_FROM_HIDDEN",
+]
+
 PRECISIONS = ("highest", "high", "default")
 DEFAULT_PRECISION = "highest"
 

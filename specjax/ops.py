@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+__all__ = ["device_widths", "FLAT_VERIFY_WIDTH", "switch_on_width", "top_k", "width_buckets"]
+
 
 def top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     """`lax.top_k` (values, int32 indices over the last axis, ties -> lower index), kept on the fast kernel."""

@@ -8,10 +8,15 @@ import jax
 
 from specjax.verify import process_logits
 
+__all__ = ["Sampling"]
+
 
 @dataclasses.dataclass(frozen=True)
 class Sampling:
-    """temperature 0 = greedy. top_k / top_p = None disable them. Hashable: static under jit."""
+    """temperature 0 = greedy. top_k / top_p = None disable them. Hashable: static under jit.
+
+    One convention for the loop and the verifiers: `log_probs(logits f32[B, ..., V])` gives the
+    processed log-probabilities every sampler in specjax draws from."""
 
     temperature: float = 0.0
     top_k: int | None = None

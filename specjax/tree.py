@@ -11,7 +11,7 @@ A `Tree` holds a batch of padded, topologically ordered token trees hanging belo
 Nodes are ordered parents-before-children (parents[b, i] < i). The budget `N` is the
 static shape; how many nodes a row really uses is `valid.sum(-1)`. Valid nodes need not
 be packed at the front (a row may have gaps). The ancestor mask and positions are
-*derived* (see `ancestor_mask`, `positions`), never stored.
+*derived* (see `ancestor_mask`, `node_positions`), never stored.
 
 In verification the root is prepended: slot 0 of the target's pending block is the
 root and node i sits at slot i + 1.
@@ -33,7 +33,7 @@ never be reached. Drafters that promise unique siblings can assert it with
 `check_tree(tree, unique_siblings=True)`, and `dedup_siblings` merges duplicates.
 
 Device functions (batched, static shapes, `lax` loops only): `ancestor_mask`,
-`positions`, `compute_depth`, `normalize`, `prune`, `dedup_siblings`, `chain_tree`,
+`node_positions`, `compute_depth`, `normalize`, `prune`, `dedup_siblings`, `chain_tree`,
 `children_mask`, `match_child`, `bfs_order`, `reorder`, `to_bfs`.
 Host helpers (numpy, for tests and users): `tree_from_lists`, `tree_from_paths`,
 `token_paths`, `check_tree`.
@@ -48,9 +48,21 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+__all__ = [
+    "ancestor_mask", "bfs_order", "chain_tree", "check_tree", "children_mask", "compute_depth", "dedup_siblings",
+    "match_child", "node_positions", "normalize", "prune", "reorder", "to_bfs", "token_paths", "Tree", "tree_depth",
+    "tree_from_lists", "tree_from_paths",
+]
+
 
 @struct.dataclass
 class Tree:
+    """A batch of padded draft trees below each row's root (module docstring: invariants).
+
+    tokens int32[B, N], parents int32[B, N] (-1 = child of the root), depth int32[B, N]
+    (1 below the root), valid bool[B, N]; parents before children. A pytree: passes
+    through `jax.jit` and `lax` control flow like any array."""
+
     tokens: jax.Array  # int32[B, N]
     parents: jax.Array  # int32[B, N], -1 = child of the root
     depth: jax.Array  # int32[B, N], root children have depth 1
@@ -112,7 +124,7 @@ def tree_depth(tree: Tree) -> jax.Array:
     return jnp.max(jnp.where(tree.valid, tree.depth, 0), axis=1).astype(jnp.int32)
 
 
-def positions(tree: Tree, lengths: jax.Array) -> jax.Array:
+def node_positions(tree: Tree, lengths: jax.Array) -> jax.Array:
     """Absolute positions of root + nodes: int32[B, N+1] = lengths[:, None] + [0, depth]."""
     depth = jnp.where(tree.valid, tree.depth, 0)
     return lengths[:, None].astype(jnp.int32) + jnp.concatenate([jnp.zeros_like(depth[:, :1]), depth], axis=1)
@@ -363,10 +375,15 @@ def token_paths(tree: Tree) -> list[list[tuple[int, ...]]]:
     return out
 
 
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
 def check_tree(
     tree: Tree, *, vocab_size: int | None = None, unique_siblings: bool = False, packed: bool = False
 ) -> None:
-    """Validate the Tree invariants on the host; raise AssertionError naming the first
+    """Validate the Tree invariants on the host; raise ValueError naming the first
     violation (row, node, rule).
 
     Always checked: shapes/dtypes, parents before children, parent valid
@@ -375,29 +392,29 @@ def check_tree(
     siblings with the same token), `packed` (valid nodes occupy a prefix of each row).
     """
     tok, par, dep, val = (np.asarray(x) for x in (tree.tokens, tree.parents, tree.depth, tree.valid))
-    assert tok.ndim == 2, f"tokens must be [B, N], got shape {tok.shape}"
+    _require(tok.ndim == 2, f"tokens must be [B, N], got shape {tok.shape}")
     for name, x in (("parents", par), ("depth", dep), ("valid", val)):
-        assert x.shape == tok.shape, f"{name} shape {x.shape} != tokens shape {tok.shape}"
+        _require(x.shape == tok.shape, f"{name} shape {x.shape} != tokens shape {tok.shape}")
     for name, x in (("tokens", tok), ("parents", par), ("depth", dep)):
-        assert np.issubdtype(x.dtype, np.integer), f"{name} must be integer, got {x.dtype}"
-    assert val.dtype == bool, f"valid must be bool, got {val.dtype}"
+        _require(np.issubdtype(x.dtype, np.integer), f"{name} must be integer, got {x.dtype}")
+    _require(val.dtype == bool, f"valid must be bool, got {val.dtype}")
     b, n = tok.shape
     for r in range(b):
         seen: dict[tuple[int, int], int] = {}
         for i in range(n):
             p, d = int(par[r, i]), int(dep[r, i])
             if not val[r, i]:
-                assert p == -1 and d == 0, f"row {r}, node {i}: padding not normalised (parent {p}, depth {d})"
+                _require(p == -1 and d == 0, f"row {r}, node {i}: padding not normalised (parent {p}, depth {d})")
                 continue
             if packed:
-                assert i == 0 or val[r, i - 1], f"row {r}, node {i}: valid node after padding (packed=True)"
-            assert -1 <= p < i, f"row {r}, node {i}: parent {p} not before the node (need -1 <= parent < {i})"
-            assert p < 0 or val[r, p], f"row {r}, node {i}: parent {p} is invalid (tree not prefix-closed)"
+                _require(i == 0 or val[r, i - 1], f"row {r}, node {i}: valid node after padding (packed=True)")
+            _require(-1 <= p < i, f"row {r}, node {i}: parent {p} not before the node (need -1 <= parent < {i})")
+            _require(p < 0 or val[r, p], f"row {r}, node {i}: parent {p} is invalid (tree not prefix-closed)")
             want = 1 if p < 0 else int(dep[r, p]) + 1
-            assert d == want, f"row {r}, node {i}: depth {d} != parent depth + 1 = {want}"
+            _require(d == want, f"row {r}, node {i}: depth {d} != parent depth + 1 = {want}")
             t = int(tok[r, i])
             if vocab_size is not None:
-                assert 0 <= t < vocab_size, f"row {r}, node {i}: token {t} outside [0, {vocab_size})"
+                _require(0 <= t < vocab_size, f"row {r}, node {i}: token {t} outside [0, {vocab_size})")
             if unique_siblings:
-                assert (p, t) not in seen, f"row {r}, node {i}: duplicate sibling of node {seen.get((p, t))} (token {t})"
+                _require((p, t) not in seen, f"row {r}, node {i}: duplicate sibling of node {seen.get((p, t))} (token {t})")
             seen[(p, t)] = i

@@ -30,6 +30,11 @@ from flax import struct
 
 from specjax.tree import Tree, match_child
 
+__all__ = [
+    "chain_rejection", "greedy_walk", "process_logits", "sample_targets", "sampling_walk", "target_probs", "walk",
+    "WalkResult",
+]
+
 _NEG_INF = -jnp.inf
 
 
@@ -76,11 +81,22 @@ def _per_row(x, ndim: int, dtype) -> jax.Array:
     return x.reshape(x.shape + (1,) * (ndim - x.ndim))
 
 
+def _unpack(temperature, top_k, top_p):
+    """A `specjax.sampling.Sampling` in the temperature slot stands for all three settings."""
+    if hasattr(temperature, "temperature") and hasattr(temperature, "top_p"):
+        if top_k is not None or top_p is not None:
+            raise ValueError("pass either a Sampling or temperature / top_k / top_p, not both")
+        return temperature.temperature, temperature.top_k, temperature.top_p
+    return temperature, top_k, top_p
+
+
 def process_logits(logits: jax.Array, temperature, top_k=None, top_p=None) -> jax.Array:
     """Temperature, then top-k, then top-p (nucleus); removed tokens get -inf.
 
     logits f32[B, ..., V]; temperature, top_k, top_p: Python scalars or arrays of shape
-    [B] (per row). Returns f32[B, ..., V] whose softmax is the processed target.
+    [B] (per row), or one `Sampling` in place of all three (the convention of `generate`;
+    every verifier below takes either). Returns f32[B, ..., V] whose softmax is the
+    processed target.
 
     * temperature == 0: greedy; only the (first) argmax keeps a finite logit (0).
     * top_k: keep the tokens whose logit is >= the k-th largest (ties at the boundary are
@@ -90,6 +106,7 @@ def process_logits(logits: jax.Array, temperature, top_k=None, top_p=None) -> ja
       the mass strictly before it is < top_p (ties with the last kept probability are
       kept); top_p >= 1 disables it. None skips it.
     """
+    temperature, top_k, top_p = _unpack(temperature, top_k, top_p)
     logits = logits.astype(jnp.float32)
     nd, v = logits.ndim, logits.shape[-1]
     t = _per_row(temperature, nd, jnp.float32)
@@ -226,6 +243,7 @@ def chain_rejection(
     token equals the target argmax, bonus = argmax. Result as `walk`, with
     path_slots = 0, 1, ..., num_accepted (then padding) and max_depth K.
     """
+    temperature, top_k, top_p = _unpack(temperature, top_k, top_p)
     b, k = draft_tokens.shape
     draft_tokens = draft_tokens.astype(jnp.int32)
     idx = jnp.arange(k)

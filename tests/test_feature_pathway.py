@@ -12,7 +12,7 @@ from specjax.drafters.fixed_tree import FixedTreeDrafter
 from specjax.drafters.protocol import Drafter
 from specjax.models import forward_tapped, init_cache, pad_prompts, prefill
 from specjax.sampling import Sampling
-from specjax.tree import ancestor_mask, positions, tree_from_lists
+from specjax.tree import ancestor_mask, node_positions, tree_from_lists
 from tests.test_decode import MAX_NEW, PAIRS, PROMPT_WIDTH, random_params
 
 LAYERS = (1, 0)
@@ -39,7 +39,7 @@ def test_verify_tree_features_and_top_k_match_a_plain_forward():
     tp = verify_tree(params, cfg, tree, root, cache, jax.random.key(0), Sampling(), max_depth=3, feature_layers=LAYERS,
                      top_k=3, widths=(4, 6))
     block = jnp.concatenate([root[:, None], tree.tokens], axis=1)
-    logits, _, feats = forward_tapped(params, cfg, block, positions(tree, cache.lengths), ancestor_mask(tree), cache,
+    logits, _, feats = forward_tapped(params, cfg, block, node_positions(tree, cache.lengths), ancestor_mask(tree), cache,
                                       LAYERS)
     path = np.asarray(tp.result.path_slots)
     assert int(tp.result.num_accepted[0]) >= 1  # the walk left the root in row 0

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from specjax.models import forward_tapped, init_cache, load_checkpoint, pad_prompts, prefill, prefill_tapped
 from specjax.models.model import _merge
-from specjax.tree import ancestor_mask, positions, tree_from_lists
+from specjax.tree import ancestor_mask, node_positions, tree_from_lists
 from tests.tiny_models import VARIANTS, hf_logits
 
 PROMPTS = [[5, 17, 3, 44, 9, 60, 2, 31, 8, 12, 40], [7, 1, 66], [23, 23, 23, 4, 58, 19]]
@@ -83,7 +83,7 @@ def test_tapped_features_match_transformers_tree_block(variant, hf_checkpoint):
     tree = tree_from_lists([[10, 11, 12, 13, 14]], [[-1, -1, 0, 0, 2]])  # two root children, a depth-3 path
     block = jnp.concatenate([jnp.asarray([[root]]), tree.tokens], axis=1)
     layers = tuple(range(cfg.num_layers))
-    _, _, feats = forward_tapped(params, cfg, block, positions(tree, cache.lengths), ancestor_mask(tree), cache,
+    _, _, feats = forward_tapped(params, cfg, block, node_positions(tree, cache.lengths), ancestor_mask(tree), cache,
                                  layers)
     paths = [[root], [root, 10], [root, 11], [root, 10, 12], [root, 10, 13], [root, 10, 12, 14]]
     worst = 0.0

@@ -22,7 +22,7 @@ from tests.strategies import tree_from_arrays, trees
 B, N, V = 3, 8, 6  # the one shape the jitted functions see (plus B=2, N=5 in a few spots)
 
 ancestor_mask = jax.jit(T.ancestor_mask)
-positions = jax.jit(T.positions)
+node_positions = jax.jit(T.node_positions)
 compute_depth = jax.jit(T.compute_depth)
 to_bfs = jax.jit(T.to_bfs)
 prune = jax.jit(T.prune)
@@ -75,7 +75,7 @@ def test_ancestor_mask_matches_reference(tree):
 @given(trees(B, N, V), st.lists(st.integers(0, 100), min_size=B, max_size=B))
 def test_positions_and_depth(tree, lengths):
     _, par, dep, val = np_tree(tree)
-    pos = np.asarray(positions(tree, jnp.asarray(lengths, jnp.int32)))
+    pos = np.asarray(node_positions(tree, jnp.asarray(lengths, jnp.int32)))
     for r in range(B):
         assert pos[r, 0] == lengths[r]
         for i in range(N):
@@ -174,14 +174,14 @@ def test_check_tree_catches(name):
     mutate, message = MUTATIONS[name]
     mutate(tok, par, dep, val)
     bad = T.Tree(tokens=jnp.asarray(tok), parents=jnp.asarray(par), depth=jnp.asarray(dep), valid=jnp.asarray(val))
-    with pytest.raises(AssertionError, match=re.escape(message)):
+    with pytest.raises(ValueError, match=re.escape(message)):
         T.check_tree(bad, vocab_size=8, unique_siblings=True, packed=name == "gap when packed")
 
 
 def test_duplicates_only_checked_on_request():
     tree = T.tree_from_lists([[4, 4]], [[-1, -1]])
     T.check_tree(tree)  # allowed by default: harmless for the walks
-    with pytest.raises(AssertionError, match="duplicate sibling"):
+    with pytest.raises(ValueError, match="duplicate sibling"):
         T.check_tree(tree, unique_siblings=True)
 
 
@@ -204,7 +204,7 @@ def test_check_tree_catches_random_corruption(tree, data):
             return
         par[r, pads[0]] = 0
     bad = T.Tree(tokens=jnp.asarray(tok), parents=jnp.asarray(par), depth=jnp.asarray(dep), valid=jnp.asarray(val))
-    with pytest.raises(AssertionError):
+    with pytest.raises(ValueError):
         T.check_tree(bad)
 
 

@@ -35,7 +35,7 @@ from specjax.models.model import forward, forward_tapped
 from specjax.numerics import DEFAULT_PRECISION, matmul_scope
 from specjax.ops import device_widths
 from specjax.sampling import Sampling
-from specjax.tree import ancestor_mask, chain_tree, positions
+from specjax.tree import ancestor_mask, chain_tree, node_positions
 from specjax.verify import greedy_walk, sampling_walk
 
 PARTS = ("draft", "select", "mask", "verify", "walk_commit", "round", "ar_step")
@@ -111,7 +111,7 @@ def _round_split(target, drafter, draft_params, tokens, lengths, rounds_before, 
     @jax.jit
     def verify(cache, tree, mask, root):
         block = jnp.concatenate([root[:, None], tree.tokens], axis=1)
-        return forward_tapped(params, cfg, block, positions(tree, cache.lengths), mask, cache, layers)
+        return forward_tapped(params, cfg, block, node_positions(tree, cache.lengths), mask, cache, layers)
 
     t_logits, t_cache, feats = verify(state.cache, tree, mask, state.root)
 
@@ -174,7 +174,7 @@ def domino_split(target, drafter, draft_params, tokens, lengths, *, rounds_befor
         @jax.jit
         def verify(cache, tree, root):
             block = jnp.concatenate([root[:, None], tree.tokens], axis=1)
-            return forward_tapped(params, cfg, block, positions(tree, cache.lengths),
+            return forward_tapped(params, cfg, block, node_positions(tree, cache.lengths),
                                   ancestor_mask(tree, drafter.max_depth), cache, layers)
 
         return {
@@ -223,7 +223,7 @@ def graft_split(target, drafter, draft_params, tokens, lengths, *, rounds_before
         fetch = jax.jit(lambda table, root: retrieve(table, root, template))
         propose = jax.jit(lambda ds, root, active: drafter.propose(ds, root, active, None, sampling)[0])
         tree = propose(ds, root, active)
-        mask_fn = jax.jit(lambda tree, lengths: (ancestor_mask(tree, drafter.max_depth), positions(tree, lengths)))
+        mask_fn = jax.jit(lambda tree, lengths: (ancestor_mask(tree, drafter.max_depth), node_positions(tree, lengths)))
         mask, pos = mask_fn(tree, state.cache.lengths)
         layers = tuple(drafter.target_layers)
 

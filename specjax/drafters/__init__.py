@@ -1,0 +1,32 @@
+"""Proposal policies on the one decode loop: every drafter implements `Drafter` (protocol.py).
+
+    ChainDrafter, FixedTreeDrafter, DynaTreeDrafter   a draft LM: chain / fixed tree / DynaTree
+    DFlashDrafter                                     chain DFlash (reads the target's features)
+    DDTreeDrafter                                     DDTree: best-first tree from block marginals
+    DominoDrafter                                     Domino: DFlash + the GRU / low-rank causal head
+    DynamicTreeDrafter (+ DraftLMStepper, Eagle3Stepper, eagle3_drafter)   the EAGLE-2 tree
+    GraftDrafter (+ graft_params), DFlashTailDrafter, DDTreeGraftDrafter     Graft and retrieval
+    TokenRecyclingDrafter, PromptLookupDrafter        training-free baselines
+"""
+
+from specjax.drafters.chain import ChainDrafter
+from specjax.drafters.ddtree import DDTreeDrafter, select_tree, select_tree_scored
+from specjax.drafters.ddtree_graft import DDTreeGraftDrafter
+from specjax.drafters.dflash import DFlashDrafter
+from specjax.drafters.domino import DominoDrafter
+from specjax.drafters.dynamic_tree import DraftLMStepper, DynamicTreeDrafter
+from specjax.drafters.dynatree import DynaTreeDrafter
+from specjax.drafters.eagle3 import Eagle3Stepper, eagle3_drafter
+from specjax.drafters.fixed_tree import FixedTreeDrafter
+from specjax.drafters.graft import GraftDrafter, GraftParams, graft_params
+from specjax.drafters.graft_dflash import DFlashTailDrafter
+from specjax.drafters.prompt_lookup import PromptLookupDrafter
+from specjax.drafters.protocol import Drafter, PromptContext, Verified
+from specjax.drafters.token_recycling import TokenRecyclingDrafter
+
+__all__ = [
+    "ChainDrafter", "DDTreeDrafter", "DDTreeGraftDrafter", "DFlashDrafter", "DFlashTailDrafter", "DominoDrafter",
+    "DraftLMStepper", "Drafter", "DynaTreeDrafter", "DynamicTreeDrafter", "Eagle3Stepper", "FixedTreeDrafter",
+    "GraftDrafter", "GraftParams", "PromptContext", "PromptLookupDrafter", "TokenRecyclingDrafter", "Verified",
+    "eagle3_drafter", "graft_params", "select_tree", "select_tree_scored",
+]

@@ -16,9 +16,15 @@ import jax.numpy as jnp
 from specjax.drafters.draft_lm import DraftLMDrafter, StaticTreeShape
 from specjax.models.model import ModelConfig
 
+__all__ = ["ChainDrafter"]
+
 
 @dataclasses.dataclass(frozen=True)
 class ChainDrafter(DraftLMDrafter):
+    """A draft LM proposes a greedy (or, at T > 0, sampled) chain of K = num_tokens tokens:
+    Tree [B, K] with parents i - 1, verified by chain rejection at T > 0 (draft probs
+    f32[B, K, V]). State: the draft LM's KV cache [L, B, S, K, D] and its lengths int32[B]."""
+
     draft_cfg: ModelConfig
     num_tokens: int  # K
 

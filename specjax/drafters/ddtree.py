@@ -35,6 +35,10 @@ from flax import struct
 from specjax.ops import top_k, width_buckets
 from specjax.tree import Tree
 
+__all__ = [
+    "DDTreeDrafter", "DDTreeState", "num_prefixes", "select_tree", "select_tree_scored", "selection_size",
+]
+
 # ======================================================================= tree selection
 #
 # The selection order.  sigma(rho) is the float32 log prefix probability, accumulated

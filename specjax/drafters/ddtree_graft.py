@@ -38,6 +38,8 @@ from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, accepted_from
                                         update_from_prompt, update_from_round)
 from specjax.tree import Tree
 
+__all__ = ["DDTreeGraftDrafter", "DDTreeGraftState", "tree_log_q"]
+
 
 @struct.dataclass
 class DDTreeGraftState:
@@ -77,7 +79,11 @@ class DDTreeGraftDrafter:
     The template: Graft's Table 7 template when U is one of its sizes (20 / 36 / 52) and it
     fits the block's depth, else the best-first template of U rank paths under the rank
     prior 2^-(r+1) (`Template.best_first`), at most min(9, L) deep: never deeper than the block,
-    so the block drafter's pending-feature buffer (L + 1 rows) holds any accepted path."""
+    so the block drafter's pending-feature buffer (L + 1 rows) holds any accepted path.
+
+    Proposes Tree [B, N] (N = the DDTree budget, depth <= L = the block drafter's positions);
+    params: `GraftParams(base, table int32[V, k], thresholds ())`; state: `DDTreeGraftState`.
+    """
 
     ddtree: DDTreeDrafter
     retrieval: int

@@ -41,6 +41,11 @@ from specjax.models.layers import LayerKV, cache_attention_mask
 from specjax.models.model import ModelConfig, embed_tokens, merge_module, project_to_vocab
 from specjax.tree import chain_tree
 
+__all__ = [
+    "anchored_hidden", "block_hidden", "block_logits", "context_kv", "DFlashDrafter", "DFlashState", "draft_hidden",
+    "ingest_context", "init_draft_cache", "target_outer", "write_region",
+]
+
 
 # ============================================================================ pure forward
 
@@ -98,6 +103,7 @@ def draft_hidden(params: dict, cfg: DFlashConfig, target_params: dict, target_cf
 
 
 def init_draft_cache(cfg: DFlashConfig, batch: int, num_slots: int, dtype) -> KVCache:
+    """The drafter's empty context cache: k, v [L_draft, B, num_slots, K, D], lengths int32[B]."""
     return init_cache(cfg.layer_config(), batch, num_slots, dtype)
 
 
@@ -205,7 +211,12 @@ class DFlashDrafter:
     """Chain DFlash: one drafter forward, argmax per position, a chain of L = block - 1 nodes.
 
     cfg: the drafter's config; target_cfg: the target it runs with (checked here, early);
-    block_size: inference block (default: the trained one; any >= 2)."""
+    block_size: inference block (default: the trained one; any >= 2).
+
+    Proposes a chain Tree [B, L] from logits f32[B, L, V] (`block_logits`); state `DFlashState`:
+    the context cache k, v [L_draft, B, S, K, D] of projected target features and the pending
+    features [B, L + 1, n, E] of the last round's committed tokens.
+    """
 
     cfg: DFlashConfig
     target_cfg: ModelConfig

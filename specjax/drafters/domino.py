@@ -37,6 +37,11 @@ from specjax.models.domino import DominoConfig
 from specjax.models.model import embed_tokens, project_to_vocab
 from specjax.tree import chain_tree
 
+__all__ = [
+    "correction", "DominoDrafter", "draft_rows", "gru_cell", "head_mask", "rollout", "sampler",
+    "teacher_forced_logits", "VERIFY_RULES",
+]
+
 VERIFY_RULES = ("rejection", "walk")
 
 
@@ -134,7 +139,11 @@ def sampler(sampling):
 class DominoDrafter(DFlashDrafter):
     """Domino drafting on the one loop (module docstring). cfg: a `DominoConfig`; block_size
     must be the trained one (the head's rows are tied to it); use_head=False drafts from the
-    base logits; verify: "rejection" or "walk" at T > 0."""
+    base logits; verify: "rejection" or "walk" at T > 0.
+
+    Proposes a chain Tree [B, K] (K = 15 drafts, or 16 with shift_label) and, at T > 0, the
+    law each draft was drawn from, f32[B, K, V]; state: DFlash's (`DFlashState`).
+    """
 
     cfg: DominoConfig
     use_head: bool = True

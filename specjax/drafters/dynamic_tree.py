@@ -42,6 +42,11 @@ from specjax.drafters.protocol import PromptContext, Verified
 from specjax.models.model import ModelConfig, forward
 from specjax.tree import Tree, normalize
 
+__all__ = [
+    "ARStepper", "build_tree", "DraftLMStepper", "DraftPool", "DynamicTreeDrafter", "DynamicTreeState",
+    "pool_expand", "pool_select", "pool_start", "ranked",
+]
+
 
 class ARStepper(Protocol):
     """An autoregressive drafter as the dynamic tree drives it (static, hashable).
@@ -84,7 +89,11 @@ class DynamicTreeState:
 @dataclasses.dataclass(frozen=True)
 class DynamicTreeDrafter:
     """EAGLE-2's dynamic tree over `stepper`: top_k (10), depth (8 expansions after the root
-    step: tree depth D + 1), total (K_max = 60 nodes), Graft's defaults."""
+    step: tree depth D + 1), total (K_max = 60 nodes), Graft's defaults.
+
+    Proposes Tree [B, total] (depth <= depth + 1) from a pool of k + depth k^2 candidates;
+    state `DynamicTreeState`: the stepper's (e.g. the draft KV cache [L, B, S, K, D]).
+    """
 
     stepper: object
     top_k: int = 10

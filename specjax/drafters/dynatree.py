@@ -412,7 +412,10 @@ class DynaTreeDrafter(DraftLMDrafter):
     """DynaTree with a draft LM. Defaults: Appendix A (D_0=5, D_max=8, (B_min, B_max) =
     (1, 3), (tau_h, tau_l) = (0.9, 0.4)); B_mid = 2, rho_stop = 0.1, rho_deep = 0.5,
     tau = 0.05, N_max = 256 and the Phase-3 constants are the authors' benchmark settings
-    (the paper does not list them). `phase` in {1, 2, 3}, see the module docstring."""
+    (the paper does not list them). `phase` in {1, 2, 3}, see the module docstring.
+
+    Proposes Tree [B, N_max] grown level by level from the draft LM (depth <= D_max); state
+    `DynaTreeState`: the draft LM's KV cache [L, B, S, K, D] and the acceptance history."""
 
     draft_cfg: ModelConfig
     phase: int = 3

@@ -16,9 +16,15 @@ from specjax.drafters.draft_lm import DraftLMDrafter, StaticTreeShape
 from specjax.ops import top_k
 from specjax.models.model import ModelConfig
 
+__all__ = ["FixedTreeDrafter"]
+
 
 @dataclasses.dataclass(frozen=True)
 class FixedTreeDrafter(DraftLMDrafter):
+    """A draft LM expands the top-`branching` children of every node down to `depth`, at most
+    `max_nodes`: Tree [B, N = min(max_nodes, sum_d branching^d)], one draft forward per level.
+    State: the draft LM's KV cache [L, B, S, K, D] and its lengths int32[B]."""
+
     draft_cfg: ModelConfig
     depth: int  # D
     branching: int  # B

@@ -43,6 +43,11 @@ from specjax.drafters.protocol import PromptContext, Verified
 from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, accepted_from_table, empty_table, graft,
                                         retrieve, union, update_from_prompt, update_from_round)
 
+__all__ = [
+    "calibrate_thresholds", "draft_steps", "graft_params", "GraftDrafter", "GraftParams", "GraftState",
+    "PAPER_THRESHOLDS", "record_round", "speed_proxy",
+]
+
 PAPER_THRESHOLDS = (0.14, 0.14, 0.49)  # Table 11 (Qwen3-8B), medians over the five datasets
 
 
@@ -95,6 +100,10 @@ class GraftDrafter:
     the root step); stage_draft: K^draft kept when pruned there; templates: per-depth node
     counts of each stage's retrieval template (K^draft + template size = K_max); rank_prior:
     the rank prior of the template construction (default 2^-(r+1)). Variants: module docstring.
+
+    Proposes Tree [B, K_max] (exactly K_max valid nodes while candidates last); params
+    `GraftParams(base, table int32[V, k], thresholds f32[S])`; state `GraftState` (the table,
+    per-round stage int32[B, R] and retrieved_accepted int32[B, R]).
     """
 
     stepper: object

@@ -26,6 +26,8 @@ from specjax.drafters.protocol import Verified
 from specjax.drafters.retrieval import update_from_prompt, update_from_round
 from specjax.tree import chain_tree
 
+__all__ = ["DFlashTailDrafter", "TailState"]
+
 
 @struct.dataclass
 class TailState:
@@ -38,7 +40,11 @@ class TailState:
 
 @dataclasses.dataclass(frozen=True)
 class DFlashTailDrafter:
-    """dflash: a `DFlashDrafter`; width: the table width k (8; only rank 0 is proposed)."""
+    """dflash: a `DFlashDrafter`; width: the table width k (8; only rank 0 is proposed).
+
+    Proposes a chain Tree [B, L] (L = block - 1): the confident DFlash prefix, then the table's
+    rank-0 chain; params `GraftParams(base, table int32[V, k], thresholds f32[1])`.
+    """
 
     dflash: DFlashDrafter
     width: int = 8

@@ -20,6 +20,8 @@ from flax import struct
 from specjax.drafters.protocol import Verified
 from specjax.tree import chain_tree
 
+__all__ = ["LookupState", "PromptLookupDrafter"]
+
 
 @struct.dataclass
 class LookupState:
@@ -29,7 +31,12 @@ class LookupState:
 
 @dataclasses.dataclass(frozen=True)
 class PromptLookupDrafter:
-    """max_ngram: longest n-gram matched (3); num_tokens: longest proposal (10)."""
+    """max_ngram: longest n-gram matched (3); num_tokens: longest proposal (10).
+
+    Proposes a chain Tree [B, num_tokens] copied from the earliest earlier occurrence of the
+    last n..1 tokens (an empty tree when nothing matches); state `LookupState`: the text so far
+    int32[B, H] and its length int32[B].
+    """
 
     max_ngram: int = 3
     num_tokens: int = 10

@@ -31,6 +31,8 @@ from flax import struct
 from specjax.tree import Tree
 from specjax.verify import WalkResult
 
+__all__ = ["Drafter", "PromptContext", "Verified"]
+
 
 @struct.dataclass
 class PromptContext:
@@ -93,6 +95,9 @@ class Drafter(Protocol):
     target_topk    int: k of the per-slot target top-k in `Verified` (0 for none)
     verify_widths  optional tuple[int, ...] ascending, ending at `budget`: the target then
                    verifies the smallest prefix of the tree holding every valid node
+
+    Shapes: `propose(state, root int32[B], active bool[B], key, sampling)` returns a Tree [B, N]
+    (N = budget), draft probs f32[B, D, V] or None, and the new state; `observe` gets a `Verified`.
     """
 
     budget: int

@@ -39,6 +39,12 @@ import numpy as np
 
 from specjax.tree import Tree
 
+__all__ = [
+    "accepted_from_table", "default_rank_prior", "empty_table", "graft", "measured_rank_prior", "PAPER_TEMPLATES",
+    "retrieve", "table_rows_used", "Template", "template_tree", "union", "update_from_prompt", "update_from_round",
+    "update_table",
+]
+
 # Table 7 of the Graft paper: retrieval nodes per depth 1..9 (only the counts are published).
 PAPER_TEMPLATES = {
     "envelope": (8, 16, 14, 11, 8, 7, 6, 5, 5),  # 80 nodes, the design envelope (Figure 6)

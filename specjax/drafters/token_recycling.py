@@ -22,6 +22,8 @@ from flax import struct
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.drafters.retrieval import Template, retrieve, template_tree, update_from_prompt, update_from_round
 
+__all__ = ["RecyclingState", "TokenRecyclingDrafter"]
+
 
 @struct.dataclass
 class RecyclingState:
@@ -32,7 +34,11 @@ class RecyclingState:
 @dataclasses.dataclass(frozen=True)
 class TokenRecyclingDrafter:
     """budget: template nodes N (60, Graft's K_max); width: table width k (8); depth: the
-    template's largest depth (9); rank_prior: the template construction's prior."""
+    template's largest depth (9); rank_prior: the template construction's prior.
+
+    Proposes Tree [B, budget] filled from the table; params: the table int32[V, k] itself;
+    state `RecyclingState` (table, root int32[B]).
+    """
 
     budget: int = 60
     width: int = 8

@@ -19,6 +19,9 @@ from flax import struct
 
 @struct.dataclass
 class KVCache:
+    """Per-layer keys and values k, v [L, B, S, K, D] (layers, batch, slots, KV heads, head
+    dim) and each row's committed length int32[B]; slots past the length are pending or free."""
+
     k: jax.Array  # [L, B, S, K, D]
     v: jax.Array  # [L, B, S, K, D]
     lengths: jax.Array  # int32[B]

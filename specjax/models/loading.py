@@ -144,6 +144,7 @@ def _set(tree: dict, path: tuple[str, ...], value) -> None:
 
 
 def load_config(directory: str | os.PathLike) -> ModelConfig:
+    """The strict `ModelConfig` of a checkpoint directory's config.json (unknown settings raise)."""
     path = Path(directory) / "config.json"
     if not path.exists():
         raise CheckpointError(f"no config.json in {directory}")

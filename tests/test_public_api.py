@@ -1,0 +1,73 @@
+"""The public API a researcher imports (issue 18): `from specjax import ...` names the stable
+core, every public module declares `__all__`, and every exported function and class says
+what it is (a docstring; for classes that hold arrays, their shapes)."""
+
+import importlib
+import inspect
+
+import pytest
+
+import specjax
+
+PUBLIC_MODULES = ["specjax", "specjax.tree", "specjax.verify", "specjax.decode", "specjax.sampling", "specjax.ops",
+                  "specjax.numerics", "specjax.equality", "specjax.sharding", "specjax.models", "specjax.drafters",
+                  "specjax.drafters.protocol", "specjax.drafters.ddtree", "specjax.drafters.ddtree_graft",
+                  "specjax.drafters.dflash", "specjax.drafters.domino", "specjax.drafters.dynamic_tree",
+                  "specjax.drafters.eagle3", "specjax.drafters.graft", "specjax.drafters.graft_dflash",
+                  "specjax.drafters.retrieval", "specjax.drafters.token_recycling", "specjax.drafters.prompt_lookup",
+                  "specjax.drafters.chain", "specjax.drafters.fixed_tree", "specjax.bench.harness",
+                  "specjax.bench.methods"]
+
+
+def test_the_stable_core_imports_from_the_top():
+    from specjax import (DDTreeDrafter, Drafter, Sampling, Tree, ancestor_mask, chain_rejection,  # noqa: F401
+                         generate, generate_ar, greedy_walk, sampling_walk, select_tree, speculative_round,
+                         verify_tree)
+
+    assert specjax.tree.Tree is Tree and specjax.drafters.DDTreeDrafter is DDTreeDrafter
+    assert len(set(specjax.__all__)) == len(specjax.__all__)
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def test_every_public_module_declares_what_it_exports(name):
+    module = importlib.import_module(name)
+    assert module.__doc__ and module.__doc__.strip(), f"{name} has no module docstring"
+    assert hasattr(module, "__all__"), f"{name} has no __all__"
+    missing = [n for n in module.__all__ if not hasattr(module, n)]
+    assert not missing, f"{name}.__all__ names what it does not define: {missing}"
+    undocumented = [n for n in module.__all__ if (inspect.isfunction(getattr(module, n)) or
+                                                  inspect.isclass(getattr(module, n)))
+                    and not (inspect.getdoc(getattr(module, n)) or "").strip()]
+    assert not undocumented, f"{name} exports names without a docstring: {undocumented}"
+
+
+def test_array_holding_classes_state_their_shapes():
+    """Tree, the loop's outputs and every drafter class say which arrays they hold and how big."""
+    classes = [specjax.Tree, specjax.WalkResult, specjax.GenerateOutput, specjax.SpeculativeOutput,
+               specjax.RoundStats, specjax.LoopState, specjax.KVCache, specjax.PromptContext, specjax.Verified,
+               specjax.Sampling]
+    classes += [getattr(specjax.drafters, n) for n in specjax.drafters.__all__
+                if inspect.isclass(getattr(specjax.drafters, n)) and n.endswith("Drafter")]
+    no_shapes = [c.__name__ for c in classes if "[B" not in (inspect.getdoc(c) or "")]
+    assert not no_shapes, f"classes whose docstring states no shapes ([B, ...]): {no_shapes}"
+
+
+def test_one_sampling_convention_for_the_loop_and_the_verifiers():
+    """`Sampling` (what `generate` takes) works in every verifier, same draws as the scalars."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    logits = jax.random.normal(jax.random.key(0), (2, 4, 7)) * 2
+    tree = specjax.chain_tree(jnp.asarray([[1, 2, 3], [4, 5, 6]], jnp.int32))
+    key, sampling = jax.random.key(1), specjax.Sampling(0.7, top_k=5, top_p=0.9)
+    a = specjax.sampling_walk(tree, logits, key, sampling)
+    b = specjax.sampling_walk(tree, logits, key, 0.7, 5, 0.9)
+    np.testing.assert_array_equal(np.asarray(a.accepted_tokens), np.asarray(b.accepted_tokens))
+    np.testing.assert_array_equal(np.asarray(a.bonus), np.asarray(b.bonus))
+    probs = jax.nn.softmax(jax.random.normal(jax.random.key(2), (2, 3, 7)), axis=-1)
+    c = specjax.chain_rejection(tree.tokens, probs, logits, key, sampling)
+    d = specjax.chain_rejection(tree.tokens, probs, logits, key, 0.7, 5, 0.9)
+    np.testing.assert_array_equal(np.asarray(c.bonus), np.asarray(d.bonus))
+    with pytest.raises(ValueError, match="either a Sampling or"):
+        specjax.sampling_walk(tree, logits, key, sampling, 5)
