@@ -9,7 +9,7 @@ import pytest
 from specjax.bench import device
 from specjax.cli import main
 
-SMALL = dict(reps=2, new_tokens=8, prompt_len=16, context=32, verify_widths=(1, 8), select_budget=32,
+SMALL = dict(reps=3, new_tokens=32, prompt_len=16, context=32, verify_widths=(1, 8), select_budget=32,
              select_batches=(2,), compile_methods=("ar",), round_budget=8, bandwidth_mib=8)
 
 
@@ -29,7 +29,7 @@ def _positive(x):
 def test_every_part_reports_positive_figures_with_units_and_settings(report):
     s = report["settings"]
     assert s["dtype"] == "float32" and s["batch"] == 1 and s["shapes"] == ["tiny"] and s["parts"] == list(device.PARTS)
-    assert s["new_tokens"] == 8 and s["context"] == 32 and s["verify_widths"] == [1, 8]
+    assert s["new_tokens"] == 32 and s["context"] == 32 and s["verify_widths"] == [1, 8]
     assert report["environment"]["platform"] and report["units"]["ms"].startswith("milliseconds")
     bw = report["bandwidth"]
     assert _positive(bw["measured_GBps"]) and bw["bytes_moved"] == 3 * 8 * (1 << 20) and "read + written" in bw["method"]
@@ -97,14 +97,14 @@ def test_unknown_shape_or_part_and_bad_settings_are_named():
 
 def test_cli_bench_device_writes_json(tmp_path, capsys):
     path = tmp_path / "dev.json"
-    args = ["bench-device", "--shapes", "tiny", "--parts", "ar", "--new-tokens", "4",
-            "--reps", "1", "--json", str(path)]
+    args = ["bench-device", "--shapes", "tiny", "--parts", "ar", "--new-tokens", "64",
+            "--reps", "3", "--json", str(path)]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "bandwidth:" in out and "AR decode:" in out and "ms/token" in out
     rep = json.loads(path.read_text())
     assert _positive(rep["shapes"]["tiny"]["ar"]["ratio_to_bound"]) and rep["settings"]["parts"] == ["ar"]
-    assert rep["settings"]["new_tokens"] == 4 and rep["settings"]["dtype"] == "float32"
+    assert rep["settings"]["new_tokens"] == 64 and rep["settings"]["dtype"] == "float32"
     assert main(["bench-device", "--shapes", "tiny,nope"]) == 2
     assert "unknown shape 'nope'" in capsys.readouterr().err
     assert main(["bench-device", "--parts", "ar,walk"]) == 2
