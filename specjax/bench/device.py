@@ -170,7 +170,7 @@ def measure_bandwidth(mib: int, reps: int) -> dict:
     arrays: y <- y + x in place (y donated), (2 reads + 1 write) x bytes / median seconds.
 
     In place, because an out-of-place op (`x * 2` into a fresh buffer) measures page faults
-    on XLA:CPU (about 3 GB/s on the CI CPU against 17-20 GB/s for read-heavy kernels).
+    on XLA:CPU (about 3 GB/s on a 2-core dev CPU against 17-24 GB/s for read-heavy or in-place kernels).
     Also returns the spec-sheet figure for known GPUs (reference only)."""
     n = mib * (1 << 20) // 4
     x, state = jnp.ones((n,), jnp.float32), {"y": jnp.zeros((n,), jnp.float32)}
