@@ -48,6 +48,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import time
 
 import jax
@@ -76,7 +77,7 @@ SHAPES = {
 GPU_SHAPES = ("smollm2-135m", "pythia-410m", "qwen3-8b")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 # Spec-sheet peak HBM bandwidth (GB/s), matched by substring of `device_kind`: printed for reference only.
-SPEC_SHEET_GBPS = {"H200": 4800.0, "H100 PCIe": 2000.0, "H100": 3350.0, "A100-SXM4-80GB": 2039.0,
+SPEC_SHEET_GBPS = {"H200": 4800.0, "H100 PCIe": 2000.0, "H100 NVL": 3900.0, "H100": 3350.0, "A100-SXM4-80GB": 2039.0,
                    "A100-SXM4-40GB": 1555.0, "A100-PCIE": 1555.0, "L4": 300.0, "A10G": 600.0}
 UNITS = {"ms": "milliseconds (median of reps)", "s": "seconds", "GBps": "1e9 bytes per second",
          "bytes": "bytes", "ratio": "dimensionless"}
@@ -346,7 +347,8 @@ def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print) -
     for name in shapes:
         cfg = SHAPES[name]
         params = random_params(cfg, dtype)
-        entry = {"config": {"family": cfg.model_type, **{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}},
+        fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+        entry = {"config": {"family": cfg.model_type, **fields},
                  "weight_bytes": weight_bytes(params),
                  "num_params": int(sum(x.size for x in jax.tree.leaves(params)))}
         log(f"\n== {name} ({cfg.model_type}, {entry['num_params'] / 1e6:.1f}M params, {s.dtype}, "
@@ -385,8 +387,10 @@ def _environment() -> dict:
     import jaxlib
 
     dev = jax.devices()[0]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # CPU timings drift with the host's load
     return {"platform": dev.platform, "device_kind": dev.device_kind, "device_count": jax.device_count(),
-            "jax": jax.__version__, "jaxlib": jaxlib.__version__, "flax": flax.__version__}
+            "cpu_count": os.cpu_count(), "load_average_1min": load, "jax": jax.__version__,
+            "jaxlib": jaxlib.__version__, "flax": flax.__version__}
 
 
 def write_json(path: str, report: dict) -> None:
