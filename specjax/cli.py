@@ -346,6 +346,27 @@ def _bench(args) -> int:
     return 0 if all(not r.mismatches for r in results) else 1  # near-ties are rounding, not bugs (specjax.equality)
 
 
+def _bench_device(args) -> int:
+    """`specjax bench-device`: raw device costs on random weights (`specjax.bench.device`)."""
+    from specjax.bench import device
+
+    platform = jax.devices()[0].platform
+    split = lambda text: tuple(x.strip() for x in text.split(",") if x.strip()) if text else None  # noqa: E731
+    try:
+        shapes, parts = split(args.shapes) or device.default_shapes(platform), split(args.parts) or device.PARTS
+        device.check_names(shapes, parts)
+        settings = device.Settings.for_platform(platform, dtype=args.dtype, new_tokens=args.new_tokens,
+                                                context=args.context, batch=args.batch, reps=args.reps,
+                                                compile_methods=split(args.methods))
+    except ValueError as e:
+        print(f"specjax bench-device: {e}", file=sys.stderr)
+        return 2
+    report = device.run(shapes, parts, settings)
+    if args.json:
+        device.write_json(args.json, report)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specjax", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -400,11 +421,27 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--self-draft", action="store_true", help="draft = target (every draft token is accepted)")
     bench.add_argument("--no-ttft", action="store_true", help="skip the TTFT calls (and their compiles)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    dev = sub.add_parser("bench-device", help="device costs on random weights: AR vs the bandwidth bound, verify vs T, "
+                                              "select_tree, compile times, DDTree round split (JSON out)")
+    dev.add_argument("--shapes", help="comma-separated: tiny, smollm2-135m, pythia-410m, qwen3-8b "
+                                      "(default: tiny on CPU, the three named ones elsewhere)")
+    dev.add_argument("--parts", help="comma-separated: ar, verify, select, compile, round (default: all)")
+    dev.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                     help="params dtype (default: bfloat16 on GPU/TPU, float32 on CPU)")
+    dev.add_argument("--new-tokens", type=int, help="AR / compile / round new tokens (default 128)")
+    dev.add_argument("--context", type=int, help="verify-forward context length (default 512)")
+    dev.add_argument("--batch", type=int, help="batch of the AR / verify / compile / round parts (default 1)")
+    dev.add_argument("--reps", type=int, help="timed repetitions per figure, medians (default 10)")
+    dev.add_argument("--methods", help="compile-part method specs (default ar,chain4,dynatree-p3,ddtree-64)")
+    dev.add_argument("--json", help="write settings, environment, units and every figure here")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "bench-device":
+        return _bench_device(args)
     return _bench(args) if args.command == "bench" else _generate(args)
 
 

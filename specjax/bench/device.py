@@ -1,0 +1,399 @@
+"""Device benchmark of the raw costs behind speculative decoding, on random weights (no download).
+
+`python -m specjax bench-device [--shapes ...] [--parts ar,verify,select,compile,round] [--json PATH]`
+times, for named model shapes (`SHAPES`: the real HF configs' numbers, random params from
+`specjax.models.model.init_params`; `tiny` is a toy shape for CPU / CI), batch `batch`
+(default 1), greedy, `eos_ids=()` (no row ever stops early). Every timing is the median
+of `reps` warm calls after one excluded warm-up (compile) call, each call ended by
+`jax.block_until_ready`; host wall clock (`time.perf_counter`).
+
+  bandwidth  measured device memory bandwidth: a jitted elementwise y <- y + x in place (y
+             donated) over two `bandwidth_mib` MiB float32 arrays; (bytes read + bytes
+             written = 3 x the array) / median seconds, in GB/s (1e9 bytes / s). A
+             spec-sheet figure is printed beside it for known GPUs, labelled as such; the
+             bound below uses the *measured* one.
+  ar         AR decode ms/token: `specjax.decode.generate_ar` with a `prompt_len`-token
+             random prompt, timed for `new_tokens` and for 1 new token on the same cache
+             size (prompt_len + new_tokens slots); ms/token = (t_N - t_1) / (N - 1), i.e.
+             the N - 1 decode steps alone (prefill and first pick cancel).
+             bound_ms_per_token = weight_bytes / bandwidth (weight_bytes = every param
+             leaf's bytes, the untied input embedding included though a step reads one row
+             of it; KV-cache reads excluded) and ratio_to_bound = ms_per_token / bound.
+  verify     target forward (`specjax.models.model.forward`, jitted, cache donated) of T
+             pending tokens at a `context`-token context (cache lengths = context, zero
+             K/V: values do not change the cost), for T in `verify_widths`, causal mask
+             (a tree's ancestor mask is the same dense bool[B, T, T]); ms per call and per
+             token.
+  select     DDTree `specjax.drafters.ddtree.select_tree` jitted on random log-probs
+             f32[B, L, V] (log_softmax of N(0, 3^2) logits), V = the shape's vocabulary,
+             for every batch in `select_batches`, method "levels" and "pops"; ms per call.
+  compile    first-compile time of a whole generation per method (`parse_method` specs;
+             the target is the shape, chain / dynatree draft with a random 2 x 64 GPT-NeoX
+             draft LM of the same vocabulary, ddtree with a random DFlash drafter):
+             `jax.clear_caches()`, then compile_s = wall(first call) - wall(warm call) of
+             `generate` / `generate_ar` with `new_tokens` new tokens (trace + lower +
+             compile + one-time transfers).
+  round      `specjax.bench.round_split.round_split`: a DDTree round of budget
+             `round_budget` (prune_mass 0: the whole budget is verified) over a random
+             DFlash drafter split into draft / select / mask / verify / walk_commit, the
+             whole round and one AR step, ms (its docstring says what each part covers).
+
+Random weights make acceptance meaningless: only costs are measured. The default dtype
+is bfloat16 on GPU/TPU and float32 on CPU (CPU benchmarks run in float32); matmul
+precision is specjax's policy (`specjax.numerics`, default "highest").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.models.gpt_neox import GPTNeoXConfig
+from specjax.models.llama import LlamaConfig
+from specjax.numerics import DEFAULT_PRECISION, matmul_scope
+
+PARTS = ("ar", "verify", "select", "compile", "round")
+
+SHAPES = {
+    "tiny": LlamaConfig(vocab_size=512, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+                        intermediate_size=128, qk_norm=True, flavor="qwen3"),
+    "smollm2-135m": LlamaConfig(vocab_size=49152, hidden_size=576, num_layers=30, num_heads=9, num_kv_heads=3,
+                                head_dim=64, intermediate_size=1536, rope_theta=100000.0, rms_norm_eps=1e-5,
+                                tie_word_embeddings=True, flavor="llama", max_position_embeddings=8192),
+    "pythia-410m": GPTNeoXConfig(vocab_size=50304, hidden_size=1024, num_layers=24, num_heads=16,
+                                 intermediate_size=4096, rotary_dim=16, use_parallel_residual=True,
+                                 tie_word_embeddings=False),  # rotary_pct 0.25 of head_dim 64
+    "qwen3-8b": LlamaConfig(vocab_size=151936, hidden_size=4096, num_layers=36, num_heads=32, num_kv_heads=8,
+                            head_dim=128, intermediate_size=12288, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                            qk_norm=True, flavor="qwen3", tie_word_embeddings=False, max_position_embeddings=40960),
+}
+GPU_SHAPES = ("smollm2-135m", "pythia-410m", "qwen3-8b")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+# Spec-sheet peak HBM bandwidth (GB/s), matched by substring of `device_kind`: printed for reference only.
+SPEC_SHEET_GBPS = {"H200": 4800.0, "H100 PCIe": 2000.0, "H100 NVL": 3900.0, "H100": 3350.0, "A100-SXM4-80GB": 2039.0,
+                   "A100-SXM4-40GB": 1555.0, "A100-PCIE": 1555.0, "L4": 300.0, "A10G": 600.0}
+UNITS = {"ms": "milliseconds (median of reps)", "s": "seconds", "GBps": "1e9 bytes per second",
+         "bytes": "bytes", "ratio": "dimensionless"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What one run measures. Defaults reproduce issue 16's table at batch 1 (GPU sizes);
+    `for_platform` shrinks the sizes that are slow on a CPU."""
+
+    dtype: str = "bfloat16"
+    batch: int = 1
+    prompt_len: int = 64
+    new_tokens: int = 128
+    context: int = 512
+    verify_widths: tuple[int, ...] = (1, 64, 128, 256, 512)
+    select_depth: int = 16
+    select_budget: int = 512
+    select_batches: tuple[int, ...] = (1, 8)
+    select_methods: tuple[str, ...] = ("levels", "pops")
+    compile_methods: tuple[str, ...] = ("ar", "chain4", "dynatree-p3", "ddtree-64")
+    round_budget: int = 64
+    dflash_layers: int | None = None  # None: 5 (the DFlash-b16 release for Qwen3-8B) on >= 8-layer targets, else 1
+    reps: int = 10
+    bandwidth_mib: int = 1024
+    matmul_precision: str = DEFAULT_PRECISION
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
+        for name in ("batch", "prompt_len", "new_tokens", "context", "select_depth", "select_budget", "round_budget",
+                     "reps", "bandwidth_mib"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"setting {name} must be >= 1, got {getattr(self, name)}")
+        if self.new_tokens < 2:
+            raise ValueError(f"new_tokens must be >= 2 (ms/token is (t_N - t_1) / (N - 1)), got {self.new_tokens}")
+        if not self.verify_widths or min(self.verify_widths) < 1:
+            raise ValueError(f"verify_widths must be positive token counts, got {self.verify_widths}")
+        bad = set(self.select_methods) - {"levels", "pops"}
+        if bad:
+            raise ValueError(f"unknown select_tree method(s) {sorted(bad)}; use levels, pops")
+
+    @classmethod
+    def for_platform(cls, platform: str, **overrides) -> "Settings":
+        """GPU/TPU: the issue's sizes in bfloat16. CPU: float32 and 256 MiB bandwidth arrays."""
+        base = {} if platform != "cpu" else dict(dtype="float32", bandwidth_mib=256)
+        return cls(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
+
+
+def check_names(shapes, parts) -> None:
+    """Raise ValueError naming an unknown shape or part (before anything runs)."""
+    for s in shapes:
+        if s not in SHAPES:
+            raise ValueError(f"unknown shape {s!r}; choose from {', '.join(SHAPES)}")
+    for p in parts:
+        if p not in PARTS:
+            raise ValueError(f"unknown part {p!r}; choose from {', '.join(PARTS)}")
+
+
+def default_shapes(platform: str) -> tuple[str, ...]:
+    """`tiny` on CPU, the three named shapes elsewhere."""
+    return ("tiny",) if platform == "cpu" else GPU_SHAPES
+
+
+def _median_s(fn, reps: int) -> float:
+    """Median wall seconds of `reps` calls of fn() (blocked), after one excluded warm-up call."""
+    jax.block_until_ready(fn())
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def weight_bytes(params) -> int:
+    """Total bytes of every leaf of a params pytree."""
+    return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params)))
+
+
+def bandwidth_bound(weight_bytes_: int, bandwidth_gbps: float, ms_per_token: float) -> dict:
+    """The AR bound: bound_ms = weight bytes / (bandwidth GB/s * 1e9) * 1e3; ratio = measured / bound (>= ~1)."""
+    if weight_bytes_ <= 0 or bandwidth_gbps <= 0:
+        raise ValueError(f"need positive weight bytes and bandwidth, got {weight_bytes_}, {bandwidth_gbps}")
+    bound_ms = weight_bytes_ / (bandwidth_gbps * 1e9) * 1e3
+    return {"bound_ms_per_token": bound_ms, "ratio_to_bound": ms_per_token / bound_ms}
+
+
+def measure_bandwidth(mib: int, reps: int) -> dict:
+    """Device memory bandwidth from a streaming elementwise kernel over two `mib` MiB float32
+    arrays: y <- y + x in place (y donated), (2 reads + 1 write) x bytes / median seconds.
+
+    In place, because an out-of-place op (`x * 2` into a fresh buffer) measures page faults
+    on XLA:CPU (about 3 GB/s on a 2-core dev CPU against 17-24 GB/s for read-heavy or in-place kernels).
+    Also returns the spec-sheet figure for known GPUs (reference only)."""
+    n = mib * (1 << 20) // 4
+    x, state = jnp.ones((n,), jnp.float32), {"y": jnp.zeros((n,), jnp.float32)}
+    add = jax.jit(lambda a, b: b + a, donate_argnums=1)
+
+    def call():
+        state["y"] = add(x, state["y"])
+        return state["y"]
+
+    seconds = _median_s(call, reps)
+    moved = 3 * 4 * n
+    kind = jax.devices()[0].device_kind
+    spec = next((v for k, v in SPEC_SHEET_GBPS.items() if k in kind), None)
+    return {"measured_GBps": moved / seconds / 1e9, "bytes_moved": moved, "median_s": seconds,
+            "method": f"jit(y + x), y donated (in place), x, y float32[{n}] ({mib} MiB each): "
+                      "(2 reads + 1 write = read + written bytes) / median s",
+            "spec_sheet_GBps": spec, "spec_sheet_note": "vendor peak figure, for reference; not used in the bound"}
+
+
+def random_params(cfg, dtype, seed: int = 0):
+    """init_params(cfg, key(seed), dtype): eager (the layers are one vmapped init; no compile to wait for)."""
+    from specjax.models.model import init_params
+
+    return init_params(cfg, jax.random.key(seed), dtype)
+
+
+def random_prompt(cfg, batch: int, length: int, seed: int = 0):
+    """Random full-length prompts: (tokens int32[B, T], lengths int32[B])."""
+    tokens = np.random.default_rng(seed).integers(1, cfg.vocab_size, (batch, length), dtype=np.int32)
+    return jnp.asarray(tokens), jnp.full((batch,), length, jnp.int32)
+
+
+def time_ar(cfg, params, s: Settings) -> dict:
+    """AR decode ms/token (module docstring): (t_N - t_1) / (N - 1) over generate_ar."""
+    from specjax.decode import generate_ar
+
+    tokens, lengths = random_prompt(cfg, s.batch, s.prompt_len)
+    slots = s.prompt_len + s.new_tokens
+
+    def run(n):
+        return lambda: generate_ar(params, cfg, tokens, lengths, n, cache_slots=slots, eos_ids=(),
+                                   matmul_precision=s.matmul_precision).tokens
+
+    t_n, t_1 = _median_s(run(s.new_tokens), s.reps), _median_s(run(1), s.reps)
+    per_token = (t_n - t_1) / (s.new_tokens - 1) * 1e3
+    return {"ms_per_token": per_token, "generate_N_ms": t_n * 1e3, "generate_1_ms": t_1 * 1e3,
+            "tokens_per_s": 1e3 / per_token if per_token > 0 else None,
+            "how": "(median t(generate_ar, N new) - median t(generate_ar, 1 new)) / (N - 1), same cache size"}
+
+
+def time_verify(cfg, params, s: Settings) -> list[dict]:
+    """Target forward of T pending tokens at a `context`-token cache, per T (module docstring)."""
+    from specjax.models.cache import init_cache
+    from specjax.models.model import causal_mask, forward
+
+    dtype = jax.tree.leaves(params)[0].dtype
+    cache = init_cache(cfg, s.batch, s.context + max(s.verify_widths), dtype)
+    state = {"cache": cache.replace(lengths=jnp.full((s.batch,), s.context, jnp.int32))}
+
+    @functools.partial(jax.jit, donate_argnums=(4,))
+    def fwd(params, tokens, positions, mask, cache):
+        with matmul_scope(s.matmul_precision):
+            return forward(params, cfg, tokens, positions, mask, cache)
+
+    rows = []
+    for width in s.verify_widths:
+        tokens = random_prompt(cfg, s.batch, width, seed=width)[0]
+        positions = s.context + jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32), (s.batch, width))
+        mask = causal_mask(s.batch, width)
+
+        def call():
+            logits, state["cache"] = fwd(params, tokens, positions, mask, state["cache"])
+            return logits
+
+        ms = _median_s(call, s.reps) * 1e3
+        rows.append({"T": width, "context": s.context, "ms": ms, "ms_per_token": ms / width})
+    return rows
+
+
+def time_select(vocab: int, s: Settings) -> list[dict]:
+    """select_tree latency on random log-probs f32[B, L, V] per batch and method (module docstring)."""
+    from specjax.drafters.ddtree import select_tree
+
+    rows = []
+    for batch in s.select_batches:
+        logits = 3.0 * jax.random.normal(jax.random.key(batch), (batch, s.select_depth, vocab), jnp.float32)
+        log_q = jax.nn.log_softmax(logits, axis=-1)
+        for method in s.select_methods:
+            fn = jax.jit(functools.partial(select_tree, budget=s.select_budget, method=method))
+            ms = _median_s(lambda: fn(log_q).tokens, s.reps) * 1e3
+            rows.append({"batch": batch, "depth_L": s.select_depth, "vocab_V": vocab, "budget": s.select_budget,
+                         "method": method, "ms": ms})
+    return rows
+
+
+def _dflash(cfg, s: Settings, dtype, block: int = 16):
+    """A random DFlash drafter for `cfg`: (DFlashConfig, params)."""
+    from specjax.models.dflash import DFlashConfig
+
+    layers = s.dflash_layers or (5 if cfg.num_layers >= 8 else 1)
+    dcfg = DFlashConfig.for_target(cfg, num_layers=layers, block_size=block, mask_token_id=0)
+    return dcfg, random_params(dcfg, dtype, seed=2)
+
+
+def time_compile(cfg, params, s: Settings) -> list[dict]:
+    """First-compile seconds of a whole generation per method: wall(first) - wall(warm) after jax.clear_caches()."""
+    from specjax.bench.methods import parse_method
+    from specjax.decode import generate, generate_ar
+
+    dtype = jax.tree.leaves(params)[0].dtype
+    draft_cfg = GPTNeoXConfig(vocab_size=cfg.vocab_size, hidden_size=64, num_layers=2, num_heads=4,
+                              intermediate_size=256, rotary_dim=4)
+    draft_params = random_params(draft_cfg, dtype, seed=1)
+    dflash = _dflash(cfg, s, dtype) if any(m.lower().startswith(("ddtree", "dflash")) for m in s.compile_methods) \
+        else None
+    tokens, lengths = random_prompt(cfg, s.batch, s.prompt_len)
+    rows = []
+    for spec in s.compile_methods:
+        method = parse_method(spec, draft_cfg, dflash=dflash, target_cfg=cfg, draft_params=draft_params)
+        if method.is_ar:
+            def run():
+                return generate_ar(params, cfg, tokens, lengths, s.new_tokens, eos_ids=(),
+                                   matmul_precision=s.matmul_precision).tokens
+        else:
+            dparams = method.draft_params_override if method.draft_params_override is not None else draft_params
+
+            def run():
+                return generate(params, cfg, method.drafter, dparams, tokens, lengths, s.new_tokens, eos_ids=(),
+                                matmul_precision=s.matmul_precision).tokens
+        jax.clear_caches()
+        start = time.perf_counter()
+        jax.block_until_ready(run())
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        jax.block_until_ready(run())
+        warm = time.perf_counter() - start
+        rows.append({"method": method.name, "first_call_s": first, "warm_call_s": warm, "compile_s": first - warm})
+    return rows
+
+
+def time_round(cfg, params, s: Settings) -> dict:
+    """round_split of a DDTree round (budget `round_budget`, prune_mass 0) over a random DFlash drafter, ms."""
+    from specjax.bench.round_split import round_split
+    from specjax.drafters.ddtree import DDTreeDrafter
+    from specjax.drafters.dflash import DFlashDrafter
+
+    dtype = jax.tree.leaves(params)[0].dtype
+    dcfg, dparams = _dflash(cfg, s, dtype)
+    drafter = DDTreeDrafter(DFlashDrafter(dcfg, cfg), s.round_budget, prune_mass=0.0)
+    tokens, lengths = random_prompt(cfg, s.batch, s.prompt_len)
+    out = round_split((cfg, params), drafter, dparams, tokens, lengths, reps=s.reps, max_new=s.new_tokens,
+                      matmul_precision=s.matmul_precision)
+    timed = {f"{k}_ms": float(v) for k, v in out.items() if k not in ("width", "nodes")}
+    return {**timed, "verify_width": int(out["width"]), "tree_nodes": int(out["nodes"]), "budget": s.round_budget,
+            "dflash_layers": dcfg.num_layers, "block_size": dcfg.block_size}
+
+
+def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print) -> dict:
+    """Run `parts` for each shape; returns the JSON-ready report (settings, environment, units, results)."""
+    platform = jax.devices()[0].platform
+    shapes = tuple(shapes) if shapes else default_shapes(platform)
+    check_names(shapes, parts)
+    s = settings or Settings.for_platform(platform)
+    dtype = DTYPES[s.dtype]
+    report = {"settings": {**dataclasses.asdict(s), "shapes": list(shapes), "parts": list(parts),
+                           "sampling": "greedy", "eos_ids": [], "weights": "random (init_params)"},
+              "environment": _environment(), "units": UNITS, "shapes": {}}
+    if "ar" in parts:
+        report["bandwidth"] = measure_bandwidth(s.bandwidth_mib, s.reps)
+        log(f"bandwidth: {report['bandwidth']['measured_GBps']:.1f} GB/s measured"
+            + (f" (spec sheet {report['bandwidth']['spec_sheet_GBps']:.0f} GB/s)"
+               if report["bandwidth"]["spec_sheet_GBps"] else ""))
+    for name in shapes:
+        cfg = SHAPES[name]
+        params = random_params(cfg, dtype)
+        fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+        entry = {"config": {"family": cfg.model_type, **fields},
+                 "weight_bytes": weight_bytes(params),
+                 "num_params": int(sum(x.size for x in jax.tree.leaves(params)))}
+        log(f"\n== {name} ({cfg.model_type}, {entry['num_params'] / 1e6:.1f}M params, {s.dtype}, "
+            f"{entry['weight_bytes'] / 1e6:.1f} MB weights, batch {s.batch})")
+        if "ar" in parts:
+            ar = time_ar(cfg, params, s)
+            entry["ar"] = {**ar, **bandwidth_bound(entry["weight_bytes"], report["bandwidth"]["measured_GBps"],
+                                                   ar["ms_per_token"])}
+            log(f"AR decode: {ar['ms_per_token']:.3f} ms/token (prompt {s.prompt_len}, {s.new_tokens} new); bound "
+                f"{entry['ar']['bound_ms_per_token']:.3f} ms (weights / measured bandwidth), ratio "
+                f"{entry['ar']['ratio_to_bound']:.2f}")
+        if "verify" in parts:
+            entry["verify"] = time_verify(cfg, params, s)
+            log(f"verify forward at context {s.context}: " + ", ".join(
+                f"T={r['T']}: {r['ms']:.2f} ms" for r in entry["verify"]))
+        if "select" in parts:
+            entry["select"] = time_select(cfg.vocab_size, s)
+            log(f"select_tree L={s.select_depth} V={cfg.vocab_size} budget {s.select_budget}: " + ", ".join(
+                f"B={r['batch']} {r['method']}: {r['ms']:.2f} ms" for r in entry["select"]))
+        if "compile" in parts:
+            entry["compile"] = time_compile(cfg, params, s)
+            log("first compile (first call - warm call): " + ", ".join(
+                f"{r['method']}: {r['compile_s']:.1f} s" for r in entry["compile"]))
+        if "round" in parts:
+            entry["round"] = time_round(cfg, params, s)
+            r = entry["round"]
+            log(f"DDTree-{s.round_budget} round (verify width {r['verify_width']}): " + ", ".join(
+                f"{k[:-3]} {v:.2f}" for k, v in r.items() if k.endswith("_ms")) + " ms")
+        report["shapes"][name] = entry
+        del params
+    return report
+
+
+def _environment() -> dict:
+    import flax
+    import jaxlib
+
+    dev = jax.devices()[0]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # CPU timings drift with the host's load
+    return {"platform": dev.platform, "device_kind": dev.device_kind, "device_count": jax.device_count(),
+            "cpu_count": os.cpu_count(), "load_average_1min": load, "jax": jax.__version__,
+            "jaxlib": jaxlib.__version__, "flax": flax.__version__}
+
+
+def write_json(path: str, report: dict) -> None:
+    """Write the report as indented JSON (tuples as lists)."""
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2, default=str)

@@ -1,0 +1,112 @@
+"""`specjax.bench.device` / `specjax bench-device`: the tiny shape end to end on CPU, the JSON's
+fields and units, the bandwidth-bound arithmetic, the CLI, and named errors."""
+
+import json
+import math
+
+import pytest
+
+from specjax.bench import device
+from specjax.cli import main
+
+SMALL = dict(reps=3, new_tokens=32, prompt_len=16, context=32, verify_widths=(1, 8), select_budget=32,
+             select_batches=(2,), compile_methods=("ar",), round_budget=8, bandwidth_mib=8)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """Every part on the tiny shape, written to JSON and read back (what a user of --json gets)."""
+    rep = device.run(["tiny"], device.PARTS, device.Settings.for_platform("cpu", **SMALL), log=lambda *_: None)
+    path = tmp_path_factory.mktemp("dev") / "tiny.json"
+    device.write_json(str(path), rep)
+    return json.loads(path.read_text())
+
+
+def _positive(x):
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+def test_every_part_reports_positive_figures_with_units_and_settings(report):
+    s = report["settings"]
+    assert s["dtype"] == "float32" and s["batch"] == 1 and s["shapes"] == ["tiny"] and s["parts"] == list(device.PARTS)
+    assert s["new_tokens"] == 32 and s["context"] == 32 and s["verify_widths"] == [1, 8]
+    assert report["environment"]["platform"] and report["units"]["ms"].startswith("milliseconds")
+    bw = report["bandwidth"]
+    assert _positive(bw["measured_GBps"]) and bw["bytes_moved"] == 3 * 8 * (1 << 20)  # 2 reads + 1 write of 8 MiB
+    assert "read + written" in bw["method"] and report["environment"]["cpu_count"] >= 1
+    tiny = report["shapes"]["tiny"]
+    assert tiny["config"]["vocab_size"] == 512 and _positive(tiny["weight_bytes"]) and _positive(tiny["num_params"])
+    assert tiny["weight_bytes"] == 4 * tiny["num_params"]  # float32
+    ar = tiny["ar"]
+    for key in ("ms_per_token", "generate_N_ms", "generate_1_ms", "bound_ms_per_token", "ratio_to_bound"):
+        assert _positive(ar[key]), key
+    assert [r["T"] for r in tiny["verify"]] == [1, 8]
+    assert all(_positive(r["ms"]) and _positive(r["ms_per_token"]) and r["context"] == 32 for r in tiny["verify"])
+    assert [(r["batch"], r["method"]) for r in tiny["select"]] == [(2, "levels"), (2, "pops")]
+    assert all(_positive(r["ms"]) and r["vocab_V"] == 512 and r["depth_L"] == 16 and r["budget"] == 32
+               for r in tiny["select"])
+    assert [r["method"] for r in tiny["compile"]] == ["ar"]
+    assert all(_positive(r["first_call_s"]) and _positive(r["warm_call_s"]) and _positive(r["compile_s"])
+               and math.isclose(r["compile_s"], r["first_call_s"] - r["warm_call_s"]) for r in tiny["compile"])
+    rnd = tiny["round"]
+    for part in ("draft", "select", "mask", "verify", "walk_commit", "round", "ar_step"):
+        assert _positive(rnd[f"{part}_ms"]), part
+    assert rnd["verify_width"] == 8 and rnd["tree_nodes"] == 8 and rnd["budget"] == 8  # prune_mass 0: full budget
+
+
+def test_bound_is_weight_bytes_over_measured_bandwidth(report):
+    tiny, bw = report["shapes"]["tiny"], report["bandwidth"]["measured_GBps"]
+    assert math.isclose(tiny["ar"]["bound_ms_per_token"], tiny["weight_bytes"] / (bw * 1e9) * 1e3, rel_tol=1e-9)
+    assert math.isclose(tiny["ar"]["ratio_to_bound"], tiny["ar"]["ms_per_token"] / tiny["ar"]["bound_ms_per_token"],
+                        rel_tol=1e-9)
+
+
+def test_bandwidth_bound_arithmetic_on_made_up_numbers():
+    # 16 GB of weights at 3200 GB/s: 5 ms per token; measured 6.5 ms is 1.3x the bound
+    out = device.bandwidth_bound(16_000_000_000, 3200.0, 6.5)
+    assert math.isclose(out["bound_ms_per_token"], 5.0) and math.isclose(out["ratio_to_bound"], 1.3)
+    with pytest.raises(ValueError, match="positive weight bytes and bandwidth"):
+        device.bandwidth_bound(0, 3200.0, 1.0)
+
+
+def test_named_shapes_carry_the_hf_numbers():
+    q, s, p = device.SHAPES["qwen3-8b"], device.SHAPES["smollm2-135m"], device.SHAPES["pythia-410m"]
+    assert (q.vocab_size, q.hidden_size, q.num_layers, q.num_heads, q.num_kv_heads, q.head_dim, q.intermediate_size,
+            q.qk_norm, q.flavor, q.tie_word_embeddings) == (151936, 4096, 36, 32, 8, 128, 12288, True, "qwen3", False)
+    assert (s.vocab_size, s.hidden_size, s.num_layers, s.num_heads, s.num_kv_heads, s.head_dim, s.intermediate_size,
+            s.tie_word_embeddings, s.flavor) == (49152, 576, 30, 9, 3, 64, 1536, True, "llama")
+    assert (p.vocab_size, p.hidden_size, p.num_layers, p.num_heads, p.intermediate_size, p.rotary_dim / p.head_dim,
+            p.use_parallel_residual, p.tie_word_embeddings) == (50304, 1024, 24, 16, 4096, 0.25, True, False)
+    from specjax.models.model import param_shapes
+
+    counts = {name: sum(x.size for x in __import__("jax").tree.leaves(param_shapes(cfg)))
+              for name, cfg in device.SHAPES.items() if name != "tiny"}
+    assert 134e6 < counts["smollm2-135m"] < 136e6 and 400e6 < counts["pythia-410m"] < 410e6
+    assert 8.1e9 < counts["qwen3-8b"] < 8.3e9  # Qwen3-8B: 8.19B parameters
+
+
+def test_unknown_shape_or_part_and_bad_settings_are_named():
+    with pytest.raises(ValueError, match="unknown shape 'llama-70b'"):
+        device.run(["llama-70b"], ("ar",))
+    with pytest.raises(ValueError, match="unknown part 'decode'"):
+        device.run(["tiny"], ("decode",))
+    with pytest.raises(ValueError, match="unknown dtype 'int8'"):
+        device.Settings(dtype="int8")
+    with pytest.raises(ValueError, match="new_tokens must be >= 2"):
+        device.Settings(new_tokens=1)
+
+
+def test_cli_bench_device_writes_json(tmp_path, capsys):
+    path = tmp_path / "dev.json"
+    args = ["bench-device", "--shapes", "tiny", "--parts", "ar", "--new-tokens", "64",
+            "--reps", "3", "--json", str(path)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "bandwidth:" in out and "AR decode:" in out and "ms/token" in out
+    rep = json.loads(path.read_text())
+    assert _positive(rep["shapes"]["tiny"]["ar"]["ratio_to_bound"]) and rep["settings"]["parts"] == ["ar"]
+    assert rep["settings"]["new_tokens"] == 64 and rep["settings"]["dtype"] == "float32"
+    assert main(["bench-device", "--shapes", "tiny,nope"]) == 2
+    assert "unknown shape 'nope'" in capsys.readouterr().err
+    assert main(["bench-device", "--parts", "ar,walk"]) == 2
+    assert "unknown part 'walk'" in capsys.readouterr().err
