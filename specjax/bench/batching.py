@@ -53,8 +53,8 @@ def group_batches(prepared: list[tuple[jax.Array, jax.Array]], batch: int) -> li
         return list(prepared)
     if len(prepared) % batch:
         raise ValueError(f"{len(prepared)} prompts do not make whole batches of {batch}")
-    return [(jnp.concatenate([t for t, _ in prepared[i:i + batch]]), jnp.concatenate([n for _, n in prepared[i:i + batch]]))
-            for i in range(0, len(prepared), batch)]
+    groups = [prepared[i:i + batch] for i in range(0, len(prepared), batch)]
+    return [(jnp.concatenate([t for t, _ in g]), jnp.concatenate([n for _, n in g])) for g in groups]
 
 
 def row_outputs(out) -> list:

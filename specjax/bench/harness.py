@@ -121,8 +121,8 @@ from specjax.equality import Agreement, compare_with_ar
 from specjax.equality import count as equality_count
 from specjax.sampling import Sampling
 
-__all__ = ["Method", "MethodResult", "check_batches", "environment", "format_table", "parse_method", "prepare_prompts", "random_pair",
-           "read_csv", "read_json", "run_benchmark", "summarise", "warm_up", "write_csv", "write_json"]
+__all__ = ["Method", "MethodResult", "check_batches", "environment", "format_table", "parse_method", "prepare_prompts",
+           "random_pair", "read_csv", "read_json", "run_benchmark", "summarise", "warm_up", "write_csv", "write_json"]
 
 GREEDY = Sampling()
 
