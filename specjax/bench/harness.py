@@ -149,7 +149,7 @@ class MethodResult:
     accept_hist: list[int]  # rounds with 0, 1, ..., max_depth accepted draft tokens
     mean_tree_nodes: float | None
     mean_tree_depth: float | None
-    rounds: int  # verification rounds (AR: decoding steps)
+    rounds: int  # verification rounds (AR: decoding steps), summed over rows
     identical_to_ar: bool | None  # greedy only: every prompt identical; None when not checked
     per_prompt: list[dict]
     near_ties: int | None = None  # prompts that part from AR at a near-tie (specjax.equality); None: not checked
@@ -279,7 +279,8 @@ def _timed(run, tokens, lengths, n: int, reserve: int):
 
 
 def _record(index: int, lengths, out, seconds: float, ttft: float | None) -> _Run:
-    """Host copy of one generation (after the timed region)."""
+    """Host copy of one generation (after the timed region): row 0 of `out`, a batch-1 output or one
+    row of a batched call (`batching.row_outputs`); `seconds` / `ttft` are the whole call's."""
     num = int(out.num_tokens[0])
     run = _Run(prompt=index, prompt_len=int(lengths[0]), tokens=np.asarray(out.tokens[0, :num]), seconds=seconds,
                ttft=ttft)
