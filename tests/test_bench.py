@@ -1,8 +1,11 @@
-"""The benchmark harness (`specjax.bench.harness`) and method specs (`specjax.bench.methods`).
+"""The benchmark harness (`specjax.bench.harness`, batched calls: `specjax.bench.batching`) and method specs
+(`specjax.bench.methods`).
 
 Tiny random models, 3 short prompts (1 warm-up), every method compiled once per module:
 the records' fields and round accounting, AR as the reference (speedup 1, identical
-outputs), JSON / CSV round trips, and a self-draft chain that accepts everything.
+outputs), JSON / CSV round trips, and a self-draft chain that accepts everything. Batch 2
+over 4 prompts: per-row tokens and stats equal batch 1's, the per-call aggregate arithmetic,
+the named errors for inconsistent batches, and `specjax bench --batch`.
 """
 
 import dataclasses
