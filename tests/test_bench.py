@@ -1,8 +1,11 @@
-"""The benchmark harness (`specjax.bench.harness`) and method specs (`specjax.bench.methods`).
+"""The benchmark harness (`specjax.bench.harness`, batched calls: `specjax.bench.batching`) and method specs
+(`specjax.bench.methods`).
 
 Tiny random models, 3 short prompts (1 warm-up), every method compiled once per module:
 the records' fields and round accounting, AR as the reference (speedup 1, identical
-outputs), JSON / CSV round trips, and a self-draft chain that accepts everything.
+outputs), JSON / CSV round trips, and a self-draft chain that accepts everything. Batch 2
+over 4 prompts: per-row tokens and stats equal batch 1's, the per-call aggregate arithmetic,
+the named errors for inconsistent batches, and `specjax bench --batch`.
 """
 
 import dataclasses
@@ -359,3 +362,149 @@ def test_round_split_times_every_part_and_projection_arithmetic():
     assert costs["width"] == 24 and costs["nodes"] == 24  # unpruned: the full budget is verified
     proj = project_speedup({8: {"ar_step": 2.0, "round": 4.0}, 16: {"ar_step": 2.0, "round": 5.0}}, {8: 3.0, 32: 9.0})
     assert proj == {8: 1.5}
+
+
+# ======================================================================== batch > 1
+
+BATCH_PROMPTS = PROMPTS + [[2, 7, 1, 8, 2, 8, 1]]  # 4 prompts, width 8: two calls of 2 rows
+BATCH_METHODS = ["ar", "chain2", "fixed2x2n6"]
+RECORD_KEYS = ("tokens", "rounds", "accepted", "proposed", "depth", "identical_to_ar", "agreement")
+
+
+def _tokens_by_prompt(pair, batch: int, ttft: bool):
+    """run_benchmark on BATCH_PROMPTS (no warm-up) and every row's generated tokens by (method, prompt)."""
+    tokens, real = {}, harness._record
+
+    def record(index, lengths, out, seconds, first):
+        run = real(index, lengths, out, seconds, first)
+        tokens.setdefault(run.accepted is None, []).append((index, run.tokens.tolist()))
+        return run
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(harness, "_record", record)
+        results = harness.run_benchmark(*pair, BATCH_PROMPTS, BATCH_METHODS, max_new_tokens=MAX_NEW, warmup=0,
+                                        progress=False, ttft=ttft, batch=batch)
+    return results, tokens
+
+
+@pytest.fixture(scope="module")
+def batched(pair):
+    return _tokens_by_prompt(pair, 2, ttft=True)
+
+
+def test_batched_records_have_every_field_and_the_call_arithmetic(batched):
+    results, _ = batched
+    names = {f.name for f in dataclasses.fields(harness.MethodResult)}
+    ar = results[0]
+    for r in results:
+        assert set(r.to_dict()) == names and r.batch == 2 and r.num_prompts == 4 and r.identical_to_ar
+        assert r.total_tokens == 4 * MAX_NEW and [p["prompt"] for p in r.per_prompt] == [0, 1, 2, 3]
+        pp = r.per_prompt
+        assert [(p["call"], p["row"]) for p in pp] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+        calls = [pp[0:2], pp[2:4]]
+        agg = []
+        for rows in calls:  # the rows of a call share its time; aggregate = all rows' tokens / that time
+            assert len({(p["seconds"], p["ttft_ms"], p["tpot_ms"], p["call_tokens"]) for p in rows}) == 1
+            tokens, seconds = sum(p["tokens"] for p in rows), rows[0]["seconds"]
+            assert rows[0]["call_tokens"] == tokens and rows[0]["call_rounds"] == max(p["rounds"] for p in rows)
+            assert rows[0]["aggregate_throughput"] == pytest.approx(tokens / seconds)
+            assert rows[0]["tpot_ms"] == pytest.approx((1e3 * seconds - rows[0]["ttft_ms"]) / (MAX_NEW - 1))
+            agg.append(tokens / seconds)
+        assert r.aggregate_throughput == pytest.approx(np.mean(agg))
+        assert r.aggregate_throughput_std == pytest.approx(np.std(agg))
+        assert r.throughput == pytest.approx(np.mean([p["tokens"] / p["seconds"] for p in pp]))  # per row
+        assert r.aggregate_throughput == pytest.approx(2 * r.throughput)  # EOS off: every row makes MAX_NEW tokens
+        assert r.total_seconds == pytest.approx(calls[0][0]["seconds"] + calls[1][0]["seconds"])  # each call once
+        assert r.ttft_ms == pytest.approx(np.mean([c[0]["ttft_ms"] for c in calls]))
+        assert r.speedup == pytest.approx(r.aggregate_throughput / ar.aggregate_throughput)
+        assert sum(p["rounds"] for p in pp) == r.rounds == sum(r.accept_hist)
+    assert ar.speedup == 1.0 and ar.rounds == 4 * (MAX_NEW - 1)
+
+
+def test_batching_does_not_change_outputs_or_per_row_stats(pair, batched):
+    """Greedy: every row of a batch-2 call generates the tokens, rounds and trees of its batch-1 run."""
+    results2, tokens2 = batched
+    results1, tokens1 = _tokens_by_prompt(pair, 1, ttft=False)
+    # (prompt, tokens) of every row, AR's and the speculative methods' (in call order, so sorted)
+    assert {k: sorted(v) for k, v in tokens2.items()} == {k: sorted(v) for k, v in tokens1.items()}
+    assert len(tokens2[False]) == 2 * len(BATCH_PROMPTS) and len(tokens2[True]) == len(BATCH_PROMPTS)
+    for r1, r2 in zip(results1, results2):
+        assert r1.batch == 1 and r1.aggregate_throughput == r1.throughput  # batch 1: aggregate = row throughput
+        assert [{k: p[k] for k in RECORD_KEYS} for p in r1.per_prompt] == [
+            {k: p[k] for k in RECORD_KEYS} for p in r2.per_prompt]
+        assert "call" not in r1.per_prompt[0]  # batch-1 per-prompt records keep their historical keys
+        for key in ("accept_hist", "rounds", "acceptance_rate", "node_acceptance_rate", "tokens_per_iteration",
+                    "mean_tree_nodes", "mean_tree_depth", "identical_to_ar", "total_tokens"):
+            assert getattr(r1, key) == getattr(r2, key), (r1.method, key)
+
+
+def test_batched_json_csv_and_table(batched, tmp_path):
+    results, _ = batched
+    env = {"target": "tiny"}
+    harness.write_json(tmp_path / "r.json", results, env, {"batch": 2})
+    loaded, _, config = harness.read_json(tmp_path / "r.json")
+    assert loaded == results and config == {"batch": 2}
+    harness.write_csv(tmp_path / "r.csv", results, env)
+    rows, _ = harness.read_csv(tmp_path / "r.csv")
+    assert rows == [dataclasses.replace(r, per_prompt=[]) for r in results]
+    # a file written before batching (no batch / aggregate fields) reads with the defaults
+    old = json.loads((tmp_path / "r.json").read_text())
+    for d in old["results"]:
+        for key in ("batch", "aggregate_throughput", "aggregate_throughput_std"):
+            del d[key]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    first = harness.read_json(tmp_path / "old.json")[0][0]
+    assert (first.batch, first.aggregate_throughput, first.aggregate_throughput_std) == (1, None, None)
+    table = harness.format_table(results).splitlines()
+    assert len({len(line) for line in table}) == 1 and table[0].split()[:5] == ["method", "row", "tok/s", "±", "std"]
+    assert "agg tok/s" in table[0] and f"{results[1].aggregate_throughput:.1f}" in table[3]
+
+
+def test_summarise_groups_rows_into_calls():
+    """Pure arithmetic: two calls of two rows (3 + 5 and 4 + 4 tokens in 2 s and 4 s)."""
+    def run(prompt, call, row, n, seconds, ttft):
+        return harness._Run(prompt=prompt, prompt_len=2, tokens=np.arange(n), seconds=seconds, ttft=ttft, call=call,
+                            row=row)
+
+    runs = [run(2, 1, 0, 3, 2.0, 0.5), run(3, 1, 1, 5, 2.0, 0.5), run(4, 2, 0, 4, 4.0, 1.0), run(5, 2, 1, 4, 4.0, 1.0)]
+    r = harness.summarise("ar", runs, 1)
+    assert r.batch == 2 and r.total_seconds == 6.0 and r.total_tokens == 16
+    assert r.aggregate_throughput == pytest.approx((8 / 2 + 8 / 4) / 2) and r.aggregate_throughput_std == 1.0
+    assert r.throughput == pytest.approx(np.mean([3 / 2, 5 / 2, 1, 1]))
+    assert r.ttft_ms == 750.0 and r.tpot_ms == pytest.approx(1e3 * (1.5 / 4 + 3.0 / 3) / 2)  # longest row per call
+    assert [p["call_rounds"] for p in r.per_prompt] == [4, 4, 3, 3] and r.rounds == 2 + 4 + 3 + 3
+    with pytest.raises(ValueError, match="unequal batch sizes"):
+        harness.summarise("ar", runs[:3], 1)
+    with pytest.raises(ValueError, match="share its wall time"):
+        harness.summarise("ar", [runs[0], dataclasses.replace(runs[1], seconds=3.0)], 1)
+
+
+@pytest.mark.parametrize("n, warmup, batch, message", [
+    (3, 0, 2, "the number of prompts must be a multiple of the batch (whole batches, one compiled shape), got 3; "
+              "use 2 or 4"),
+    (3, 0, 4, "batch 4 needs at least 4 prompts (one batch), got 3"),
+    (4, 1, 2, "warmup counts prompts and must be a multiple of the batch (whole warm-up batches), got warmup 1"),
+    (4, 4, 2, "so that at least one batch of 2 is counted, got 4"),
+    (4, 0, 0, "batch must be an int >= 1, got 0"),
+    (3, 3, 1, "warmup must lie in [0, 3) (number of prompts), got 3"),
+])
+def test_run_benchmark_rejects_inconsistent_batches(pair, n, warmup, batch, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        harness.run_benchmark(*pair, BATCH_PROMPTS[:n], ["ar"], max_new_tokens=4, warmup=warmup, batch=batch,
+                              progress=False)
+
+
+def test_bench_command_batch_flag(tmp_path, capsys):
+    from specjax.cli import main
+
+    args = ["bench", "--random", "--methods", "ar,chain2", "--prompt-len", "6", "--max-new-tokens", "6", "--no-ttft",
+            "--no-progress", "--json", str(tmp_path / "b.json")]
+    assert main(args + ["--prompts", "4", "--warmup", "2", "--batch", "2"]) == 0  # exit 1: differs from AR
+    out = capsys.readouterr().out
+    assert "2 counted prompts (random tokens, 2 warm-up discarded)" in out and "batch 2 (1 timed calls" in out
+    assert "agg tok/s" in out
+    results, _, config = harness.read_json(tmp_path / "b.json")
+    assert config["batch"] == 2 and all(r.batch == 2 and r.num_prompts == 2 and r.identical_to_ar for r in results)
+    assert main(args + ["--prompts", "6", "--warmup", "2", "--batch", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "--batch 4 with --prompts 6 --warmup 2" in err and "multiple of the batch" in err

@@ -1,16 +1,25 @@
 """The benchmark harness of the DynaTree reproduction (`specjax bench`, notebooks).
 
-Protocol (the paper's Sec. 4.1, batch 1, one prompt at a time):
+Protocol (the paper's Sec. 4.1 at batch 1, one prompt per call; `batch` = B > 1 runs B
+consecutive prompts per call, `specjax.bench.batching`):
 
 1. Every prompt is cut to its last `prompt_width` tokens (left truncation: the model
    continues the end of the text) and right-padded to that one common width (default: the
-   longest prompt), so each method compiles exactly once.
-2. Each method is compiled and run once on prompt 0, untimed: compile time is excluded.
-3. The first `warmup` prompts are run for every method and discarded (the paper discards
-   W = 2 runs); the remaining prompts are the counted ones.
-4. For each prompt, every method runs in turn (interleaved, so machine-speed drift hits all
+   longest prompt), so each method compiles exactly once. With B > 1, prompts p = cB..cB+B-1
+   form call c (int32[B, W], each row with its own length); the number of prompts and
+   `warmup` must be multiples of B (whole batches: nothing is rounded, a clear ValueError
+   otherwise).
+2. Each method is compiled and run once on the first call's prompts, untimed: compile time
+   is excluded.
+3. The first `warmup` prompts (warmup / B calls) are run for every method and discarded (the
+   paper discards W = 2 runs); the remaining prompts are the counted ones.
+4. For each call, every method runs in turn (interleaved, so machine-speed drift hits all
    methods alike): the TTFT call, then the full call, each timed with `time.perf_counter`
-   around `jax.block_until_ready`.
+   around `jax.block_until_ready`. Every row of a call keeps its own record (tokens and
+   per-round stats), so the per-row metrics and the AR-equality check are those of batch 1.
+   The rows of a call finish at different times: a call lasts as long as its slowest row
+   (the row with the most rounds; with EOS off every row generates `max_new_tokens`), and
+   every row is charged that call's wall time - exactly what a user of batching pays.
 
 `eos_ids=()` by default, so every method generates exactly `max_new_tokens` tokens. Under
 greedy decoding every method's tokens are compared with AR's on every prompt (warm-up
@@ -20,13 +29,21 @@ dtype: lossless up to rounding, counted in `near_ties`); or a MISMATCH (`mismatc
 losslessness bug, warned about loudly, not raised).
 
 Metric definitions (T_p = tokens generated for prompt p; r = one verification round =
-one target forward after the prefill; a_r = draft tokens accepted in round r, the
-bonus / correction token excluded; d_r, n_r = depth and node count of round r's tree).
-Ratios are pooled over all rounds of the counted prompts; mean / std are over counted
-prompts (np.std, ddof = 0, as the authors).
+one target forward after the prefill, counted per row (a row's rounds are those it was
+active in); a_r = draft tokens accepted in round r, the bonus / correction token excluded;
+d_r, n_r = depth and node count of round r's tree; c(p) = the call holding prompt p, t_c
+its wall time). Ratios are pooled over all rounds of the counted prompts; mean / std are
+over counted prompts (np.std, ddof = 0, as the authors), TTFT / TPOT / aggregate ones over
+counted calls (at batch 1 calls and prompts are the same).
 
-  throughput            mean_p T_p / t_p, t_p = wall time of the whole generate call (prefill
-                        included); `throughput_std` its std. speedup = throughput / AR's.
+  throughput            row throughput: mean_p T_p / t_c(p), t_c = wall time of the whole
+                        generate call (prefill included); `throughput_std` its std. What one
+                        request sees; at batch B > 1 each row pays its call's full time.
+  aggregate_throughput  mean_c (sum_{p in c} T_p) / t_c: all tokens of a call over its wall
+                        time (`aggregate_throughput_std` its std over calls); what the device
+                        delivers. = throughput at batch 1.
+  speedup               aggregate_throughput / AR's aggregate_throughput at the same batch
+                        (= throughput / AR's throughput at batch 1).
   acceptance_rate       sum a_r / sum d_r: the fraction of the drafted path depth that was
                         committed (RoundStats.depth holds d_r; = accepted / drafted for a
                         chain). The last round's a_r only counts what the output kept.
@@ -39,10 +56,11 @@ prompts (np.std, ddof = 0, as the authors).
   ttft_ms               wall time of the same call with max_new_tokens = 1 and the same cache
                         shapes (`reserve_new_tokens`): target prefill, draft prefill
                         (drafter.init) and the first token, no round (its own compiled
-                        function, warmed like the other). Mean / std over prompts.
-  tpot_ms               (t_p - TTFT_p) / (T_p - 1), mean / std over prompts. TTFT comes from a
-                        separate call, so with tiny models (decode time ~ call jitter) TPOT is
-                        noisy and can even be negative.
+                        function, warmed like the other). Mean / std over calls.
+  tpot_ms               (t_c - TTFT_c) / (max_{p in c} T_p - 1), mean / std over calls (batch 1:
+                        (t_p - TTFT_p) / (T_p - 1)). TTFT comes from a separate call, so with
+                        tiny models (decode time ~ call jitter) TPOT is noisy and can even be
+                        negative.
 AR counts each decoding step as a round with a_r = 0 (tokens_per_iteration 1, path 0);
 its drafting metrics are None.
 
@@ -97,13 +115,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.bench.batching import call_times, calls_of, check_batches, group_batches, row_outputs
 from specjax.bench.methods import Method, parse_method
 from specjax.equality import Agreement, compare_with_ar
 from specjax.equality import count as equality_count
 from specjax.sampling import Sampling
 
-__all__ = ["Method", "MethodResult", "environment", "format_table", "parse_method", "prepare_prompts", "random_pair",
-           "read_csv", "read_json", "run_benchmark", "summarise", "warm_up", "write_csv", "write_json"]
+__all__ = ["Method", "MethodResult", "check_batches", "environment", "format_table", "parse_method", "prepare_prompts",
+           "random_pair", "read_csv", "read_json", "run_benchmark", "summarise", "warm_up", "write_csv", "write_json"]
 
 GREEDY = Sampling()
 
@@ -115,8 +134,8 @@ class MethodResult:
     method: str
     num_prompts: int
     total_tokens: int  # generated tokens over the counted prompts
-    total_seconds: float  # wall time of their full calls
-    throughput: float  # tokens/s, mean over prompts
+    total_seconds: float  # wall time of their full calls (each call once)
+    throughput: float  # row tokens/s: a row's tokens / its call's time, mean over prompts
     throughput_std: float
     speedup: float | None  # vs AR of the same run; None without AR
     acceptance_rate: float | None  # accepted / tree depth (None for AR)
@@ -130,11 +149,14 @@ class MethodResult:
     accept_hist: list[int]  # rounds with 0, 1, ..., max_depth accepted draft tokens
     mean_tree_nodes: float | None
     mean_tree_depth: float | None
-    rounds: int  # verification rounds (AR: decoding steps)
+    rounds: int  # verification rounds (AR: decoding steps), summed over rows
     identical_to_ar: bool | None  # greedy only: every prompt identical; None when not checked
     per_prompt: list[dict]
     near_ties: int | None = None  # prompts that part from AR at a near-tie (specjax.equality); None: not checked
     mismatches: int | None = None  # prompts that part from AR above the near-tie threshold: a bug
+    batch: int = 1  # prompts (rows) per generate call
+    aggregate_throughput: float | None = None  # a call's tokens (all rows) / its time, mean over calls
+    aggregate_throughput_std: float | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -156,6 +178,8 @@ class _Run:
     accepted: np.ndarray | None = None
     proposed: np.ndarray | None = None
     depth: np.ndarray | None = None
+    call: int | None = None  # index of the generate call (warm-up ones included) that produced this row
+    row: int = 0  # row of that call
 
 
 # ======================================================================== running
@@ -255,7 +279,8 @@ def _timed(run, tokens, lengths, n: int, reserve: int):
 
 
 def _record(index: int, lengths, out, seconds: float, ttft: float | None) -> _Run:
-    """Host copy of one generation (after the timed region)."""
+    """Host copy of one generation (after the timed region): row 0 of `out`, a batch-1 output or one
+    row of a batched call (`batching.row_outputs`); `seconds` / `ttft` are the whole call's."""
     num = int(out.num_tokens[0])
     run = _Run(prompt=index, prompt_len=int(lengths[0]), tokens=np.asarray(out.tokens[0, :num]), seconds=seconds,
                ttft=ttft)
@@ -267,52 +292,59 @@ def _record(index: int, lengths, out, seconds: float, ttft: float | None) -> _Ru
     return run
 
 
-def _measure(runners, batch, max_new_tokens: int, warmup: int, ttft: bool, progress: bool) -> dict[str, list[_Run]]:
-    """Steps 2-4 of the protocol: every method's runs on every prompt (warm-up ones included)."""
+def _measure(runners, calls, max_new_tokens: int, warmup: int, ttft: bool, progress: bool) -> dict[str, list[_Run]]:
+    """Steps 2-4 of the protocol: every method's runs on every call's prompts (warm-up ones
+    included; `warmup` counts calls), one `_Run` per row, prompt index = call * B + row."""
     from tqdm import tqdm
 
     runs: dict[str, list[_Run]] = {m.name: [] for m, _ in runners}
-    with tqdm(total=len(runners) * (1 + len(batch)), disable=not progress, file=sys.stderr, unit="run",
+    size = calls[0][0].shape[0]
+    what = "prompt" if size == 1 else f"batch of {size}"
+    with tqdm(total=len(runners) * (1 + len(calls)), disable=not progress, file=sys.stderr, unit="run",
               dynamic_ncols=True) as bar:
         for m, run in runners:  # compile + first run of both calls, untimed
             bar.set_description(f"compile {m.name}")
-            jax.block_until_ready(run(*batch[0], max_new_tokens, max_new_tokens))
+            jax.block_until_ready(run(*calls[0], max_new_tokens, max_new_tokens))
             if ttft:
-                jax.block_until_ready(run(*batch[0], 1, max_new_tokens))
+                jax.block_until_ready(run(*calls[0], 1, max_new_tokens))
             bar.update()
-        for i, (tokens, lengths) in enumerate(batch):
-            bar.set_description("warm-up" if i < warmup else f"prompt {i - warmup + 1}/{len(batch) - warmup}")
-            for m, run in runners:  # interleaved: every method on this prompt
+        for c, (tokens, lengths) in enumerate(calls):
+            bar.set_description("warm-up" if c < warmup else f"{what} {c - warmup + 1}/{len(calls) - warmup}")
+            for m, run in runners:  # interleaved: every method on this call
                 first = _timed(run, tokens, lengths, 1, max_new_tokens)[1] if ttft else None
                 out, seconds = _timed(run, tokens, lengths, max_new_tokens, max_new_tokens)
-                runs[m.name].append(_record(i, lengths, out, seconds, first))
+                for b, row in enumerate(row_outputs(out)):  # host copies, after the timed region
+                    rec = _record(c * size + b, lengths[b:b + 1], row, seconds, first)
+                    rec.call, rec.row = c, b
+                    runs[m.name].append(rec)
                 bar.update()
     return runs
 
 
 def run_benchmark(target, draft, prompts: list[list[int]], methods: list[Method | str], *, max_new_tokens: int,
                   prompt_width: int | None = None, warmup: int = 1, sampling: Sampling = GREEDY,
-                  eos_ids: tuple[int, ...] = (), progress: bool = True, ttft: bool = True) -> list[MethodResult]:
+                  eos_ids: tuple[int, ...] = (), progress: bool = True, ttft: bool = True,
+                  batch: int = 1) -> list[MethodResult]:
     """Benchmark `methods` (Method objects or specs, see `specjax.bench.methods`) on `prompts`.
 
     target / draft: (cfg, params) pairs (draft may be None for AR only); prompts: token id
-    lists, the first `warmup` of them run and discarded. The protocol and the metrics are
-    in the module docstring; `ttft=False` skips the TTFT calls (and their compiles): TTFT /
-    TPOT are then None. Returns one MethodResult per method, in order.
+    lists, the first `warmup` of them run and discarded. `batch`: prompts per generate call
+    (consecutive prompts; len(prompts) and `warmup` must be multiples of it). The protocol
+    and the metrics are in the module docstring; `ttft=False` skips the TTFT calls (and
+    their compiles): TTFT / TPOT are then None. Returns one MethodResult per method, in order.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     methods = resolve_methods(methods, draft)
-    batch = prepare_prompts(prompts, prompt_width)
-    if not 0 <= warmup < len(batch):
-        raise ValueError(f"warmup must lie in [0, {len(batch)}) (number of prompts), got {warmup}")
+    rows = prepare_prompts(prompts, prompt_width)
+    check_batches(len(rows), warmup, batch)
     runners = [(m, _runner(m, target, draft, sampling, tuple(eos_ids))) for m in methods]
-    runs = _measure(runners, batch, max_new_tokens, warmup, ttft, progress)
+    runs = _measure(runners, group_batches(rows, batch), max_new_tokens, warmup // batch, ttft, progress)
 
     ar = next((m.name for m in methods if m.is_ar), None)
     results = []
     for m in methods:
-        agree = (_agreements(runs[m.name], runs[ar], target, batch) if ar is not None and sampling.greedy else None)
+        agree = (_agreements(runs[m.name], runs[ar], target, rows) if ar is not None and sampling.greedy else None)
         results.append(summarise(m.name, runs[m.name][warmup:], 1 if m.is_ar else m.drafter.max_depth + 1, agree))
         bad = [(run.prompt, str(a)) for run, a in zip(runs[m.name], agree or ()) if a.kind == "MISMATCH"]
         if bad:
@@ -320,18 +352,18 @@ def run_benchmark(target, draft, prompts: list[list[int]], methods: list[Method 
                           f"prompts {bad} (indices into `prompts`); a lossless method must match AR token for token "
                           f"up to float rounding", RuntimeWarning, stacklevel=2)
     if ar is not None:
-        base = results[[m.name for m in methods].index(ar)].throughput
+        base = results[[m.name for m in methods].index(ar)].aggregate_throughput
         for r in results:
-            r.speedup = r.throughput / base
+            r.speedup = r.aggregate_throughput / base
     return results
 
 
-def _agreements(runs: list[_Run], ar_runs: list[_Run], target, batch) -> list[Agreement]:
+def _agreements(runs: list[_Run], ar_runs: list[_Run], target, rows) -> list[Agreement]:
     """Per run: how its tokens compare with AR's on the same prompt (`specjax.equality`)."""
     cfg, params = target
     out = []
     for run, ar_run in zip(runs, ar_runs):
-        tokens, lengths = batch[run.prompt]
+        tokens, lengths = rows[run.prompt]
         prompt = np.asarray(tokens[0, : int(lengths[0])]).tolist()
         out.append(compare_with_ar(params, cfg, prompt, ar_run.tokens, run.tokens))
     return out
@@ -351,10 +383,14 @@ def _ratio(num, den) -> float | None:
 
 def summarise(method: str, runs: list[_Run], hist_size: int, agreement: list[Agreement] | None = None) -> MethodResult:
     """Pure: the MethodResult of one method's counted runs (`agreement`: per run of all prompts,
-    warm-up included, its comparison with AR (`specjax.equality`), or None if not checked)."""
+    warm-up included, its comparison with AR (`specjax.equality`), or None if not checked).
+    Runs of one call (same `call`, consecutive) share its wall time and TTFT (`batching`)."""
     spec = runs[0].accepted is not None
     n = np.array([len(r.tokens) for r in runs])
     secs = np.array([r.seconds for r in runs])
+    calls = calls_of(runs)
+    size = len(calls[0])
+    of_call = {j: c for c, g in enumerate(calls) for j in g}
     if spec:
         acc = np.concatenate([r.accepted for r in runs]).astype(np.int64)
         prop = np.concatenate([r.proposed for r in runs]).astype(np.int64)
@@ -362,26 +398,32 @@ def summarise(method: str, runs: list[_Run], hist_size: int, agreement: list[Agr
     else:  # AR: every decoding step is a round that accepts no draft token
         acc, prop, depth = np.zeros(int((n - 1).sum()), np.int64), None, None
     rounds = int(acc.size)
-    ttft = [r.ttft for r in runs]
-    tpot = [(r.seconds - r.ttft) / (k - 1) if r.ttft is not None and k > 1 else None for r, k in zip(runs, n)]
-    ttft_ms, ttft_std = _mean_std([None if t is None else 1e3 * t for t in ttft])
-    tpot_ms, tpot_std = _mean_std([None if t is None else 1e3 * t for t in tpot])
+    row_rounds = [r.accepted.size if spec else max(len(r.tokens) - 1, 0) for r in runs]
+    times = call_times(runs, calls, row_rounds)  # per call; batch 1: per prompt
+    ttft_ms, ttft_std = _mean_std([None if t is None else 1e3 * t for t in times.ttft])
+    tpot_ms, tpot_std = _mean_std([None if t is None else 1e3 * t for t in times.tpot])
     per_prompt = []
     for j, r in enumerate(runs):
         a = r.accepted if spec else np.zeros(max(len(r.tokens) - 1, 0), np.int64)
+        tpot = times.tpot[of_call[j]]
         per_prompt.append({
             "prompt": r.prompt, "prompt_tokens": r.prompt_len, "tokens": int(n[j]), "seconds": float(secs[j]),
             "throughput": float(n[j] / secs[j]), "ttft_ms": None if r.ttft is None else 1e3 * r.ttft,
-            "tpot_ms": None if tpot[j] is None else 1e3 * tpot[j], "rounds": int(a.size),
+            "tpot_ms": None if tpot is None else 1e3 * tpot, "rounds": int(a.size),
             "accepted": int(a.sum()), "proposed": int(r.proposed.sum()) if spec else None,
             "depth": int(r.depth.sum()) if spec else None,
             "identical_to_ar": None if agreement is None else agreement[r.prompt].kind == "identical",
             "agreement": None if agreement is None else str(agreement[r.prompt]),
         })
+        if size > 1:  # the call this row ran in: its index, row, tokens (all rows), rounds (its slowest row)
+            c = of_call[j]
+            per_prompt[-1].update({"call": r.call, "row": r.row, "call_tokens": int(times.tokens[c]),
+                                   "call_rounds": int(times.rounds[c]),
+                                   "aggregate_throughput": float(times.aggregate[c])})
     counts = None if agreement is None else equality_count(agreement[r.prompt] for r in runs)
     thr = n / secs
     return MethodResult(
-        method=method, num_prompts=len(runs), total_tokens=int(n.sum()), total_seconds=float(secs.sum()),
+        method=method, num_prompts=len(runs), total_tokens=int(n.sum()), total_seconds=float(times.seconds.sum()),
         throughput=float(thr.mean()), throughput_std=float(thr.std()), speedup=None,
         acceptance_rate=_ratio(acc.sum(), depth.sum()) if spec else None,
         node_acceptance_rate=_ratio(acc.sum(), prop.sum()) if spec else None,
@@ -392,7 +434,8 @@ def summarise(method: str, runs: list[_Run], hist_size: int, agreement: list[Agr
         mean_tree_depth=_ratio(depth.sum(), rounds) if spec else None,
         rounds=rounds, identical_to_ar=None if counts is None else counts["identical"] == len(runs),
         per_prompt=per_prompt, near_ties=None if counts is None else counts["near-tie"],
-        mismatches=None if counts is None else counts["MISMATCH"])
+        mismatches=None if counts is None else counts["MISMATCH"], batch=size,
+        aggregate_throughput=float(times.aggregate.mean()), aggregate_throughput_std=float(times.aggregate.std()))
 
 
 # ======================================================================== models, environment
@@ -449,19 +492,24 @@ def _fmt(x, spec: str, scale: float = 1.0) -> str:
 
 
 def format_table(results: list[MethodResult]) -> str:
-    """The results as a fixed-width text table (one row per method)."""
+    """The results as a fixed-width text table (one row per method). With batch > 1, tok/s is the
+    row throughput ("row tok/s") and "agg tok/s" (± std) the aggregate one that speedup compares."""
     w = max([6] + [len(r.method) for r in results])
-    cols = [("method", w), ("tok/s", 9), ("± std", 7), ("speedup", 7), ("accept%", 7), ("node%", 6),
-            ("tok/iter", 8), ("path", 5), ("TTFT ms", 8), ("TPOT ms", 8), ("nodes", 6), ("depth", 5), ("=AR", 4)]
+    batched = any(r.batch > 1 for r in results)
+    cols = [("method", w), ("row tok/s" if batched else "tok/s", 9), ("± std", 7)]
+    cols += [("agg tok/s", 9), ("± std", 7)] if batched else []
+    cols += [("speedup", 7), ("accept%", 7), ("node%", 6), ("tok/iter", 8), ("path", 5), ("TTFT ms", 8),
+             ("TPOT ms", 8), ("nodes", 6), ("depth", 5), ("=AR", 4)]
     head = " ".join(name.ljust(width) if i == 0 else name.rjust(width) for i, (name, width) in enumerate(cols))
     lines = [head, "-" * len(head)]
     for r in results:
         same = ("-" if r.identical_to_ar is None else "yes" if r.identical_to_ar else
                 f"NO{r.mismatches}" if r.mismatches else f"~{r.near_ties}" if r.near_ties else "NO")
-        cells = [r.method, _fmt(r.throughput, ".1f"), _fmt(r.throughput_std, ".1f"), _fmt(r.speedup, ".2f"),
-                 _fmt(r.acceptance_rate, ".1f", 100), _fmt(r.node_acceptance_rate, ".1f", 100),
-                 _fmt(r.tokens_per_iteration, ".2f"), _fmt(r.avg_path_length, ".2f"), _fmt(r.ttft_ms, ".2f"),
-                 _fmt(r.tpot_ms, ".3f"), _fmt(r.mean_tree_nodes, ".1f"), _fmt(r.mean_tree_depth, ".2f"), same]
+        cells = [r.method, _fmt(r.throughput, ".1f"), _fmt(r.throughput_std, ".1f")]
+        cells += [_fmt(r.aggregate_throughput, ".1f"), _fmt(r.aggregate_throughput_std, ".1f")] if batched else []
+        cells += [_fmt(r.speedup, ".2f"), _fmt(r.acceptance_rate, ".1f", 100), _fmt(r.node_acceptance_rate, ".1f", 100),
+                  _fmt(r.tokens_per_iteration, ".2f"), _fmt(r.avg_path_length, ".2f"), _fmt(r.ttft_ms, ".2f"),
+                  _fmt(r.tpot_ms, ".3f"), _fmt(r.mean_tree_nodes, ".1f"), _fmt(r.mean_tree_depth, ".2f"), same]
         lines.append(" ".join(c.ljust(width) if i == 0 else c.rjust(width)
                               for i, (c, (_, width)) in enumerate(zip(cells, cols))))
     if any(r.near_ties or r.mismatches for r in results):
@@ -526,10 +574,12 @@ def _parse_cell(kind, text: str):
 
 
 def read_csv(path) -> tuple[list[MethodResult], dict]:
-    """(results without per_prompt, environment as strings) from `write_csv`'s file."""
+    """(results without per_prompt, environment as strings) from `write_csv`'s file (columns added
+    since, e.g. batch, take their defaults when an older file lacks them)."""
     hints = typing.get_type_hints(MethodResult)
     with open(path, encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
-    results = [MethodResult(**{k: _parse_cell(hints[k], row[k]) for k in _CSV_FIELDS}, per_prompt=[]) for row in rows]
+    results = [MethodResult(**{k: _parse_cell(hints[k], row[k]) for k in _CSV_FIELDS if k in row}, per_prompt=[])
+               for row in rows]
     env = {k[4:]: v for k, v in rows[0].items() if k.startswith("env_")} if rows else {}
     return results, env
