@@ -81,11 +81,6 @@ from specjax.verify import WalkResult
 _NEG_INF = float("-inf")
 
 
-def _no_negative_zero(logp):
-    """f32 with -0.0 -> +0.0: `top_k` orders -0.0 below +0.0, the reference treats them as equal."""
-    return jnp.where(logp == 0, 0.0, logp).astype(jnp.float32)
-
-
 # ======================================================================== knobs
 
 
@@ -239,7 +234,7 @@ def expand_level_topk(level_fn: LevelFn, carry, level: Level, depth: int, k: int
     def expand(w, carry, level):
         sub = jax.tree.map(lambda x: x[:, :w] if x.ndim > 1 else x, level)  # offset [B] stays
         logp, carry = level_fn(carry, sub, depth)  # [B, w, V]
-        lp, tok = top_k(_no_negative_zero(logp), k)
+        lp, tok = top_k(logp.astype(jnp.float32), k, equal_zeros=True)  # the reference: -0.0 == +0.0
         pad = ((0, 0), (0, width - w), (0, 0))
         return jnp.pad(lp, pad, constant_values=_NEG_INF), jnp.pad(tok, pad), carry
 
@@ -327,7 +322,7 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
                             out, carry, nxt)
 
     # Level 1: u_0 = the draft's top-1 token (Algorithm 1, line 10).
-    top_lp, top_tok = top_k(_no_negative_zero(root_logp), 1)  # [B, 1]
+    top_lp, top_tok = top_k(root_logp.astype(jnp.float32), 1, equal_zeros=True)  # [B, 1]
     zero = jnp.zeros((b,), jnp.int32)
     first = dict(tokens=top_tok.astype(jnp.int32), cum=top_lp, parent_slots=jnp.full((b, 1), -1, jnp.int32),
                  valid=jnp.ones((b, 1), bool) if active is None else active[:, None], used=zero + 1,
