@@ -10,7 +10,7 @@ Protocol (the paper's Sec. 4.1, batch 1, one prompt at a time):
    W = 2 runs); the remaining prompts are the counted ones.
 4. For each prompt, every method runs in turn (interleaved, so machine-speed drift hits all
    methods alike): the TTFT call, then the full call, each timed with `time.perf_counter`
-   around `jax.block_until_ready`.
+   around `jax.block_until_ready` (`specjax.bench.timing.timed_call`, no GC pause inside).
 
 `eos_ids=()` by default, so every method generates exactly `max_new_tokens` tokens. Under
 greedy decoding every method's tokens are compared with AR's on every prompt (warm-up
@@ -81,23 +81,21 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import gc
 import json
 import math
 import os
 import platform
 import subprocess
 import sys
-import time
 import types
 import typing
 import warnings
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from specjax.bench.methods import Method, parse_method
+from specjax.bench.timing import timed_call
 from specjax.equality import Agreement, compare_with_ar
 from specjax.equality import count as equality_count
 from specjax.sampling import Sampling
@@ -169,13 +167,9 @@ def prepare_prompts(prompts: list[list[int]], prompt_width: int | None = None, p
     width = max(len(p) for p in prompts) if prompt_width is None else prompt_width
     if width < 1:
         raise ValueError(f"prompt_width must be >= 1, got {width}")
-    out = []
-    for p in prompts:
-        p = list(p)[-width:]
-        row = np.full((1, width), pad_id, np.int32)
-        row[0, : len(p)] = p
-        out.append((jnp.asarray(row), jnp.asarray([len(p)], jnp.int32)))
-    return out
+    from specjax.models import pad_prompts
+
+    return [pad_prompts([list(p)[-width:]], width, pad_id) for p in prompts]
 
 
 def resolve_methods(methods, draft, *, dflash=None, eagle3=None, domino=None, target_cfg=None) -> list[Method]:
@@ -241,19 +235,6 @@ def warm_up(method: Method, target, prompts: list[list[int]], *, max_new_tokens:
     return dataclasses.replace(method, draft_params_override=held)
 
 
-def _timed(run, tokens, lengths, n: int, reserve: int):
-    """(output, seconds) of one call, `jax.block_until_ready` inside the timed region, no GC pause in it."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        start = time.perf_counter()
-        out = jax.block_until_ready(run(tokens, lengths, n, reserve))
-        return out, time.perf_counter() - start
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _record(index: int, lengths, out, seconds: float, ttft: float | None) -> _Run:
     """Host copy of one generation (after the timed region)."""
     num = int(out.num_tokens[0])
@@ -283,8 +264,8 @@ def _measure(runners, batch, max_new_tokens: int, warmup: int, ttft: bool, progr
         for i, (tokens, lengths) in enumerate(batch):
             bar.set_description("warm-up" if i < warmup else f"prompt {i - warmup + 1}/{len(batch) - warmup}")
             for m, run in runners:  # interleaved: every method on this prompt
-                first = _timed(run, tokens, lengths, 1, max_new_tokens)[1] if ttft else None
-                out, seconds = _timed(run, tokens, lengths, max_new_tokens, max_new_tokens)
+                first = timed_call(run, tokens, lengths, 1, max_new_tokens)[1] if ttft else None
+                out, seconds = timed_call(run, tokens, lengths, max_new_tokens, max_new_tokens)
                 runs[m.name].append(_record(i, lengths, out, seconds, first))
                 bar.update()
     return runs
