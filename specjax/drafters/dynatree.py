@@ -72,8 +72,8 @@ import jax.numpy as jnp
 from flax import struct
 
 from specjax.drafters.draft_lm import (DraftLMDrafter, DraftLMState, catch_up, check_compatible, commit_path,
-                                       draft_cache_slots, init_state)
-from specjax.models.model import ModelConfig, forward
+                                       draft_cache_slots, expand_level, init_state)
+from specjax.models.model import ModelConfig
 from specjax.ops import switch_on_width, top_k, width_buckets
 from specjax.tree import Tree, tree_depth
 from specjax.verify import WalkResult
@@ -336,18 +336,13 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
 
 
 def draft_lm_level_fn(draft_cfg: ModelConfig, log_probs: Callable) -> LevelFn:
-    """The draft LM as a `build_tree` distribution function (carry: DraftLMState).
-
-    Forwards the level at region offset `level.offset` (per row) with positions
-    committed length - 1 + d (the root sits at committed length - 1, see `catch_up`).
-    """
+    """The draft LM as a `build_tree` distribution function (carry: DraftLMState): the
+    level's forward is `draft_lm.expand_level` at the per-row region offset `level.offset`,
+    its logits turned into log-probs f32[B, w, V] by `log_probs`."""
 
     def level_fn(state: DraftLMState, level: Level, depth: int):
-        b, w = level.tokens.shape
-        positions = jnp.broadcast_to(state.cache.lengths[:, None] - 1 + depth, (b, w)).astype(jnp.int32)
-        logits, cache = forward(state.params, draft_cfg, level.tokens, positions, level.mask_rows, state.cache,
-                                region_offset=level.offset)
-        return log_probs(logits), state.replace(cache=cache)
+        logits, state = expand_level(draft_cfg, state, level.tokens, depth, level.offset, level.mask_rows)
+        return log_probs(logits), state
 
     return level_fn
 
