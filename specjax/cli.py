@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import jax
 import numpy as np
@@ -51,13 +50,14 @@ TIMED_RUNS = 9  # CPU timings vary 30-50 % run to run: interleave the methods, r
 def _timed(*runs):
     """Per call in `runs`: (output, median seconds over TIMED_RUNS warm calls). Every call is
     compiled and warmed first, then the calls alternate, so drift hits all of them alike."""
+    from specjax.bench.timing import timed_call
+
     outs = [jax.block_until_ready(run()) for run in runs]  # compile + warm-up
     times = [[] for _ in runs]
     for _ in range(TIMED_RUNS):
         for i, run in enumerate(runs):
-            start = time.perf_counter()
-            outs[i] = jax.block_until_ready(run())
-            times[i].append(time.perf_counter() - start)
+            outs[i], seconds = timed_call(run)
+            times[i].append(seconds)
     return [(out, float(np.median(t))) for out, t in zip(outs, times)]
 
 

@@ -72,6 +72,12 @@ def is_eos(tokens: jax.Array, eos_ids: tuple[int, ...]) -> jax.Array:
     return jnp.isin(tokens, jnp.asarray(eos_ids, jnp.int32))
 
 
+def count_through_first_eos(eos_at: jax.Array, default: jax.Array | int) -> jax.Array:
+    """int32[B]: tokens up to and including each row's first EOS (eos_at bool[B, T], True at
+    an EOS), `default` (int or int32[B]) for a row without one."""
+    return jnp.where(eos_at.any(axis=1), jnp.argmax(eos_at, axis=1) + 1, default).astype(jnp.int32)
+
+
 _AR_JIT = dict(static_argnames=("cfg", "max_new_tokens", "eos_ids", "sampling", "pad_id", "matmul_precision"),
                donate_argnames=("cache",))
 
@@ -110,8 +116,7 @@ def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_t
         return step + 1, nxt, out, cache, done | is_eos(nxt, eos_ids), key
 
     _, _, out, cache, _, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), first, out, cache, done, key))
-    eos = is_eos(out, eos_ids)
-    num = jnp.where(eos.any(axis=1), jnp.argmax(eos, axis=1) + 1, max_new_tokens).astype(jnp.int32)
+    num = count_through_first_eos(is_eos(out, eos_ids), max_new_tokens)
     return GenerateOutput(tokens=out, num_tokens=num, cache=cache)
 
 
@@ -309,7 +314,7 @@ def speculative_round(params, cfg: ModelConfig, drafter, state: LoopState, *, ma
     emitted = result.emitted  # [B, D+1]: accepted tokens then the bonus
     eos_at = is_eos(emitted, eos_ids) & (steps <= result.num_accepted[:, None])
     keep = jnp.minimum(result.num_accepted + 1, max_new_tokens - state.count)
-    keep = jnp.minimum(keep, jnp.where(eos_at.any(axis=1), jnp.argmax(eos_at, axis=1) + 1, keep))
+    keep = jnp.minimum(keep, count_through_first_eos(eos_at, keep))
     keep = jnp.where(active, keep, 0)  # tokens emitted this round, >= 1 for active rows
     # The target commits the root and keep - 1 accepted nodes; the last kept token is next round's root.
     cache = commit(tp.cache, result.path_slots, keep)
@@ -351,7 +356,7 @@ def initial_state(params, cfg: ModelConfig, drafter, draft_params, tokens: jax.A
                                                    matmul_precision=None)
     topk = getattr(drafter, "target_topk", 0)
     key, sub = jax.random.split(key)
-    root = jax.random.categorical(sub, sampling.log_probs(last), axis=-1).astype(jnp.int32)
+    root = pick_token(last, sub, sampling)
     context = PromptContext(features=features if layers else None,
                             target_params={k: v for k, v in params.items() if k != "layers"},
                             top_ids=top_k_op(logits, topk)[1].astype(jnp.int32) if topk else None)

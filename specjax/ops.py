@@ -4,7 +4,8 @@
 into the sort; inside a larger program it often fuses the consumers (gathers) in and
 falls back to a full stable sort over the last axis — for a draft vocabulary of 8k and a
 few hundred tree nodes, ~100x slower on CPU. An optimization barrier on the outputs keeps
-the fast kernel.
+the fast kernel. `lax.top_k` also orders -0.0 below +0.0; `equal_zeros=True` makes them
+equal (ties -> lower index), as a reference comparing values does.
 
 `width_buckets` / `switch_on_width`: run work whose live size is only known at run time
 (the nodes of an adaptive tree) at the smallest of a few static widths that holds it.
@@ -22,8 +23,12 @@ from jax import lax
 __all__ = ["device_widths", "FLAT_VERIFY_WIDTH", "switch_on_width", "top_k", "width_buckets"]
 
 
-def top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
-    """`lax.top_k` (values, int32 indices over the last axis, ties -> lower index), kept on the fast kernel."""
+def top_k(x: jax.Array, k: int, *, equal_zeros: bool = False) -> tuple[jax.Array, jax.Array]:
+    """`lax.top_k` (values [..., k], int32 indices [..., k] over the last axis, ties -> lower
+    index), kept on the fast kernel. `equal_zeros`: -0.0 counts as +0.0 (and is returned as
+    +0.0), so an exact zero of either sign ties by index; `lax.top_k` puts -0.0 below +0.0."""
+    if equal_zeros:
+        x = jnp.where(x == 0, jnp.zeros((), x.dtype), x)
     values, indices = lax.top_k(x, k)
     return lax.optimization_barrier((values, indices))
 

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from specjax.decode import _generate, generate, generate_ar
 from specjax.drafters.protocol import Verified
-from specjax.drafters.dynatree import (DynaTreeDrafter, DynaTreeParams, Knobs, Schedule, TreeKnobs,
-                                       acceptance_statistic, build_tree, level_widths, update_history)
+from specjax.drafters.dynatree import (THRESHOLDS, DynaTreeDrafter, DynaTreeParams, Knobs, Schedule,
+                                       acceptance_statistic, build_tree, level_widths, log_thresholds, update_history)
 from specjax.models import init_cache, pad_prompts, prefill
 from specjax.tree import Tree, ancestor_mask, check_tree
 from specjax.verify import WalkResult
@@ -65,10 +65,6 @@ def build_synthetic(table, root_hash, knobs, *, max_nodes, num_levels, max_branc
     return tree, info, masks
 
 
-def flog(x: float) -> np.float32:
-    return np.float32(-np.inf) if x == 0 else np.float32(np.log(x))
-
-
 @st.composite
 def knob_rows(draw, levels: int, k: int):
     """One row of drafting knobs: Phase-1 style (no gate, no pruning) or Phase-2 style."""
@@ -84,15 +80,15 @@ def knob_rows(draw, levels: int, k: int):
                 tau=draw(small))
 
 
-def log_knobs(rows: list[dict]) -> tuple[TreeKnobs, list[dict]]:
-    """Device TreeKnobs and, per row, the same float32 values for the reference."""
-    ref = [dict(log_tau_h=flog(r["tau_h"]), log_tau_l=flog(r["tau_l"]), log_rho_stop=flog(r["rho_stop"]),
-                log_rho_deep=flog(r["rho_deep"]), log_tau=flog(r["tau"]),
-                **{k: r[k] for k in ("d0", "d_max", "b_min", "b_mid", "b_max")}) for r in rows]
-    col = lambda name, dt: jnp.asarray(np.array([r[name] for r in ref], dt))  # noqa: E731
-    knobs = TreeKnobs(**{name: col(name, np.float32) for name in ("log_tau_h", "log_tau_l", "log_rho_stop",
-                                                                  "log_rho_deep", "log_tau")},
-                      **{name: col(name, np.int32) for name in ("d0", "d_max", "b_min", "b_mid", "b_max")})
+def log_knobs(rows: list[dict]) -> tuple[Knobs, list[dict]]:
+    """Device Knobs and, per row, the very float32 log-thresholds `build_tree` compares with
+    (`log_thresholds`) and the integer knobs, for the reference."""
+    ints = ("d0", "d_max", "b_min", "b_mid", "b_max")
+    knobs = Knobs(**{name: jnp.asarray(np.array([r[name] for r in rows], np.int32 if name in ints else np.float32))
+                     for name in (*THRESHOLDS, *ints)})
+    logs = {name: np.asarray(x) for name, x in jax.jit(log_thresholds)(knobs).items()}
+    ref = [dict(**{f"log_{name}": logs[name][i] for name in THRESHOLDS}, **{k: r[k] for k in ints})
+           for i, r in enumerate(rows)]
     return knobs, ref
 
 

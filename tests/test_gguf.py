@@ -171,6 +171,8 @@ BAD_METADATA = [
     ({"llama.attention.sliding_window": 64}, UnsupportedConfigError, "llama.attention.sliding_window"),
     ({"llama.attention.layer_norm_rms_epsilon": None}, UnsupportedConfigError, "layer_norm_rms_epsilon"),
     ({"llama.vocab_size": 1000}, UnsupportedConfigError, "vocab_size"),
+    ({"llama.attention.head_count_kv": [2, 2]}, UnsupportedConfigError, "per-layer"),
+    ({"llama.attention.layer_norm_epsilon": 1e-5}, UnsupportedConfigError, "llama.attention.layer_norm_epsilon"),
     ({"split.count": 2}, UnsupportedConfigError, "split"),
 ]
 

@@ -60,3 +60,11 @@ def test_top_k_equals_lax_top_k_with_ties():
     ref_values, ref_indices = jax.lax.top_k(x, 5)
     np.testing.assert_array_equal(values, ref_values)
     np.testing.assert_array_equal(indices, ref_indices)
+
+
+def test_top_k_equal_zeros_ties_signed_zeros_by_index():
+    x = jnp.asarray([[-0.0, 0.0, -1.0], [0.0, -0.0, -2.0]], jnp.float32)
+    assert jax.lax.top_k(x, 2)[1].tolist() == [[1, 0], [0, 1]]  # lax.top_k: -0.0 below +0.0
+    values, indices = top_k(x, 2, equal_zeros=True)
+    assert indices.tolist() == [[0, 1], [0, 1]]
+    assert not np.signbit(np.asarray(values)).any()

@@ -25,12 +25,12 @@ import argparse
 import importlib.util
 import json
 import pathlib
-import statistics
 import time
 
 import jax
 import numpy as np
 
+from specjax.bench.timing import median_seconds
 from specjax.drafters.ddtree import select_tree
 
 BUDGETS = (16, 32, 64, 128, 256, 512, 1024)
@@ -55,15 +55,6 @@ def _load_reference():
     return module
 
 
-def _median_seconds(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def bench_one(log_q: jax.Array, budget: int, method: str, repeats: int) -> dict:
     """Compile time and steady-state median time of select_tree on one input."""
     fn = jax.jit(lambda x: select_tree(x, budget, method=method))
@@ -71,7 +62,7 @@ def bench_one(log_q: jax.Array, budget: int, method: str, repeats: int) -> dict:
     compiled = fn.lower(log_q).compile()
     jit_s = time.perf_counter() - t0
     jax.block_until_ready(compiled(log_q))  # warm-up
-    steady = _median_seconds(lambda: jax.block_until_ready(compiled(log_q)), repeats)
+    steady = median_seconds(compiled, log_q, repeats=repeats)
     return dict(method=method, batch=int(log_q.shape[0]), budget=budget, jit_s=jit_s,
                 steady_ms=1e3 * steady, ms_per_row=1e3 * steady / log_q.shape[0])
 

@@ -15,7 +15,8 @@ consecutive prompts per call, `specjax.bench.batching`):
    paper discards W = 2 runs); the remaining prompts are the counted ones.
 4. For each call, every method runs in turn (interleaved, so machine-speed drift hits all
    methods alike): the TTFT call, then the full call, each timed with `time.perf_counter`
-   around `jax.block_until_ready`. Every row of a call keeps its own record (tokens and
+   around `jax.block_until_ready` (`specjax.bench.timing.timed_call`, no GC pause inside).
+   Every row of a call keeps its own record (tokens and
    per-round stats), so the per-row metrics and the AR-equality check are those of batch 1.
    The rows of a call finish at different times: a call lasts as long as its slowest row
    (the row with the most rounds; with EOS off every row generates `max_new_tokens`), and
@@ -99,24 +100,22 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import gc
 import json
 import math
 import os
 import platform
 import subprocess
 import sys
-import time
 import types
 import typing
 import warnings
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from specjax.bench.batching import call_times, calls_of, check_batches, group_batches, row_outputs
 from specjax.bench.methods import Method, parse_method
+from specjax.bench.timing import timed_call
 from specjax.equality import Agreement, compare_with_ar
 from specjax.equality import count as equality_count
 from specjax.sampling import Sampling
@@ -193,13 +192,9 @@ def prepare_prompts(prompts: list[list[int]], prompt_width: int | None = None, p
     width = max(len(p) for p in prompts) if prompt_width is None else prompt_width
     if width < 1:
         raise ValueError(f"prompt_width must be >= 1, got {width}")
-    out = []
-    for p in prompts:
-        p = list(p)[-width:]
-        row = np.full((1, width), pad_id, np.int32)
-        row[0, : len(p)] = p
-        out.append((jnp.asarray(row), jnp.asarray([len(p)], jnp.int32)))
-    return out
+    from specjax.models import pad_prompts
+
+    return [pad_prompts([list(p)[-width:]], width, pad_id) for p in prompts]
 
 
 def resolve_methods(methods, draft, *, dflash=None, eagle3=None, domino=None, target_cfg=None) -> list[Method]:
@@ -265,19 +260,6 @@ def warm_up(method: Method, target, prompts: list[list[int]], *, max_new_tokens:
     return dataclasses.replace(method, draft_params_override=held)
 
 
-def _timed(run, tokens, lengths, n: int, reserve: int):
-    """(output, seconds) of one call, `jax.block_until_ready` inside the timed region, no GC pause in it."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        start = time.perf_counter()
-        out = jax.block_until_ready(run(tokens, lengths, n, reserve))
-        return out, time.perf_counter() - start
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _record(index: int, lengths, out, seconds: float, ttft: float | None) -> _Run:
     """Host copy of one generation (after the timed region): row 0 of `out`, a batch-1 output or one
     row of a batched call (`batching.row_outputs`); `seconds` / `ttft` are the whole call's."""
@@ -311,8 +293,8 @@ def _measure(runners, calls, max_new_tokens: int, warmup: int, ttft: bool, progr
         for c, (tokens, lengths) in enumerate(calls):
             bar.set_description("warm-up" if c < warmup else f"{what} {c - warmup + 1}/{len(calls) - warmup}")
             for m, run in runners:  # interleaved: every method on this call
-                first = _timed(run, tokens, lengths, 1, max_new_tokens)[1] if ttft else None
-                out, seconds = _timed(run, tokens, lengths, max_new_tokens, max_new_tokens)
+                first = timed_call(run, tokens, lengths, 1, max_new_tokens)[1] if ttft else None
+                out, seconds = timed_call(run, tokens, lengths, max_new_tokens, max_new_tokens)
                 for b, row in enumerate(row_outputs(out)):  # host copies, after the timed region
                     rec = _record(c * size + b, lengths[b:b + 1], row, seconds, first)
                     rec.call, rec.row = c, b

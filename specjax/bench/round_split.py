@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.bench.timing import median_seconds
 from specjax.decode import cache_sizes, initial_state, speculative_round
 from specjax.drafters.retrieval import retrieve, union, update_table
 from specjax.models.cache import commit
@@ -42,13 +42,9 @@ PARTS = ("draft", "select", "mask", "verify", "walk_commit", "round", "ar_step")
 
 
 def _median_ms(fn, *args, reps: int) -> float:
-    jax.block_until_ready(fn(*args))  # compile + warm
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return 1e3 * float(np.median(times))
+    """Median milliseconds of `reps` calls of `fn(*args)` after one compile + warm-up call."""
+    jax.block_until_ready(fn(*args))
+    return 1e3 * median_seconds(fn, *args, repeats=reps)
 
 
 def _ar_step(target, batch: int):

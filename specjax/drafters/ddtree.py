@@ -241,9 +241,8 @@ def _select(log_q, budget: int, method: str):
     k = min(budget, vocab)
     n_out = selection_size(budget, depth, vocab)
     log_q = log_q.astype(jnp.float32)
-    # lax.top_k orders -0.0 below +0.0; the selection order treats them as equal.
-    log_q = jnp.where(log_q == 0, jnp.float32(0), log_q)
-    top_lq, top_ids = top_k(log_q, k)  # [B, L, K]: ranks, ties -> lower token id (fast kernel: specjax.ops)
+    # [B, L, K]: ranks, ties -> lower token id; the selection order treats -0.0 and +0.0 as equal.
+    top_lq, top_ids = top_k(log_q, k, equal_zeros=True)
     row = functools.partial(_METHODS[method], budget=budget, n_out=n_out)
     tokens, parents, dep, scores = jax.vmap(row)(top_lq, top_ids.astype(jnp.int32))  # [B, n_out]
     pad = budget - n_out

@@ -123,21 +123,21 @@ def region_mask(parents: np.ndarray, budget: int) -> np.ndarray:
     return mask
 
 
-def expand_level(
-    draft_cfg, state: DraftLMState, tokens: jax.Array, depth: int, level: slice, mask_rows: jax.Array
-) -> tuple[jax.Array, DraftLMState]:
-    """Forward the nodes of one level into the pending region; returns their logits f32[B, W, V].
+def expand_level(draft_cfg, state: DraftLMState, tokens: jax.Array, depth: int, offset: int | jax.Array,
+                 mask_rows: jax.Array) -> tuple[jax.Array, DraftLMState]:
+    """Forward the nodes of one tree level into the pending region: (logits f32[B, W, V], state).
 
-    tokens: int32[B, W] the level's tokens (nodes level.start .. level.stop-1);
-    mask_rows: bool[B, W, N] which region slots each node sees (its ancestors and itself).
+    tokens int32[B, W] the level's nodes, at depth `depth` (1 = children of the root);
+    offset: region slot of the level's first node, static int (a static tree shape) or
+    int32[B] per row (DynaTree's packed levels): node j lands at region slot offset + j;
+    mask_rows bool[B, W, N]: which region slots each node sees (its ancestors and itself).
+    Only the cache changes; callers mark the forwarded nodes (`DraftLMState.forwarded`).
     """
     b, w = tokens.shape
     # The root was committed by catch_up, so it sits at position lengths - 1.
     positions = jnp.broadcast_to(state.cache.lengths[:, None] - 1 + depth, (b, w)).astype(jnp.int32)
-    logits, cache = forward(state.params, draft_cfg, tokens, positions, mask_rows, state.cache,
-                            region_offset=level.start)
-    forwarded = state.forwarded.at[:, level].set(True)
-    return logits, state.replace(cache=cache, forwarded=forwarded)
+    logits, cache = forward(state.params, draft_cfg, tokens, positions, mask_rows, state.cache, region_offset=offset)
+    return logits, state.replace(cache=cache)
 
 
 def commit_path(state: DraftLMState, result: WalkResult, active: jax.Array) -> DraftLMState:
@@ -245,7 +245,8 @@ class DraftLMDrafter:
             level_probs.append(probs)
             if d < shape.max_depth:  # the deepest level is verified by the target, never forwarded
                 rows = jnp.broadcast_to(mask[start:stop], (b, stop - start, shape.budget))
-                parent_logits, state = expand_level(self.draft_cfg, state, level_tokens, d, slice(start, stop), rows)
+                parent_logits, state = expand_level(self.draft_cfg, state, level_tokens, d, start, rows)
+                state = state.replace(forwarded=state.forwarded.at[:, start:stop].set(True))
         tree = Tree(tokens=tokens, parents=jnp.broadcast_to(jnp.asarray(shape.parents), (b, shape.budget)),
                     depth=jnp.broadcast_to(jnp.asarray(shape.depth), (b, shape.budget)),
                     valid=jnp.ones((b, shape.budget), bool))

@@ -72,18 +72,13 @@ import jax.numpy as jnp
 from flax import struct
 
 from specjax.drafters.draft_lm import (DraftLMDrafter, DraftLMState, catch_up, check_compatible, commit_path,
-                                       draft_cache_slots, init_state)
-from specjax.models.model import ModelConfig, forward
+                                       draft_cache_slots, expand_level, init_state)
+from specjax.models.model import ModelConfig
 from specjax.ops import switch_on_width, top_k, width_buckets
 from specjax.tree import Tree, tree_depth
 from specjax.verify import WalkResult
 
 _NEG_INF = float("-inf")
-
-
-def _no_negative_zero(logp):
-    """f32 with -0.0 -> +0.0: `top_k` orders -0.0 below +0.0, the reference treats them as equal."""
-    return jnp.where(logp == 0, 0.0, logp).astype(jnp.float32)
 
 
 # ======================================================================== knobs
@@ -96,7 +91,8 @@ class Knobs:
     Phase 3 moves tau_h, tau_l and d0. Passing `DynaTreeParams(lm, knobs)` as the draft
     params overrides the drafter's defaults without recompiling (parameter sweeps); the
     static fields stay the bounds (b's are clipped to [1, B_max], depth to the static
-    levels). Phase 1 reads only tau_h, tau_l, the b's and d0 (its fixed depth).
+    levels). Phase 1 reads only tau_h, tau_l, the b's and d0 (its fixed depth). `build_tree`
+    compares in log space (`log_thresholds`; a probability of 0 disables its test).
     """
 
     tau_h: jax.Array
@@ -117,22 +113,13 @@ class Knobs:
                         for f in dataclasses.fields(self)})
 
 
-@struct.dataclass
-class TreeKnobs:
-    """What `build_tree` consumes: log-domain thresholds f32[B] (log 0 = -inf disables a
-    test) and integer limits int32[B]. Separate from `Knobs` so that a reference can be
-    fed the very same float32 thresholds."""
+THRESHOLDS = ("tau_h", "tau_l", "rho_stop", "rho_deep", "tau")  # the probability thresholds of `Knobs`
 
-    log_tau_h: jax.Array
-    log_tau_l: jax.Array
-    log_rho_stop: jax.Array
-    log_rho_deep: jax.Array
-    log_tau: jax.Array
-    d0: jax.Array
-    d_max: jax.Array
-    b_min: jax.Array
-    b_mid: jax.Array
-    b_max: jax.Array
+
+def log_thresholds(knobs: Knobs) -> dict[str, jax.Array]:
+    """{name: log f32[B]} for each of `THRESHOLDS` (log 0 = -inf disables a test): the
+    float32 values `build_tree` compares with, e.g. to feed a reference the same ones."""
+    return {name: jnp.log(jnp.asarray(getattr(knobs, name), jnp.float32)) for name in THRESHOLDS}
 
 
 @struct.dataclass
@@ -239,7 +226,7 @@ def expand_level_topk(level_fn: LevelFn, carry, level: Level, depth: int, k: int
     def expand(w, carry, level):
         sub = jax.tree.map(lambda x: x[:, :w] if x.ndim > 1 else x, level)  # offset [B] stays
         logp, carry = level_fn(carry, sub, depth)  # [B, w, V]
-        lp, tok = top_k(_no_negative_zero(logp), k)
+        lp, tok = top_k(logp.astype(jnp.float32), k, equal_zeros=True)  # the reference: -0.0 == +0.0
         pad = ((0, 0), (0, width - w), (0, 0))
         return jnp.pad(lp, pad, constant_values=_NEG_INF), jnp.pad(tok, pad), carry
 
@@ -247,7 +234,7 @@ def expand_level_topk(level_fn: LevelFn, carry, level: Level, depth: int, k: int
     return switch_on_width(live, width_buckets(width, smallest=1, factor=4), expand, (carry, level))
 
 
-def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nodes: int, num_levels: int,
+def build_tree(root_logp, level_fn: LevelFn, carry, knobs: Knobs, *, max_nodes: int, num_levels: int,
                max_branch: int, active: jax.Array | None = None):
     """Algorithm 1 (DRAFTTREE) for a batch, static shapes: returns (Tree, TreeInfo, carry).
 
@@ -256,6 +243,7 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
     cut to a static width w <= W_d holding its live nodes, see `expand_level_topk`); the
     draft LM plugs in a cached forward, tests a synthetic table. The Tree is packed
     (valid nodes first), BFS ordered, with <= max_nodes nodes and depth <= L' <= num_levels.
+    knobs: `Knobs` [B] per field, thresholds compared in log space (`log_thresholds`).
     Rows with `active` (bool[B], default all) False get an empty tree and cost nothing.
     """
     b, _ = root_logp.shape
@@ -266,6 +254,7 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
     node_ids = jnp.arange(n, dtype=jnp.int32)
     clip_b = lambda x: jnp.clip(x, 1, k).astype(jnp.int32)  # noqa: E731
     b_min, b_mid, b_max = clip_b(knobs.b_min), clip_b(knobs.b_mid), clip_b(knobs.b_max)
+    log_t = {name: x[:, None] for name, x in log_thresholds(knobs).items()}  # f32[B, 1]
 
     out = dict(tokens=jnp.zeros((b, n), jnp.int32), parents=jnp.full((b, n), -1, jnp.int32),
                depth=jnp.zeros((b, n), jnp.int32), valid=jnp.zeros((b, n), bool),
@@ -290,23 +279,23 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
         # The depth/probability gate does not need the draft: a level in which no node of
         # any row may expand is a set of leaves, and is not forwarded at all (its accepted
         # leaf, if any, is caught up next round like a deepest-level node).
-        gate = (valid & (d < knobs.d_max[:, None]) & (cum >= knobs.log_rho_stop[:, None])
-                & (cum >= knobs.log_tau[:, None]) & ((d < knobs.d0[:, None]) | (cum >= knobs.log_rho_deep[:, None])))
+        gate = (valid & (d < knobs.d_max[:, None]) & (cum >= log_t["rho_stop"])
+                & (cum >= log_t["tau"]) & ((d < knobs.d0[:, None]) | (cum >= log_t["rho_deep"])))
         expands = jnp.any(gate)
         top_lp, top_tok, carry = jax.lax.cond(
             expands, lambda carry: expand_level_topk(level_fn, carry, level, d, k),
             lambda carry: (jnp.full(tokens.shape + (k,), _NEG_INF), jnp.zeros(tokens.shape + (k,), jnp.int32), carry),
             carry)  # [B, W, K]
         log_conf = top_lp[..., 0]
-        nb = jnp.where(log_conf >= knobs.log_tau_h[:, None], b_min[:, None],
-                       jnp.where(log_conf >= knobs.log_tau_l[:, None], b_mid[:, None], b_max[:, None]))
+        nb = jnp.where(log_conf >= log_t["tau_h"], b_min[:, None],
+                       jnp.where(log_conf >= log_t["tau_l"], b_mid[:, None], b_max[:, None]))
         out = put(out, lvl, forwarded=valid & expands, expandable=gate, branching=nb, log_conf=log_conf)
 
         # Candidates in BFS order (parent position, rank); keep the first `N - used` live ones.
         w, w_next = tokens.shape[1], widths[d]
         child_cum = cum[..., None] + top_lp  # [B, W, K]
         live = (gate[..., None] & (jnp.arange(k)[None, None] < nb[..., None])
-                & (child_cum >= knobs.log_tau[:, None, None])).reshape(b, w * k)
+                & (child_cum >= log_t["tau"][..., None])).reshape(b, w * k)
         rank = jnp.cumsum(live, axis=1, dtype=jnp.int32)  # 1-based position among live candidates
         keep = live & (rank <= (n - used)[:, None])
         count = jnp.sum(keep, axis=1, dtype=jnp.int32)
@@ -327,7 +316,7 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
                             out, carry, nxt)
 
     # Level 1: u_0 = the draft's top-1 token (Algorithm 1, line 10).
-    top_lp, top_tok = top_k(_no_negative_zero(root_logp), 1)  # [B, 1]
+    top_lp, top_tok = top_k(root_logp.astype(jnp.float32), 1, equal_zeros=True)  # [B, 1]
     zero = jnp.zeros((b,), jnp.int32)
     first = dict(tokens=top_tok.astype(jnp.int32), cum=top_lp, parent_slots=jnp.full((b, 1), -1, jnp.int32),
                  valid=jnp.ones((b, 1), bool) if active is None else active[:, None], used=zero + 1,
@@ -341,18 +330,13 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: TreeKnobs, *, max_nod
 
 
 def draft_lm_level_fn(draft_cfg: ModelConfig, log_probs: Callable) -> LevelFn:
-    """The draft LM as a `build_tree` distribution function (carry: DraftLMState).
-
-    Forwards the level at region offset `level.offset` (per row) with positions
-    committed length - 1 + d (the root sits at committed length - 1, see `catch_up`).
-    """
+    """The draft LM as a `build_tree` distribution function (carry: DraftLMState): the
+    level's forward is `draft_lm.expand_level` at the per-row region offset `level.offset`,
+    its logits turned into log-probs f32[B, w, V] by `log_probs`."""
 
     def level_fn(state: DraftLMState, level: Level, depth: int):
-        b, w = level.tokens.shape
-        positions = jnp.broadcast_to(state.cache.lengths[:, None] - 1 + depth, (b, w)).astype(jnp.int32)
-        logits, cache = forward(state.params, draft_cfg, level.tokens, positions, level.mask_rows, state.cache,
-                                region_offset=level.offset)
-        return log_probs(logits), state.replace(cache=cache)
+        logits, state = expand_level(draft_cfg, state, level.tokens, depth, level.offset, level.mask_rows)
+        return log_probs(logits), state
 
     return level_fn
 
@@ -499,17 +483,13 @@ class DynaTreeDrafter(DraftLMDrafter):
                      b_mid=self.b_mid, b_max=self.b_max, rho_stop=self.rho_stop, rho_deep=self.rho_deep,
                      tau=self.tau).broadcast(batch)
 
-    def tree_knobs(self, knobs: Knobs) -> TreeKnobs:
-        """Log-domain knobs for `build_tree`; Phase 1 turns off the depth gate and pruning."""
-        log = lambda x: jnp.log(x.astype(jnp.float32))  # noqa: E731
+    def phase_knobs(self, knobs: Knobs) -> Knobs:
+        """The knobs `build_tree` gets: Phase 1 turns off the depth gate (d_max = d0) and
+        pruning (rho_stop = rho_deep = tau = 0, log -inf); Phases 2 and 3 use them as they are."""
         if self.phase == 1:
-            off = jnp.full_like(knobs.tau_h, _NEG_INF)
-            return TreeKnobs(log_tau_h=log(knobs.tau_h), log_tau_l=log(knobs.tau_l), log_rho_stop=off,
-                             log_rho_deep=off, log_tau=off, d0=knobs.d0, d_max=knobs.d0, b_min=knobs.b_min,
-                             b_mid=knobs.b_mid, b_max=knobs.b_max)
-        return TreeKnobs(log_tau_h=log(knobs.tau_h), log_tau_l=log(knobs.tau_l), log_rho_stop=log(knobs.rho_stop),
-                         log_rho_deep=log(knobs.rho_deep), log_tau=log(knobs.tau), d0=knobs.d0, d_max=knobs.d_max,
-                         b_min=knobs.b_min, b_mid=knobs.b_mid, b_max=knobs.b_max)
+            off = jnp.zeros_like(knobs.tau_h)
+            return knobs.replace(rho_stop=off, rho_deep=off, tau=off, d_max=knobs.d0)
+        return knobs
 
     def init(self, params, tokens, prompt_lengths, max_new_tokens: int, context=None) -> DynaTreeState:
         b = tokens.shape[0]
@@ -533,7 +513,7 @@ class DynaTreeDrafter(DraftLMDrafter):
         log_probs = self.log_probs(sampling)
         root_logits, lm = catch_up(self.draft_cfg, state.lm, root, active)
         tree, info, lm = build_tree(log_probs(root_logits), draft_lm_level_fn(self.draft_cfg, log_probs), lm,
-                                    self.tree_knobs(state.knobs), max_nodes=self.n_max, num_levels=self.num_levels,
+                                    self.phase_knobs(state.knobs), max_nodes=self.n_max, num_levels=self.num_levels,
                                     max_branch=self.b_max, active=active)
         return tree, None, state.replace(lm=lm.replace(forwarded=info.forwarded))
 

@@ -38,7 +38,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.models.hf_config import UnsupportedConfigError
+from specjax.models.hf_config import ConfigReader, UnsupportedConfigError
 from specjax.models.llama import LlamaConfig
 from specjax.models.loading import CheckpointError, params_from_tensors, raise_on_mismatch
 
@@ -95,11 +95,6 @@ def read_metadata(reader) -> dict[str, Any]:
     return out
 
 
-_LLAMA_KEYS_USED = {
-    "block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
-    "attention.head_count_kv", "rope.freq_base", "attention.layer_norm_rms_epsilon", "rope.dimension_count",
-    "attention.key_length", "attention.value_length", "vocab_size",
-}
 # Keys that are fine only at the value meaning "feature off".
 _LLAMA_KEYS_OFF = {
     "expert_count": ((0,), "mixture of experts"),
@@ -141,33 +136,24 @@ def config_from_gguf(meta: dict[str, Any], tensor_names: set[str] | frozenset[st
             raise UnsupportedConfigError(f"GGUF key {key!r}: split (multi-file) GGUF checkpoints are not supported")
         raise UnsupportedConfigError(f"GGUF metadata key {key!r} is not understood by specjax's llama loader")
 
-    def get(name: str, default: Any = None, required: bool = False):
-        key = f"llama.{name}"
-        if key not in meta:
-            if required:
-                raise UnsupportedConfigError(f"GGUF metadata lacks the required key {key!r}")
-            return default
-        value = meta[key]
-        if isinstance(value, list):
-            raise UnsupportedConfigError(f"GGUF key {key!r} is per-layer ({value[:4]}...): not supported")
-        return value
+    # The llama.* keys go through the strict HF config reader: every key is consumed by the
+    # parser below, set to the value meaning "feature off", or raises naming it (`finish`).
+    llama = {k: v for k, v in meta.items() if k.startswith("llama.")}
+    per_layer = sorted(k for k, v in llama.items() if isinstance(v, list))
+    if per_layer:
+        raise UnsupportedConfigError(f"GGUF key {per_layer[0]!r} is per-layer ({llama[per_layer[0]][:4]}...): "
+                                     f"not supported")
+    reader = ConfigReader(llama, "GGUF llama")
+    for name, (allowed, feature) in _LLAMA_KEYS_OFF.items():
+        reader.expect(f"llama.{name}", allowed, feature)
+    reader.expect("llama.attention.layer_norm_epsilon", (), "LayerNorm, not RMSNorm")
+    if llama.get("llama.rope.scaling.type", "none") == "none":  # attn_factor, orig_ctx_len, ...: unused without it
+        for key in llama:
+            if key.startswith("llama.rope.scaling."):
+                reader.get(key)
 
-    for name in (k.removeprefix("llama.") for k in meta if k.startswith("llama.")):
-        if name in _LLAMA_KEYS_USED:
-            continue
-        if name in _LLAMA_KEYS_OFF:
-            allowed, feature = _LLAMA_KEYS_OFF[name]
-            if get(name) not in allowed:
-                raise UnsupportedConfigError(
-                    f"GGUF key 'llama.{name}' = {get(name)!r} implies {feature}, not supported")
-            continue
-        if name.startswith("rope.scaling."):  # attn_factor, orig_ctx_len, finetuned, ... (type is checked above)
-            if meta.get("llama.rope.scaling.type", "none") == "none":
-                continue
-            raise UnsupportedConfigError(f"GGUF key 'llama.{name}' implies rope scaling, not supported")
-        if name == "attention.layer_norm_epsilon":
-            raise UnsupportedConfigError("GGUF key 'llama.attention.layer_norm_epsilon' implies LayerNorm, not RMSNorm")
-        raise UnsupportedConfigError(f"GGUF metadata key 'llama.{name}' is not understood by specjax's llama loader")
+    def get(name: str, default: Any = None, required: bool = False):
+        return reader.get(f"llama.{name}", default, required=required)
 
     hidden, heads = int(get("embedding_length", required=True)), int(get("attention.head_count", required=True))
     if hidden % heads and get("attention.key_length") is None:
@@ -186,7 +172,7 @@ def config_from_gguf(meta: dict[str, Any], tensor_names: set[str] | frozenset[st
     if tokens is not None and vocab is not None and int(vocab) != len(tokens):
         raise UnsupportedConfigError(f"llama.vocab_size {vocab} != {len(tokens)} tokens in tokenizer.ggml.tokens")
     eos = [meta[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in meta]
-    return LlamaConfig(
+    cfg = LlamaConfig(
         vocab_size=len(tokens) if tokens is not None else int(vocab),
         hidden_size=hidden,
         num_layers=int(get("block_count", required=True)),
@@ -202,6 +188,8 @@ def config_from_gguf(meta: dict[str, Any], tensor_names: set[str] | frozenset[st
         eos_token_ids=tuple(dict.fromkeys(int(e) for e in eos)),
         bos_token_id=int(meta["tokenizer.ggml.bos_token_id"]) if "tokenizer.ggml.bos_token_id" in meta else None,
     )
+    reader.finish()
+    return cfg
 
 
 # ------------------------------------------------------------------------------------------ tensors
