@@ -412,14 +412,20 @@ class DDTreeDrafter:
                            surrogate=jnp.full((b, max_new_tokens), -1.0, jnp.float32),
                            num_rounds=jnp.zeros((b,), jnp.int32))
 
+    def candidates(self, logits: jax.Array, active: jax.Array):
+        """logits f32[B, L, V] -> (the N selected prefixes as a Tree [B, N] in selection order,
+        their log q(u) f32[B, N], keep bool[B, N] = not pruned (the first always) and row
+        active, log_q f32[B, L, V] = the untempered log-marginals they were scored with)."""
+        log_q = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # no draft temperature
+        tree, scores = select_tree_scored(log_q, self.budget, method=self.method)
+        keep = tree.valid & (scores >= self.log_min_prob)
+        return tree, scores, keep.at[:, 0].set(tree.valid[:, 0]) & active[:, None], log_q
+
     def tree(self, logits: jax.Array, active: jax.Array) -> tuple[Tree, jax.Array]:
         """logits f32[B, L, V] -> (Tree [B, N], surrogate f32[B] = sum of q(u) over kept nodes).
 
         Inactive rows (bool[B]) get an empty tree."""
-        log_q = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # no draft temperature
-        tree, scores = select_tree_scored(log_q, self.budget, method=self.method)
-        keep = tree.valid & (scores >= self.log_min_prob)
-        keep = keep.at[:, 0].set(tree.valid[:, 0]) & active[:, None]
+        tree, scores, keep, _ = self.candidates(logits, active)
         tree = tree.replace(valid=keep, parents=jnp.where(keep, tree.parents, -1), depth=jnp.where(keep, tree.depth, 0),
                             tokens=jnp.where(keep, tree.tokens, 0))
         return tree, jnp.sum(jnp.where(keep, jnp.exp(scores), 0.0), axis=-1)

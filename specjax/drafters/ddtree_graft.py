@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.drafters.ddtree import DDTreeDrafter, DDTreeState, select_tree_scored
+from specjax.drafters.ddtree import DDTreeDrafter, DDTreeState
 from specjax.drafters.graft import GraftParams, record_round
 from specjax.drafters.protocol import Verified
 from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, accepted_from_table, graft, retrieve,
@@ -154,10 +154,7 @@ class DDTreeGraftDrafter:
         surrogate f32[B] = sum_{u in T} q(u) of that tree, optimal f32[B] = the same sum over
         DDTree's own tree of N nodes). Inactive rows get an empty tree."""
         b, n = root.shape[0], self.budget
-        log_q = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # untempered, as DDTree
-        cand, scores = select_tree_scored(log_q, n, method=self.ddtree.method)
-        ok = cand.valid & (scores >= self.ddtree.log_min_prob)
-        ok = ok.at[:, 0].set(cand.valid[:, 0]) & active[:, None]
+        cand, scores, ok, log_q = self.ddtree.candidates(logits, active)  # DDTree's own selection + pruning
         template = self.template
         tree, _, retrieved = graft(cand.tokens, cand.parents, cand.depth, ok, jnp.full((b, n), -1, jnp.int32),
                                    jnp.full((b,), n - self.retrieval, jnp.int32), retrieve(table, root, template),
