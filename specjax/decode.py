@@ -34,7 +34,7 @@ from typing import Any
 
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache
-from specjax.models.model import ModelConfig, forward, forward_tapped, prefill_tapped, prefill_unchecked
+from specjax.models.model import ModelConfig, _prefill_unchecked, forward, forward_tapped, prefill_tapped
 from specjax.ops import device_widths, switch_on_width
 from specjax.ops import top_k as top_k_op
 from specjax.numerics import DEFAULT_PRECISION, check_precision, decode_compiler_options, matmul_scope
@@ -95,7 +95,7 @@ _generate_ar = jax.jit(_generate_ar_entry, **_AR_JIT)
 def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling, pad_id):
     b = tokens.shape[0]
     key = jax.random.key(0) if key is None else key
-    _, last, cache = prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precision=None)
+    _, last, cache = _prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precision=None)
     key, sub = jax.random.split(key)
     first = pick_token(last, sub, sampling)
     out = jnp.full((b, max_new_tokens), pad_id, jnp.int32).at[:, 0].set(first)

@@ -215,27 +215,31 @@ def resolve_methods(methods, draft, *, dflash=None, eagle3=None, domino=None, ta
     return out
 
 
-def _runner(method: Method, target, draft, sampling: Sampling, eos_ids: tuple[int, ...]):
-    """(tokens, lengths, max_new_tokens) -> generate output, for one method."""
-    from specjax.decode import generate, generate_ar
+class _Runner:
+    """(tokens, lengths, max_new_tokens, reserve) -> generate output, for one method. A drafter
+    with `carry_over` (retrieval tables persist across requests: hot start) continues from the
+    state the previous call left; `draft_params` is what the next call starts from."""
 
-    cfg, params = target
-    # `reserve`: caches sized as for the full generation, so the TTFT call (n = 1) prefills
-    # exactly the cache shapes the full call does.
-    if method.is_ar:
-        return lambda tokens, lengths, n, reserve: generate_ar(params, cfg, tokens, lengths, n, eos_ids=eos_ids,
-                                                               sampling=sampling, cache_slots=tokens.shape[1] + reserve)
-    held = [method.draft_params_override if method.draft_params_override is not None else draft[1]]
-    carry_over = getattr(method.drafter, "carry_over", None)  # retrieval tables persist across requests (hot start)
+    def __init__(self, method: Method, target, draft, sampling: Sampling, eos_ids: tuple[int, ...]):
+        self.method, self.target, self.sampling, self.eos_ids = method, target, sampling, eos_ids
+        self.draft_params = None if method.is_ar else (
+            method.draft_params_override if method.draft_params_override is not None else draft[1])
 
-    def run(tokens, lengths, n, reserve):
-        out = generate(params, cfg, method.drafter, held[0], tokens, lengths, n, sampling=sampling, eos_ids=eos_ids,
-                       reserve_new_tokens=reserve)
-        if carry_over is not None:
-            held[0] = carry_over(held[0], out.draft_state)
+    def __call__(self, tokens, lengths, n, reserve):
+        from specjax.decode import generate, generate_ar
+
+        cfg, params = self.target
+        # `reserve`: caches sized as for the full generation, so the TTFT call (n = 1) prefills
+        # exactly the cache shapes the full call does.
+        if self.method.is_ar:
+            return generate_ar(params, cfg, tokens, lengths, n, eos_ids=self.eos_ids, sampling=self.sampling,
+                               cache_slots=tokens.shape[1] + reserve)
+        drafter = self.method.drafter
+        out = generate(params, cfg, drafter, self.draft_params, tokens, lengths, n, sampling=self.sampling,
+                       eos_ids=self.eos_ids, reserve_new_tokens=reserve)
+        if getattr(drafter, "carry_over", None) is not None:
+            self.draft_params = drafter.carry_over(self.draft_params, out.draft_state)
         return out
-
-    return run
 
 
 def warm_up(method: Method, target, prompts: list[list[int]], *, max_new_tokens: int, prompt_width: int | None = None,
@@ -249,15 +253,10 @@ def warm_up(method: Method, target, prompts: list[list[int]], *, max_new_tokens:
         raise ValueError(f"method {method.name!r} keeps no state across requests: nothing to warm up")
     if method.draft_params_override is None:
         raise ValueError(f"method {method.name!r} has no draft params to warm up (its table)")
-    from specjax.decode import generate
-
-    cfg, params = target
-    held = method.draft_params_override
+    run = _Runner(method, target, None, sampling, tuple(eos_ids))
     for tokens, lengths in (prepare_prompts(prompts, prompt_width) if prompts else ()):
-        out = generate(params, cfg, method.drafter, held, tokens, lengths, max_new_tokens, sampling=sampling,
-                       eos_ids=tuple(eos_ids), reserve_new_tokens=max_new_tokens)
-        held = method.drafter.carry_over(held, out.draft_state)
-    return dataclasses.replace(method, draft_params_override=held)
+        run(tokens, lengths, max_new_tokens, max_new_tokens)
+    return dataclasses.replace(method, draft_params_override=run.draft_params)
 
 
 def _record(index: int, lengths, out, seconds: float, ttft: float | None) -> _Run:
@@ -320,7 +319,7 @@ def run_benchmark(target, draft, prompts: list[list[int]], methods: list[Method 
     methods = resolve_methods(methods, draft)
     rows = prepare_prompts(prompts, prompt_width)
     check_batches(len(rows), warmup, batch)
-    runners = [(m, _runner(m, target, draft, sampling, tuple(eos_ids))) for m in methods]
+    runners = [(m, _Runner(m, target, draft, sampling, tuple(eos_ids))) for m in methods]
     runs = _measure(runners, group_batches(rows, batch), max_new_tokens, warmup // batch, ttft, progress)
 
     ar = next((m.name for m in methods if m.is_ar), None)

@@ -25,7 +25,7 @@ import numpy as np
 from flax import struct
 
 from specjax.models.cache import KVCache, commit, init_cache
-from specjax.models.model import ModelConfig, prefill_unchecked, forward
+from specjax.models.model import ModelConfig, _prefill_unchecked, forward
 from specjax.tree import Tree
 from specjax.verify import WalkResult
 
@@ -66,8 +66,9 @@ def init_state(draft_cfg, params, tokens, prompt_lengths, num_slots: int, budget
     tree, the walk's max depth when retrieved paths are grafted)."""
     b = tokens.shape[0]
     dtype = jax.tree.leaves(params)[0].dtype
-    _, _, cache = prefill_unchecked(params, draft_cfg, tokens, prompt_lengths, init_cache(draft_cfg, b, num_slots, dtype),
-                                    matmul_precision=None)  # inherits the loop's policy
+    cache = init_cache(draft_cfg, b, num_slots, dtype)
+    _, _, cache = _prefill_unchecked(params, draft_cfg, tokens, prompt_lengths, cache,
+                                     matmul_precision=None)  # inherits the loop's policy
     return DraftLMState(params=params, cache=cache, pending_tokens=jnp.zeros((b, max_pending), jnp.int32),
                         num_pending=jnp.zeros((b,), jnp.int32), forwarded=jnp.zeros((b, budget), bool))
 

@@ -220,8 +220,9 @@ def pad_prompts(prompts: list[list[int]], length: int | None = None, pad_id: int
 @functools.partial(jax.jit, static_argnames=("cfg", "feature_layers", "matmul_precision"), donate_argnames=("cache",))
 def prefill_tapped(params, cfg, tokens, prompt_lengths, cache, feature_layers: tuple[int, ...] = (),
                    matmul_precision: str | None = DEFAULT_PRECISION):
-    """`prefill_unchecked` that also returns the prompt's features [B, T, n, E] (see
-    `forward_tapped`): (logits, last, cache, features). `matmul_precision`: `specjax.numerics`
+    """`prefill` without its host-side checks (so it can run inside another jitted function)
+    that also returns the prompt's features [B, T, n, E] (see `forward_tapped`):
+    (logits, last, cache, features). `matmul_precision`: `specjax.numerics`
     (None inherits the caller's policy, for use inside another entry point)."""
     b, t = tokens.shape
     positions = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
@@ -234,8 +235,9 @@ def prefill_tapped(params, cfg, tokens, prompt_lengths, cache, feature_layers: t
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "matmul_precision"), donate_argnames=("cache",))
-def prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precision: str | None = DEFAULT_PRECISION):
-    """`prefill` without the host-side checks: for use inside other jitted functions."""
+def _prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precision: str | None = DEFAULT_PRECISION):
+    """`prefill` without the host-side checks: for use inside other jitted functions (private:
+    callers outside the package use `prefill`, or `prefill_tapped` inside their own jit)."""
     logits, last, cache, _ = prefill_tapped(params, cfg, tokens, prompt_lengths, cache,
                                             matmul_precision=matmul_precision)
     return logits, last, cache
@@ -256,11 +258,11 @@ def prefill(params, cfg: ModelConfig, tokens: jax.Array, prompt_lengths: jax.Arr
     if lengths.min() < 1 or lengths.max() > tokens.shape[1]:
         raise ValueError(f"prompt_lengths must lie in [1, {tokens.shape[1]}], got {lengths.tolist()}")
     check_precision(matmul_precision)
-    return prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precision=matmul_precision)
+    return _prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precision=matmul_precision)
 
 
 __all__ = [
     "ModelConfig", "KVCache", "init_cache", "commit", "config_from_hf", "init_params", "param_shapes",
-    "forward", "forward_tapped", "forward_jit", "prefill", "prefill_unchecked", "prefill_tapped", "causal_mask",
+    "forward", "forward_tapped", "forward_jit", "prefill", "prefill_tapped", "causal_mask",
     "pad_prompts", "family", "embed_tokens", "project_to_vocab", "check_feature_layers",
 ]
