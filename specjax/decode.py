@@ -52,12 +52,18 @@ __all__ = [
 
 @struct.dataclass
 class GenerateOutput:
-    """What a generation returns: tokens int32[B, M] (M = max_new_tokens; pad_id after a
-    row's end), num_tokens int32[B], and the target's final `KVCache`."""
+    """What a generation returns (B rows, M = max_new_tokens, P = a row's prompt length).
 
-    tokens: jax.Array  # int32[B, max_new_tokens], pad_id after each row's end
-    num_tokens: jax.Array  # int32[B] generated tokens per row (an EOS token counts and ends the row)
-    cache: KVCache  # target cache: row b holds prompt + generated tokens except the last (P + num_tokens - 1)
+    Fields:
+      tokens: int32[B, M] generated tokens; pad_id after each row's end.
+      num_tokens: int32[B] generated tokens per row (an EOS token counts and ends the row; <= M).
+      cache: the target's final `KVCache`: row b holds the prompt and the generated tokens except
+        the last one (committed length P + num_tokens - 1; the last token was never forwarded).
+    """
+
+    tokens: jax.Array
+    num_tokens: jax.Array
+    cache: KVCache
 
 
 def pick_token(logits: jax.Array, key: jax.Array, sampling: Sampling) -> jax.Array:
@@ -164,11 +170,12 @@ def generate_ar(
 class RoundStats:
     """Per-round statistics of a speculative generation (R = max_new_tokens rounds at most).
 
-    accepted  int32[B, R]  draft tokens accepted in each round (-1 past the row's last round);
-                           the last round counts only what the output kept (max_new_tokens, EOS)
-    proposed  int32[B, R]  valid tree nodes proposed in each round (-1 likewise)
-    depth     int32[B, R]  depth of the proposed tree in each round (-1 likewise)
-    num_rounds int32[B]    target verification forwards per row
+    Fields:
+      accepted: int32[B, R] draft tokens accepted in each round (-1 past the row's last round);
+        the last round counts only what the output kept (max_new_tokens, EOS).
+      proposed: int32[B, R] valid tree nodes proposed in each round (-1 likewise).
+      depth: int32[B, R] depth of the proposed tree in each round (-1 likewise).
+      num_rounds: int32[B] target verification forwards per row (rounds the row was active in).
     """
 
     accepted: jax.Array
@@ -190,25 +197,35 @@ class RoundStats:
 
 @struct.dataclass
 class SpeculativeOutput(GenerateOutput):
-    """`GenerateOutput` (tokens int32[B, M], num_tokens int32[B], cache) plus per-round
-    `RoundStats` ([B, R] arrays) and the drafter's final state (e.g. a warm retrieval table)."""
+    """`GenerateOutput` plus per-round statistics and the drafter's final state.
+
+    Fields:
+      tokens: int32[B, M] generated tokens (M = max_new_tokens); pad_id after each row's end.
+      num_tokens: int32[B] generated tokens per row (an EOS token counts and ends the row).
+      cache: the target's final `KVCache` (committed length P + num_tokens - 1 per row).
+      stats: `RoundStats` ([B, R] arrays: accepted / proposed / depth per round, num_rounds int32[B]).
+      draft_state: the drafter's final state pytree (e.g. its KV cache, or a warm retrieval table that
+        `carry_over` hands to the next request), for inspection.
+    """
 
     stats: RoundStats = None
-    draft_state: object = None  # the drafter's final state (e.g. its KV cache), for inspection
+    draft_state: object = None
 
 
 @struct.dataclass
 class LoopState:
     """The speculative loop's carry (B rows, M = max_new_tokens, D = the drafter's max_depth).
 
-    root        int32[B]          last committed token, not yet processed by the target
-    out         int32[B, M+D+1]   generated tokens (the first `count` of each row are real)
-    count       int32[B]          tokens generated per row
-    done        bool[B]           row finished (EOS or M tokens)
-    cache       KVCache           the target's cache (committed length = position of `root`)
-    draft_state                   the drafter's state pytree
-    stats       RoundStats
-    key         PRNG key
+    Fields:
+      root: int32[B] last committed token, not yet processed by the target (next round's root).
+      out: int32[B, M+D+1] generated tokens (the first `count` of each row are real, the rest pad_id;
+        D + 1 spare columns so a round can write its whole path unclipped).
+      count: int32[B] tokens generated per row (the first token, picked after prefill, included).
+      done: bool[B] row finished (EOS or M tokens); done rows are left unchanged by a round.
+      cache: the target's `KVCache` (committed length = position of `root`).
+      draft_state: the drafter's state pytree (what its `init` / `propose` / `observe` return).
+      stats: `RoundStats` recorded so far (-1 in rounds not yet run).
+      key: the loop's PRNG key; each round splits it into draft / verify keys and the next key.
     """
 
     root: jax.Array
@@ -223,13 +240,16 @@ class LoopState:
 
 @struct.dataclass
 class TargetPass:
-    """What one verification forward produced (before the commit).
+    """What one verification forward produced (before the commit; N = tree budget, D = max_depth).
 
-    result      WalkResult over the tree (path_slots int32[B, D+1], root first)
-    cache       the target cache with the block's K/V written, `lengths` unchanged
-    features    [B, D+1, n, E] target features of the path slots (root first), or None
-    top_ids / top_logits  int32 / f32[B, N+1, k]: top-k of the target logits at every slot,
-                descending; slots past the verified width hold -1 / -inf; None if k = 0
+    Fields:
+      result: `WalkResult` over the tree (path_slots int32[B, D+1], root first).
+      cache: the target `KVCache` with the block's K/V written in the pending slots, `lengths` unchanged.
+      features: [B, D+1, n, E] target features (n tapped layers, E = hidden size, params dtype) of the path slots
+        (root first), or None when no feature layers were asked for.
+      top_ids: int32[B, N+1, k] top-k tokens of the target logits at every slot (0 = root), descending;
+        slots past the verified width hold -1; None if k = 0.
+      top_logits: f32[B, N+1, k] the matching logits; -inf past the verified width; None if k = 0.
     """
 
     result: WalkResult

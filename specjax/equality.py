@@ -58,9 +58,15 @@ def near_tie_eps(dtype, matmul_precision: str = "highest", scale: float = 16.0) 
 class Agreement:
     """How a greedy output compares with AR's on one prompt (module docstring).
 
-    kind: "identical" | "near-tie" | "MISMATCH"; position: index (into the generated
-    tokens) of the first difference, None if identical; margin: AR's top-2 logit margin
-    there (None for identical, and for a pure length difference); eps: the threshold used."""
+    Fields:
+      kind: "identical" | "near-tie" | "MISMATCH" (a MISMATCH is a losslessness bug; so is a pure
+        length difference: one output stopped early with the same prefix).
+      position: index into the generated tokens of the first difference (for a pure length
+        difference, the shorter output's length); None if identical.
+      margin: AR's top-2 logit margin at `position` (float64 of AR's float32 logits); None for
+        identical, and for a pure length difference.
+      eps: the near-tie threshold used, in logit units (`near_tie_eps` or the caller's).
+    """
 
     kind: str
     position: int | None

@@ -13,10 +13,19 @@ __all__ = ["Sampling"]
 
 @dataclasses.dataclass(frozen=True)
 class Sampling:
-    """temperature 0 = greedy. top_k / top_p = None disable them. Hashable: static under jit.
+    """How tokens are drawn: temperature, then top-k, then top-p (`process_logits`). Hashable: static under jit.
 
     One convention for the loop and the verifiers: `log_probs(logits f32[B, ..., V])` gives the
-    processed log-probabilities every sampler in specjax draws from."""
+    processed log-probabilities every sampler in specjax draws from.
+
+    Fields:
+      temperature: T >= 0 dividing the logits; 0 = greedy (argmax, the first on ties; top_k / top_p
+        then change nothing).
+      top_k: keep the tokens whose logit is >= the k-th largest (ties at the boundary kept), k >= 1;
+        None disables it (k >= V keeps everything).
+      top_p: nucleus threshold in (0, 1]: keep the smallest descending prefix whose mass reaches top_p
+        (of the distribution left after temperature and top-k); None (or 1) disables it.
+    """
 
     temperature: float = 0.0
     top_k: int | None = None

@@ -57,16 +57,22 @@ __all__ = [
 
 @struct.dataclass
 class Tree:
-    """A batch of padded draft trees below each row's root (module docstring: invariants).
+    """A batch of padded draft trees below each row's root (module docstring: invariants). Nodes come
+    parents before children; N is the static budget. A pytree: passes through `jax.jit` and `lax`
+    control flow like any array.
 
-    tokens int32[B, N], parents int32[B, N] (-1 = child of the root), depth int32[B, N]
-    (1 below the root), valid bool[B, N]; parents before children. A pytree: passes
-    through `jax.jit` and `lax` control flow like any array."""
+    Fields:
+      tokens: int32[B, N] token id of each node (don't-care on padding; `normalize` sets 0).
+      parents: int32[B, N] index of each node's parent in [0, i), or -1 for a child of the root
+        (and for padding).
+      depth: int32[B, N] 1 for children of the root, parent depth + 1 below; 0 on padding.
+      valid: bool[B, N] padding mask: True for the row's real nodes (not necessarily a prefix).
+    """
 
-    tokens: jax.Array  # int32[B, N]
-    parents: jax.Array  # int32[B, N], -1 = child of the root
-    depth: jax.Array  # int32[B, N], root children have depth 1
-    valid: jax.Array  # bool[B, N]
+    tokens: jax.Array
+    parents: jax.Array
+    depth: jax.Array
+    valid: jax.Array
 
     @property
     def batch_size(self) -> int:

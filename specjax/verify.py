@@ -40,13 +40,14 @@ _NEG_INF = -jnp.inf
 
 @struct.dataclass
 class WalkResult:
-    """Outcome of verifying one tree per batch row (padding entries are 0).
+    """Outcome of verifying one tree per batch row (D = max_depth; padding entries are 0).
 
-    path_slots      int32[B, D+1]  slot 0 (root) first, then 1 + node index of each
-                                   accepted node, in root-to-leaf order
-    num_accepted    int32[B]       accepted draft nodes, excluding the root (<= D)
-    accepted_tokens int32[B, D]    tokens of the accepted nodes
-    bonus           int32[B]       the target's token after the last accepted node
+    Fields:
+      path_slots: int32[B, D+1] slot 0 (the root) first, then 1 + node index of each accepted node,
+        in root-to-leaf order (what `commit` gathers).
+      num_accepted: int32[B] accepted draft nodes, excluding the root (<= D).
+      accepted_tokens: int32[B, D] tokens of the accepted nodes, in path order.
+      bonus: int32[B] the target's token after the last accepted node (its correction or bonus token).
     """
 
     path_slots: jax.Array

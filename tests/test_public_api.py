@@ -1,9 +1,12 @@
 """The public API a researcher imports (issue 18): `from specjax import ...` names the stable
 core, every public module declares `__all__`, and every exported function and class says
-what it is (a docstring; for classes that hold arrays, their shapes)."""
+what it is (a docstring; for classes that hold arrays, their shapes; for dataclasses, every field)."""
 
+import dataclasses
 import importlib
 import inspect
+import pkgutil
+import re
 
 import pytest
 
@@ -71,3 +74,45 @@ def test_one_sampling_convention_for_the_loop_and_the_verifiers():
     np.testing.assert_array_equal(np.asarray(c.bonus), np.asarray(d.bonus))
     with pytest.raises(ValueError, match="either a Sampling or"):
         specjax.sampling_walk(tree, logits, key, sampling, 5)
+
+
+def _public_dataclasses():
+    """Every public dataclass defined in a specjax module (`__main__` modules and private names skipped)."""
+    for info in pkgutil.walk_packages(specjax.__path__, "specjax."):
+        if any(part.startswith("_") for part in info.name.split(".")):
+            continue
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if (inspect.isclass(obj) and obj.__module__ == module.__name__ and dataclasses.is_dataclass(obj)
+                    and not name.startswith("_")):
+                yield obj
+
+
+def _documented_fields(cls) -> str:
+    """The "Fields:" blocks of `cls`'s own docstring and of its dataclass bases' (a subclass may
+    point to its base for the fields it inherits). A dataclass without a docstring gets an
+    auto-generated signature from `dataclasses`: that has no "Fields:" block, so it documents nothing."""
+    blocks = []
+    for klass in cls.__mro__:
+        doc = inspect.cleandoc(klass.__dict__.get("__doc__") or "") if dataclasses.is_dataclass(klass) else ""
+        head = re.search(r"^Fields:[ \t]*$", doc, re.M)
+        if head:
+            blocks.append(doc[head.end():])
+    return "\n".join(blocks)
+
+
+def test_every_public_dataclass_documents_its_fields():
+    """`help(Cls)` says what each field means (issue 18): every field of every public dataclass has
+    an entry `name: description` on its own line in the "Fields:" block of the class docstring (or,
+    for an inherited field, of the base class that documents it); a bare mention in prose does not count."""
+    classes = list(_public_dataclasses())
+    assert len(classes) > 40, f"found only {len(classes)} public dataclasses: is the module walk broken?"
+    missing = {}
+    for cls in classes:
+        fields = _documented_fields(cls)
+        absent = [f.name for f in dataclasses.fields(cls)
+                  if not re.search(rf"^[ \t]*{re.escape(f.name)}:[ \t]+\S", fields, re.M)]
+        if absent:
+            missing[f"{cls.__module__}.{cls.__qualname__}"] = absent
+    assert not missing, ("dataclass fields without a `name: description` entry in the class docstring's "
+                         "\"Fields:\" block: " + "; ".join(f"{c}: {', '.join(f)}" for c, f in missing.items()))

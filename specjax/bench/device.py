@@ -86,7 +86,28 @@ UNITS = {"ms": "milliseconds (median of reps)", "s": "seconds", "GBps": "1e9 byt
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """What one run measures. Defaults reproduce issue 16's table at batch 1 (GPU sizes);
-    `for_platform` shrinks the sizes that are slow on a CPU."""
+    `for_platform` shrinks the sizes that are slow on a CPU. Every size must be >= 1.
+
+    Fields:
+      dtype: params / activations dtype by name, a key of `DTYPES` ("bfloat16"; "float32" on CPU).
+      batch: B, prompts (rows) per call (ar, verify, compile, round; select uses `select_batches`).
+      prompt_len: tokens of each random prompt (ar, compile, round).
+      new_tokens: N, tokens generated per timed call (ar, compile; the round's max_new); >= 2, since
+        AR ms/token is (t_N - t_1) / (N - 1).
+      context: committed cache length before the verify forward (verify).
+      verify_widths: T values, pending tokens per verify forward (one timing each).
+      select_depth: L, positions of the random log-probs f32[B, L, V] given to `select_tree` (select).
+      select_budget: N, tree nodes `select_tree` picks (select).
+      select_batches: batch sizes B of the select part (one timing each; not `batch`).
+      select_methods: `select_tree` methods timed, a subset of ("levels", "pops").
+      compile_methods: `parse_method` specs whose first-compile time is measured (compile).
+      round_budget: DDTree budget N of the split round (prune_mass 0: all N + 1 slots verified) (round).
+      dflash_layers: draft layers of the random DFlash drafter (compile, round); None (or 0): 5 (the
+        DFlash-b16 release for Qwen3-8B) on >= 8-layer targets, else 1.
+      reps: warm calls per timing (the median is reported), after one excluded warm-up call.
+      bandwidth_mib: MiB of each of the two float32 arrays of the bandwidth kernel (256 on CPU).
+      matmul_precision: jax matmul precision, one of `specjax.numerics.PRECISIONS` (default "highest").
+    """
 
     dtype: str = "bfloat16"
     batch: int = 1
@@ -100,7 +121,7 @@ class Settings:
     select_methods: tuple[str, ...] = ("levels", "pops")
     compile_methods: tuple[str, ...] = ("ar", "chain4", "dynatree-p3", "ddtree-64")
     round_budget: int = 64
-    dflash_layers: int | None = None  # None: 5 (the DFlash-b16 release for Qwen3-8B) on >= 8-layer targets, else 1
+    dflash_layers: int | None = None
     reps: int = 10
     bandwidth_mib: int = 1024
     matmul_precision: str = DEFAULT_PRECISION

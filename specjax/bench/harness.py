@@ -128,33 +128,66 @@ GREEDY = Sampling()
 
 @dataclasses.dataclass
 class MethodResult:
-    """One method's measurements over the counted prompts (definitions: module docstring)."""
+    """One method's measurements over the counted prompts (definitions: module docstring).
+
+    Mean / std are over counted prompts (np.std, ddof 0), TTFT / TPOT / aggregate ones over counted
+    calls; ratios pool all rounds of the counted prompts and are None when their denominator is 0.
+
+    Fields:
+      method: the method's canonical spec (`Method.name`), e.g. "ar", "chain4", "ddtree-64".
+      num_prompts: counted prompts (warm-up excluded).
+      total_tokens: tokens generated over the counted prompts.
+      total_seconds: wall seconds of their full calls, summed over calls (each call once).
+      throughput: row tokens/s: a row's tokens / its call's wall time, mean over prompts.
+      throughput_std: std of that over prompts.
+      speedup: aggregate_throughput / AR's aggregate_throughput in the same run; None without AR.
+      acceptance_rate: sum a_r / sum d_r, accepted draft tokens over drafted tree depth (None for AR).
+      node_acceptance_rate: sum a_r / sum n_r, accepted draft tokens over proposed nodes (None for AR).
+      tokens_per_iteration: sum (a_r + 1) / rounds, committed tokens per round, bonus included (AR: 1).
+      avg_path_length: sum a_r / rounds, accepted draft tokens per round (AR: 0).
+      ttft_ms: time to first token in ms (a max_new_tokens = 1 call), mean over calls; None if not timed.
+      ttft_std_ms: its std over calls, ms.
+      tpot_ms: time per output token in ms, (t_c - TTFT_c) / (longest row's tokens - 1), mean over calls.
+      tpot_std_ms: its std over calls, ms.
+      accept_hist: rounds with 0, 1, ..., max_depth accepted draft tokens (AR: [rounds]).
+      mean_tree_nodes: sum n_r / rounds, proposed tree nodes per round (None for AR).
+      mean_tree_depth: sum d_r / rounds, proposed tree depth per round (None for AR).
+      rounds: verification rounds (AR: decoding steps), summed over rows.
+      identical_to_ar: greedy only: every counted prompt's tokens identical to AR's; None when not checked.
+      per_prompt: one dict per counted prompt (prompt index, tokens, seconds, throughput, rounds, accepted,
+        agreement, ...; at batch > 1 also its call, row and the call's totals).
+      near_ties: counted prompts that part from AR at a near-tie (`specjax.equality`); None: not checked.
+      mismatches: counted prompts that part from AR above the near-tie threshold (a bug); None: not checked.
+      batch: prompts (rows) per generate call.
+      aggregate_throughput: a call's tokens (all rows) / its wall time, mean over calls.
+      aggregate_throughput_std: its std over calls.
+    """
 
     method: str
     num_prompts: int
-    total_tokens: int  # generated tokens over the counted prompts
-    total_seconds: float  # wall time of their full calls (each call once)
-    throughput: float  # row tokens/s: a row's tokens / its call's time, mean over prompts
+    total_tokens: int
+    total_seconds: float
+    throughput: float
     throughput_std: float
-    speedup: float | None  # vs AR of the same run; None without AR
-    acceptance_rate: float | None  # accepted / tree depth (None for AR)
-    node_acceptance_rate: float | None  # accepted / proposed nodes
-    tokens_per_iteration: float | None  # committed tokens per round, bonus included
-    avg_path_length: float | None  # accepted draft tokens per round
+    speedup: float | None
+    acceptance_rate: float | None
+    node_acceptance_rate: float | None
+    tokens_per_iteration: float | None
+    avg_path_length: float | None
     ttft_ms: float | None
     ttft_std_ms: float | None
     tpot_ms: float | None
     tpot_std_ms: float | None
-    accept_hist: list[int]  # rounds with 0, 1, ..., max_depth accepted draft tokens
+    accept_hist: list[int]
     mean_tree_nodes: float | None
     mean_tree_depth: float | None
-    rounds: int  # verification rounds (AR: decoding steps), summed over rows
-    identical_to_ar: bool | None  # greedy only: every prompt identical; None when not checked
+    rounds: int
+    identical_to_ar: bool | None
     per_prompt: list[dict]
-    near_ties: int | None = None  # prompts that part from AR at a near-tie (specjax.equality); None: not checked
-    mismatches: int | None = None  # prompts that part from AR above the near-tie threshold: a bug
-    batch: int = 1  # prompts (rows) per generate call
-    aggregate_throughput: float | None = None  # a call's tokens (all rows) / its time, mean over calls
+    near_ties: int | None = None
+    mismatches: int | None = None
+    batch: int = 1
+    aggregate_throughput: float | None = None
     aggregate_throughput_std: float | None = None
 
     def to_dict(self) -> dict:

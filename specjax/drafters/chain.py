@@ -23,10 +23,15 @@ __all__ = ["ChainDrafter"]
 class ChainDrafter(DraftLMDrafter):
     """A draft LM proposes a greedy (or, at T > 0, sampled) chain of K = num_tokens tokens:
     Tree [B, K] with parents i - 1, verified by chain rejection at T > 0 (draft probs
-    f32[B, K, V]). State: the draft LM's KV cache [L, B, S, K, D] and its lengths int32[B]."""
+    f32[B, K, V]). State: `DraftLMState`, the draft LM's KV cache [L, B, S, K, D] and its lengths int32[B].
+
+    Fields:
+      draft_cfg: the draft LM's model config (GPT-NeoX or Llama family); its vocabulary must be the target's.
+      num_tokens: K >= 1, draft tokens per round (one draft forward each; the tree's depth and budget).
+    """
 
     draft_cfg: ModelConfig
-    num_tokens: int  # K
+    num_tokens: int
 
     def __post_init__(self):
         if self.num_tokens < 1:

@@ -321,9 +321,14 @@ def select_tree(log_q: jax.Array, budget: int, *, method: str = "levels") -> Tre
 
 @struct.dataclass
 class DDTreeState:
-    """block: the block drafter's state; surrogate f32[B, R]: sum_{u in T} q(u) of each
-    round's tree (the drafter-side expected number of accepted tokens, -1 past the row's
-    last round); num_rounds int32[B]: rounds proposed per row."""
+    """DDTree's state (B rows, R = max_new_tokens rounds at most).
+
+    Fields:
+      block: the block drafter's state (e.g. a `DFlashState`), updated by its own propose / observe.
+      surrogate: f32[B, R] sum_{u in T} q(u) of each round's proposed (kept) tree: the drafter-side
+        expected number of accepted tokens; -1 past the row's last round.
+      num_rounds: int32[B] rounds proposed per row (active rounds only).
+    """
 
     block: object
     surrogate: jax.Array
@@ -334,17 +339,18 @@ class DDTreeState:
 class DDTreeDrafter:
     """DDTree decoding (paper §4, Algorithm 1) on any drafter that returns per-position marginals.
 
-    block_drafter: a drafter with `block_logits(state, root, active) -> (logits f32[B, L, V],
-      state)` (one parallel pass, e.g. `specjax.drafters.dflash.DFlashDrafter`); its init /
-      observe / target features are used as they are.
-    budget: N, tree nodes per round (the root is not counted; the target verifies N + 1).
-    prune_mass: nodes with q(u) < prune_mass / N are dropped after selection, so the
-      surrogate sum_{u in T} q(u) loses less than prune_mass tokens per round, and a
-      confident drafter's tree (most of its N nodes far below that) is verified at a small
-      width (`verify_widths`). 0 keeps the paper's full tree. Trees stay nested in N:
-      T_N subset of T_N' for N < N' (the threshold only decreases). The first node is kept.
-    verify_factor: ratio of consecutive static verify widths (16, 32, ... up to N).
-    method: "levels" or "pops" (`select_tree`; same trees).
+    Fields:
+      block_drafter: a drafter with `block_logits(state, root, active) -> (logits f32[B, L, V],
+        state)` (one parallel pass, e.g. `specjax.drafters.dflash.DFlashDrafter`); its init /
+        observe / target features are used as they are.
+      budget: N, tree nodes per round (the root is not counted; the target verifies N + 1).
+      prune_mass: nodes with q(u) < prune_mass / N are dropped after selection, so the
+        surrogate sum_{u in T} q(u) loses less than prune_mass tokens per round, and a
+        confident drafter's tree (most of its N nodes far below that) is verified at a small
+        width (`verify_widths`). 0 keeps the paper's full tree. Trees stay nested in N:
+        T_N subset of T_N' for N < N' (the threshold only decreases). The first node is kept.
+      verify_factor: ratio of consecutive static verify widths (16, 32, ... up to N).
+      method: "levels" or "pops" (`select_tree`; same trees).
 
     The draft distribution is used untempered (log-softmax of the drafter's logits) at every
     target temperature; the tree is fixed before the target's samples are drawn, so the

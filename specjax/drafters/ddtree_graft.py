@@ -43,11 +43,19 @@ __all__ = ["DDTreeGraftDrafter", "DDTreeGraftState", "tree_log_q"]
 
 @struct.dataclass
 class DDTreeGraftState:
-    """ddtree: DDTree's state (block drafter, per-round surrogate of the verified tree);
-    table int32[V, k]; root int32[B] and retrieved bool[B, N] of the proposed tree;
-    retrieved_accepted int32[B, R] (accepted nodes from the table per round, -1 past the last);
-    optimal_surrogate f32[B, R]: the surrogate of DDTree's own N-node tree in the same round
-    (what grafting gave up under q; -1 past the last)."""
+    """DDTree + retrieval's state (B rows, N = the DDTree budget, R = max_new_tokens rounds at most).
+
+    Fields:
+      ddtree: DDTree's state (the block drafter's state; `surrogate` f32[B, R] here is that of the
+        tree actually verified, retrieved nodes scored by q too; num_rounds int32[B]).
+      table: int32[V, k] Graft's successor table (-1 = empty), updated from the prefill and every round.
+      root: int32[B] the root of the last proposed tree (the key its table lookup used).
+      retrieved: bool[B, N] nodes of the last proposed tree that came from the table.
+      retrieved_accepted: int32[B, R] accepted nodes that came from the table, per round; -1 past the
+        row's last round.
+      optimal_surrogate: f32[B, R] the surrogate of DDTree's own N-node tree from the same marginals
+        in the same round (what grafting gave up under q); -1 past the row's last round.
+    """
 
     ddtree: DDTreeState
     table: jax.Array
@@ -72,9 +80,7 @@ def tree_log_q(tree: Tree, log_q: jax.Array) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True)
 class DDTreeGraftDrafter:
-    """ddtree: a `DDTreeDrafter` (its block drafter, budget N, pruning); retrieval: U, the
-    template nodes grafted into the budget (1 <= U < N); width: k of the table; merge: merge
-    retrieved paths DDTree holds (off: duplicates stay as siblings, for tests).
+    """DDTree with U retrieval-template nodes grafted into its budget (module docstring).
 
     The template: Graft's Table 7 template when U is one of its sizes (20 / 36 / 52) and it
     fits the block's depth, else the best-first template of U rank paths under the rank
@@ -83,6 +89,14 @@ class DDTreeGraftDrafter:
 
     Proposes Tree [B, N] (N = the DDTree budget, depth <= L = the block drafter's positions);
     params: `GraftParams(base, table int32[V, k], thresholds ())`; state: `DDTreeGraftState`.
+
+    Fields:
+      ddtree: a `DDTreeDrafter` (its block drafter, budget N, pruning, verify widths): the first
+        N - U nodes of its selection order are kept.
+      retrieval: U, the template nodes grafted into the budget (1 <= U < N; U = 0 would be DDTree).
+      width: k >= 1, the table width (successors kept per token; <= the vocabulary).
+      merge: True merges retrieved paths DDTree already holds into its nodes (the freed slots go to
+        DDTree's next prefixes); False keeps duplicates as siblings (for tests).
     """
 
     ddtree: DDTreeDrafter

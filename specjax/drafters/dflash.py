@@ -120,9 +120,18 @@ def ingest_context(params: dict, cfg: DFlashConfig, cache: KVCache, features: ja
 
 @struct.dataclass
 class DFlashState:
-    """params: the drafter's; target_params: the target's embedding/head (shared, not copied);
-    cache: context cache [N_d, B, S, K, D] (lengths = committed context positions);
-    pending [B, C, n, E] / pending_n int32[B]: features of last round's committed tokens."""
+    """DFlash's decoding state (B rows, C = pending_width = max_depth + 1 = the block for chain DFlash).
+
+    Fields:
+      params: the drafter's params.
+      target_params: the target's params outside the layer stack (embedding, final norm, LM head):
+        shared with the target, not copied (the block is embedded and projected with them).
+      cache: the context `KVCache` k, v [N_d, B, S, K, D] of projected target features; `lengths` =
+        committed context positions (== the target's committed length once the pending rows are in).
+      pending: [B, C, n, E] target features (params dtype) of last round's root + accepted path, waiting
+        to be written into the context by the next drafter forward; rows >= pending_n are padding.
+      pending_n: int32[B] how many pending rows are real (the last round's kept tokens; 0 once written).
+    """
 
     params: dict
     target_params: dict
@@ -210,12 +219,16 @@ def target_outer(target_params: dict) -> dict:
 class DFlashDrafter:
     """Chain DFlash: one drafter forward, argmax per position, a chain of L = block - 1 nodes.
 
-    cfg: the drafter's config; target_cfg: the target it runs with (checked here, early);
-    block_size: inference block (default: the trained one; any >= 2).
-
     Proposes a chain Tree [B, L] from logits f32[B, L, V] (`block_logits`); state `DFlashState`:
     the context cache k, v [L_draft, B, S, K, D] of projected target features and the pending
     features [B, L + 1, n, E] of the last round's committed tokens.
+
+    Fields:
+      cfg: the drafter's `DFlashConfig` (its target layer ids, block size, mask token).
+      target_cfg: the target's model config it runs with (checked against `cfg` here, early, and
+        against the config `generate` gets).
+      block_size: inference block (root + block_size - 1 mask tokens, any >= 2); None: cfg.block_size
+        (the trained one).
     """
 
     cfg: DFlashConfig

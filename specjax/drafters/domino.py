@@ -137,12 +137,20 @@ def sampler(sampling):
 
 @dataclasses.dataclass(frozen=True)
 class DominoDrafter(DFlashDrafter):
-    """Domino drafting on the one loop (module docstring). cfg: a `DominoConfig`; block_size
-    must be the trained one (the head's rows are tied to it); use_head=False drafts from the
-    base logits; verify: "rejection" or "walk" at T > 0.
+    """Domino drafting on the one loop (module docstring).
 
-    Proposes a chain Tree [B, K] (K = 15 drafts, or 16 with shift_label) and, at T > 0, the
-    law each draft was drawn from, f32[B, K, V]; state: DFlash's (`DFlashState`).
+    Proposes a chain Tree [B, K] (K = cfg.num_draft_positions: 15 drafts, or 16 with shift_label, at
+    block 16) and, at T > 0 with verify="rejection", the law each draft was drawn from, f32[B, K, V];
+    state: DFlash's (`DFlashState`).
+
+    Fields:
+      cfg: a `DominoConfig` (the DFlash backbone + the GRU / low-rank head).
+      target_cfg: the target's model config it runs with (checked early, as `DFlashDrafter`).
+      block_size: must be None or the trained cfg.block_size (the head's rows are tied to it).
+      use_head: True applies the causal correction head; False drafts from the base logits alone
+        (the same weights; Table 4 of the paper).
+      verify: rule at T > 0: "rejection" (chain speculative sampling with the drafts' laws, default)
+        or "walk" (the reference's sample-and-match sampling walk); ignored at T = 0 (greedy walk).
     """
 
     cfg: DominoConfig

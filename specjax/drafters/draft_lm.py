@@ -32,11 +32,25 @@ from specjax.verify import WalkResult
 
 @struct.dataclass
 class DraftLMState:
+    """The draft LM's state between rounds (B rows, N = the tree budget, P = `max_pending`).
+
+    Fields:
+      params: the draft LM's params (carried in the state so `propose` / `observe` see them).
+      cache: the draft LM's `KVCache` [L, B, S, K, D]; `lengths` = tokens the draft has committed
+        (the target's committed sequence minus the pending tokens); the tree's nodes go in the
+        pending region after it.
+      pending_tokens: int32[B, P] accepted tokens the draft has not forwarded yet (a suffix of the
+        last accepted path, forwarded with the root by the next `catch_up`); 0 past `num_pending`.
+      num_pending: int32[B] how many of them are real (0..P).
+      forwarded: bool[B, N] tree nodes whose K/V sit in the pending region this round (region slot
+        = node index); cleared by `commit_path`.
+    """
+
     params: dict
     cache: KVCache
-    pending_tokens: jax.Array  # int32[B, P] accepted tokens the draft has not forwarded yet (a path suffix)
-    num_pending: jax.Array  # int32[B] how many of them are real
-    forwarded: jax.Array  # bool[B, N] tree nodes whose K/V sit in the pending region this round
+    pending_tokens: jax.Array
+    num_pending: jax.Array
+    forwarded: jax.Array
 
 
 def check_compatible(draft_cfg: ModelConfig, target_cfg: ModelConfig) -> None:

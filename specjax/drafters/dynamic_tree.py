@@ -82,17 +82,31 @@ class ARStepper(Protocol):
 
 @struct.dataclass
 class DynamicTreeState:
-    inner: object  # the stepper's state
-    node_slots: jax.Array  # int32[B, N] region slot of each node of the last proposed tree (-1: not forwarded)
+    """The dynamic tree's state (B rows, N = total).
+
+    Fields:
+      inner: the stepper's state (e.g. a `DraftLMState` or an `Eagle3State`).
+      node_slots: int32[B, N] region slot each node of the last proposed tree was forwarded at
+        (-1: not forwarded); handed to the stepper's `observe`.
+    """
+
+    inner: object
+    node_slots: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
 class DynamicTreeDrafter:
-    """EAGLE-2's dynamic tree over `stepper`: top_k (10), depth (8 expansions after the root
-    step: tree depth D + 1), total (K_max = 60 nodes), Graft's defaults.
+    """EAGLE-2's dynamic tree over `stepper` (module docstring); the defaults are Graft's.
 
     Proposes Tree [B, total] (depth <= depth + 1) from a pool of k + depth k^2 candidates;
     state `DynamicTreeState`: the stepper's (e.g. the draft KV cache [L, B, S, K, D]).
+
+    Fields:
+      stepper: an `ARStepper` (`DraftLMStepper` or `specjax.drafters.eagle3.Eagle3Stepper`).
+      top_k: k >= 1 (<= the vocabulary): children per expanded node and frontier width (10).
+      depth: D >= 0, expansion steps after the root step, so the tree is at most D + 1 deep (8);
+        0 keeps only the root step's k children.
+      total: K_max, nodes of the proposed tree, in [1, k + D k^2] (60).
     """
 
     stepper: object
@@ -158,10 +172,16 @@ class DynamicTreeDrafter:
 class DraftPool:
     """The EAGLE-2 candidate pool while it grows ([B, P], P = k + D k^2, creation order).
 
-    tok / score / parent / depth / slot: each candidate's token, cumulative draft
-    log-probability S (-inf until created), parent pool index (-1 = child of the root), depth
-    and region slot (-1: never forwarded); frontier: (pool index, token, score, carried state,
-    ancestor mask over the region) of the k nodes the next step forwards."""
+    Fields:
+      tok: int32[B, P] each candidate's token (0 until created).
+      score: f32[B, P] its cumulative draft log-probability S (-inf until created).
+      parent: int32[B, P] its parent's pool index (-1 = child of the root, or not created).
+      depth: int32[B, P] its depth below the root (1 = child of the root; 0 until created).
+      slot: int32[B, P] the region slot it was forwarded at (-1: never forwarded).
+      frontier: the k nodes the next step forwards, a tuple (pool index int32[B, k], token
+        int32[B, k], score f32[B, k], carried state [B, k, H], ancestor mask bool[B, k, R] over the
+        region).
+    """
 
     tok: jax.Array
     score: jax.Array
@@ -266,9 +286,14 @@ class DraftLMStepper:
     The root and the accepted nodes it never forwarded are caught up in one forward
     (`draft_lm.catch_up`); frontier nodes are forwarded into the region; after verification
     the accepted nodes that were forwarded (a prefix of the path: a frontier node's parent
-    was a frontier node) are gathered into place, the rest wait as pending tokens: one for a
-    draft tree (a leaf), up to `max_pending` when retrieval grafts paths the draft never saw
-    (Graft sets it to its walk's max depth)."""
+    was a frontier node) are gathered into place, the rest wait as pending tokens. State:
+    `DraftLMState` (the draft KV cache [L, B, S, K, D], lengths int32[B]); carried state width H = 0.
+
+    Fields:
+      draft_cfg: the draft LM's model config; its vocabulary must be the target's.
+      max_pending: P, accepted tokens a round may leave unforwarded: 1 for a draft tree (the
+        leaf), up to the walk's max depth when retrieval grafts paths the draft never saw (Graft sets it).
+    """
 
     draft_cfg: ModelConfig
     max_pending: int = 1

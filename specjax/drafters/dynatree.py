@@ -86,13 +86,28 @@ _NEG_INF = float("-inf")
 
 @struct.dataclass
 class Knobs:
-    """Per-row drafting parameters, probability domain; every field f32/int32[B].
+    """Per-row drafting parameters, probability domain; every field f32[B] or int32[B] (B rows).
 
     Phase 3 moves tau_h, tau_l and d0. Passing `DynaTreeParams(lm, knobs)` as the draft
     params overrides the drafter's defaults without recompiling (parameter sweeps); the
     static fields stay the bounds (b's are clipped to [1, B_max], depth to the static
     levels). Phase 1 reads only tau_h, tau_l, the b's and d0 (its fixed depth). `build_tree`
     compares in log space (`log_thresholds`; a probability of 0 disables its test).
+    p(u) is the cumulative draft probability of the root-to-u path, c(u) the draft's top-1
+    probability after u, d(u) its depth (1 below the root).
+
+    Fields:
+      tau_h: f32, high confidence threshold: c(u) >= tau_h gives u b_min children.
+      tau_l: f32, low confidence threshold: tau_l <= c(u) < tau_h gives b_mid, c(u) < tau_l gives b_max.
+      d0: int32, base depth D_0: nodes with d(u) < d0 skip the rho_deep test (Phase 1: the fixed depth).
+      d_max: int32, depth limit D_max: u expands only if d(u) < d_max (Phase 1 sets it to d0).
+      b_min: int32, children of a confident node (c >= tau_h).
+      b_mid: int32, children of a middling node (tau_l <= c < tau_h).
+      b_max: int32, children of an unconfident node (c < tau_l).
+      rho_stop: f32, u expands only if p(u) >= rho_stop (Phase 1: 0, off).
+      rho_deep: f32, u at d(u) >= d0 expands only if p(u) >= rho_deep (Phase 1: 0, off).
+      tau: f32, pruning: u expands only if p(u) >= tau, and a child v with p(v) < tau is never created
+        (Phase 1: 0, off).
     """
 
     tau_h: jax.Array
@@ -124,8 +139,13 @@ def log_thresholds(knobs: Knobs) -> dict[str, jax.Array]:
 
 @struct.dataclass
 class DynaTreeParams:
-    """Draft params with knob overrides: `lm` the draft LM params, `knobs` a `Knobs`
-    (scalars or [B] per field)."""
+    """Draft params with knob overrides, given to `generate` as DynaTree's draft params.
+
+    Fields:
+      lm: the draft LM's params.
+      knobs: a `Knobs` whose fields are scalars or [B] arrays (broadcast to [B] at `init`); they replace
+        the drafter's default knobs (the static fields stay the bounds).
+    """
 
     lm: dict
     knobs: Knobs
@@ -133,10 +153,20 @@ class DynaTreeParams:
 
 @struct.dataclass
 class DynaTreeState:
+    """DynaTree's state between rounds (B rows, W = the schedule's window).
+
+    Fields:
+      lm: the draft LM's `DraftLMState` (its KV cache [L, B, S, K, D], pending tokens, forwarded nodes).
+      knobs: the current per-row `Knobs` ([B] each); Phase 3 moves tau_h, tau_l and d0.
+      window: f32[B, W] the last rounds' acceptance statistics a_r (accepted / tree depth), newest
+        first; only Phase 3 records them.
+      count: int32[B] entries recorded since the row's last move (<= W; a move resets it to 0).
+    """
+
     lm: DraftLMState
-    knobs: Knobs  # current per-row knobs ([B] each)
-    window: jax.Array  # f32[B, W] acceptance statistics, newest first
-    count: jax.Array  # int32[B] entries recorded since the row's last move (<= W)
+    knobs: Knobs
+    window: jax.Array
+    count: jax.Array
 
     @property
     def cache(self):
@@ -178,12 +208,19 @@ def level_widths(max_nodes: int, num_levels: int, max_branch: int) -> tuple[int,
 
 @struct.dataclass
 class Level:
-    """One level handed to the distribution function (W = its static width).
+    """One level handed to the distribution function (W = its static width, N = the tree budget).
 
-    tokens int32[B, W]; slots int32[B, W] tree slot of each node (>= N past the level's
-    nodes); parent_slots int32[B, W] (-1 = child of the root); valid bool[B, W];
-    mask_rows bool[B, W, N] ancestor-or-self slots (all False for invalid nodes);
-    offset int32[B] = slots[:, 0].
+    The level's valid nodes are a prefix of its W positions; position j sits at tree slot
+    offset + j, so positions past the level's nodes point at slots >= the next level's offset.
+
+    Fields:
+      tokens: int32[B, W] the level's tokens (0 for invalid positions).
+      slots: int32[B, W] tree slot (= draft-cache region slot) of each position: offset + j.
+      parent_slots: int32[B, W] tree slot of each node's parent (-1 = child of the root, or invalid).
+      valid: bool[B, W] positions holding a node of the tree.
+      mask_rows: bool[B, W, N] ancestor-or-self slots of each node (all False for invalid nodes
+        below level 1).
+      offset: int32[B] the level's first tree slot o_d = slots[:, 0] (the region offset its forward uses).
     """
 
     tokens: jax.Array
@@ -198,9 +235,13 @@ class Level:
 class TreeInfo:
     """Per-node by-products of `build_tree` ([B, N]; 0 / False on padding).
 
-    cum_logp f32 (log p(u)); forwarded bool (the node's level was forwarded);
-    expandable bool (passed the depth/probability gate); branching int32 (B(u) from the
-    confidence rule, for forwarded nodes); log_conf f32 (log c(u), forwarded nodes).
+    Fields:
+      cum_logp: f32 log p(u), the cumulative draft log-probability of the root-to-u path.
+      forwarded: bool, the node's level was forwarded through the draft (its K/V are in the region).
+      expandable: bool, the node passed the depth / probability gate.
+      branching: int32 B(u) from the confidence rule (meaningful for forwarded nodes; 0 on the deepest level).
+      log_conf: f32 log c(u), the log of the draft's top-1 probability after u (forwarded nodes;
+        -inf on a level that was not forwarded).
     """
 
     cum_logp: jax.Array
@@ -346,7 +387,18 @@ def draft_lm_level_fn(draft_cfg: ModelConfig, log_probs: Callable) -> LevelFn:
 
 @dataclasses.dataclass(frozen=True)
 class Schedule:
-    """Phase-3 constants (see the module docstring); hashable."""
+    """Phase-3 constants (the schedule in the module docstring); hashable.
+
+    Fields:
+      window: W, acceptance statistics a_r kept per row (the sliding window; a_bar is their mean).
+      min_rounds: rounds since the row's last move before it may move again (1 <= min_rounds <= W).
+      accept_high: a_bar > accept_high moves aggressive: D_0 + 1, tau_h - step, tau_l - step.
+      accept_low: a_bar < accept_low moves conservative: D_0 - 1, tau_h + step, tau_l + step.
+      step: how far one move shifts tau_h and tau_l (probability units, > 0).
+      d0_range: (lo, hi) D_0 is clipped to, inside [1, d_max).
+      tau_h_range: (lo, hi) tau_h is clipped to.
+      tau_l_range: (lo, hi) tau_l is clipped to; its hi must be below tau_h_range's lo, so tau_l < tau_h.
+    """
 
     window: int = 10
     min_rounds: int = 5
@@ -396,10 +448,28 @@ class DynaTreeDrafter(DraftLMDrafter):
     """DynaTree with a draft LM. Defaults: Appendix A (D_0=5, D_max=8, (B_min, B_max) =
     (1, 3), (tau_h, tau_l) = (0.9, 0.4)); B_mid = 2, rho_stop = 0.1, rho_deep = 0.5,
     tau = 0.05, N_max = 256 and the Phase-3 constants are the authors' benchmark settings
-    (the paper does not list them). `phase` in {1, 2, 3}, see the module docstring.
+    (the paper does not list them). See the module docstring and `Knobs` for the rules.
 
     Proposes Tree [B, N_max] grown level by level from the draft LM (depth <= D_max); state
-    `DynaTreeState`: the draft LM's KV cache [L, B, S, K, D] and the acceptance history."""
+    `DynaTreeState`: the draft LM's KV cache [L, B, S, K, D] and the acceptance history.
+
+    Fields:
+      draft_cfg: the draft LM's model config; its vocabulary must be the target's.
+      phase: 1 (confidence-aware branching, fixed depth d0), 2 (+ dynamic depth and pruning) or
+        3 (+ the per-row Phase-3 schedule).
+      d0: D_0 >= 1, base depth (Phase 1: the tree's fixed depth); the default of `Knobs.d0`.
+      d_max: D_max > d0 (Phases 2, 3), the static depth bound; the default of `Knobs.d_max`.
+      b_min: B_min >= 1, children of a confident node (c(u) >= tau_h).
+      b_mid: B_mid in [b_min, b_max], children of a middling node (tau_l <= c(u) < tau_h).
+      b_max: B_max, children of an unconfident node; also the static top-k width (<= the vocabulary).
+      tau_h: high confidence threshold, 0 < tau_l < tau_h < 1.
+      tau_l: low confidence threshold.
+      rho_stop: expand u only if p(u) >= rho_stop (Phases 2, 3; 0 < rho_stop < rho_deep < 1).
+      rho_deep: expand u at depth >= d0 only if p(u) >= rho_deep (Phases 2, 3).
+      tau: pruning threshold in [0, 1): nodes with p < tau are neither expanded nor created (Phases 2, 3).
+      n_max: N_max >= 1, the node budget (the tree's static width N).
+      schedule: the Phase-3 `Schedule`; None: Schedule(d0_range=(min(2, d0), d_max - 1)).
+    """
 
     draft_cfg: ModelConfig
     phase: int = 3
@@ -414,7 +484,7 @@ class DynaTreeDrafter(DraftLMDrafter):
     rho_deep: float = 0.5
     tau: float = 0.05
     n_max: int = 256
-    schedule: Schedule | None = None  # None: Schedule(d0_range=(min(2, d0), d_max - 1))
+    schedule: Schedule | None = None
 
     def __post_init__(self):
         if self.phase not in (1, 2, 3):

@@ -85,10 +85,22 @@ def init_draft_cache(cfg: Eagle3Config, batch: int, num_slots: int, dtype) -> KV
 
 @struct.dataclass
 class Eagle3State:
-    """params: the drafter's; target_params: the target's embedding/head (shared, not copied);
-    cache: [1, B, S, K, D] (lengths = committed rows); pending [B, C, n, E] features,
-    pending_tokens int32[B, C] (row j's token; the last row's is the root, given to `start`),
-    pending_n int32[B]."""
+    """EAGLE-3's decoding state (B rows, C = max_depth + 1 pending rows; bookkeeping: module docstring).
+
+    Fields:
+      params: the drafter's params.
+      target_params: the target's params outside the layer stack (embedding, final norm, LM head):
+        shared with the target, not copied.
+      cache: the drafter's one-layer `KVCache` [1, B, S, K, D]; `lengths` = committed rows (rows that
+        hold target features, never the drafter's own states); tree nodes are scratch after them.
+      pending: [B, C, n, E] target features (params dtype) of last round's root + accepted path (after
+        the prefill: of the last prompt position), forwarded and committed by the next `start`; rows
+        >= pending_n are padding.
+      pending_tokens: int32[B, C] the token paired with each pending row (row j: the accepted token
+        a_{j+1}); the last real row's token is the root, filled in by `start`.
+      pending_n: int32[B] how many pending rows are real (1 after the prefill; the kept tokens of the
+        last round after `observe`; 0 once committed).
+    """
 
     params: dict
     target_params: dict
@@ -100,7 +112,15 @@ class Eagle3State:
 
 @dataclasses.dataclass(frozen=True)
 class Eagle3Stepper:
-    """EAGLE-3 as an `ARStepper` of the dynamic tree; `target_cfg`: the target it serves (checked early)."""
+    """EAGLE-3 as an `ARStepper` of the dynamic tree (`eagle3_drafter`); state `Eagle3State` (its
+    one-layer KV cache [1, B, S, K, D], pending features [B, C, n, E]); carried state [B, W, E]:
+    each node's parent's output hidden state.
+
+    Fields:
+      cfg: the drafter's `Eagle3Config` (its tapped target layers).
+      target_cfg: the target's model config it serves (checked against `cfg` here, early, and
+        against the config `generate` gets).
+    """
 
     cfg: Eagle3Config
     target_cfg: ModelConfig

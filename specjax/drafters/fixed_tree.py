@@ -23,12 +23,21 @@ __all__ = ["FixedTreeDrafter"]
 class FixedTreeDrafter(DraftLMDrafter):
     """A draft LM expands the top-`branching` children of every node down to `depth`, at most
     `max_nodes`: Tree [B, N = min(max_nodes, sum_d branching^d)], one draft forward per level.
-    State: the draft LM's KV cache [L, B, S, K, D] and its lengths int32[B]."""
+    Greedy top-k at every temperature (T > 0 verifies with the sampling walk). State:
+    `DraftLMState`, the draft LM's KV cache [L, B, S, K, D] and its lengths int32[B].
+
+    Fields:
+      draft_cfg: the draft LM's model config; its vocabulary must be the target's.
+      depth: D >= 1, levels below the root (fewer when `max_nodes` runs out first).
+      branching: B >= 1 (<= the vocabulary), children kept per node (its top-B draft tokens).
+      max_nodes: N_max >= 1, node budget; levels are filled in order and only the last one kept
+        is cut short (its first parents keep their children).
+    """
 
     draft_cfg: ModelConfig
-    depth: int  # D
-    branching: int  # B
-    max_nodes: int = 256  # N_max
+    depth: int
+    branching: int
+    max_nodes: int = 256
 
     def __post_init__(self):
         if self.depth < 1:

@@ -53,8 +53,15 @@ PAPER_THRESHOLDS = (0.14, 0.14, 0.49)  # Table 11 (Qwen3-8B), medians over the f
 
 @struct.dataclass
 class GraftParams:
-    """base: the AR drafter's params; table int32[V, k] (-1 = empty); thresholds f32[S], one
-    per checkpoint, in [0, 1]."""
+    """Graft's draft params (`graft_params` builds them with host checks); S = number of checkpoints.
+
+    Fields:
+      base: the AR drafter's params (the draft LM's or EAGLE-3's; DFlash's for the DFlash variants).
+      table: int32[V, k] the successor table M: row x holds the target's top-k next tokens seen after
+        x, best first (-1 = empty); a warm table carries over between requests (`carry_over`).
+      thresholds: f32[S] confidence thresholds tau_s in [0, 1], one per checkpoint: a row whose
+        confidence c <= tau_s at checkpoint s is pruned there (params, not static: no recompile).
+    """
 
     base: object
     table: jax.Array
@@ -75,10 +82,21 @@ def graft_params(base, vocab_size: int, width: int = 8, thresholds=PAPER_THRESHO
 
 @struct.dataclass
 class GraftState:
-    """inner: the AR drafter's state; table int32[V, k]; thresholds f32[S]; root int32[B] and
-    node_slots int32[B, N] (region slot or -1) of the proposed tree; per round r (-1 past the
-    row's last): stage int32[B, R] (s = checkpoint index, S = never pruned) and
-    retrieved_accepted int32[B, R] (accepted nodes that came from the table); num_rounds."""
+    """Graft's state (B rows, N = K_max, S checkpoints, R = max_new_tokens rounds at most; per-round
+    records hold -1 past the row's last round).
+
+    Fields:
+      inner: the AR stepper's state (e.g. a `DraftLMState` or an `Eagle3State`).
+      table: int32[V, k] the successor table, updated from the prefill and from every verified slot.
+      thresholds: f32[S] the confidence thresholds (from the params).
+      root: int32[B] the root of the last proposed tree (the table row its retrieval read).
+      node_slots: int32[B, N] region slot each node of the proposed tree was forwarded at, or -1.
+      retrieved: bool[B, N] nodes of the proposed tree that came from the table.
+      stage: int32[B, R] per round, the stage s the row was pruned at (checkpoint index), S = never
+        pruned (or `fixed_stage` when set).
+      retrieved_accepted: int32[B, R] per round, accepted nodes that came from the table.
+      num_rounds: int32[B] rounds verified per row.
+    """
 
     inner: object
     table: jax.Array
@@ -95,15 +113,34 @@ class GraftState:
 class GraftDrafter:
     """Graft over an AR `stepper` (EAGLE-3's `Eagle3Stepper` or the draft LM's `DraftLMStepper`).
 
-    top_k / depth / total: the EAGLE-2 tree (10, 8 expansions, K_max 60); width: k of the
-    table; checkpoints: expansions after the root step at which confidence is tested (0 =
-    the root step); stage_draft: K^draft kept when pruned there; templates: per-depth node
-    counts of each stage's retrieval template (K^draft + template size = K_max); rank_prior:
-    the rank prior of the template construction (default 2^-(r+1)). Variants: module docstring.
-
     Proposes Tree [B, K_max] (exactly K_max valid nodes while candidates last); params
     `GraftParams(base, table int32[V, k], thresholds f32[S])`; state `GraftState` (the table,
-    per-round stage int32[B, R] and retrieved_accepted int32[B, R]).
+    per-round stage int32[B, R] and retrieved_accepted int32[B, R]). Variants: module docstring.
+
+    Fields:
+      stepper: the AR stepper the EAGLE-2 tree is grown with (a `DraftLMStepper` gets max_pending
+        raised to the walk's max depth: retrieved paths are never forwarded by the draft LM).
+      top_k: k >= 1, the EAGLE-2 tree's children per node and frontier width (10).
+      depth: D >= 1, expansion steps after the root step (8; the draft is at most D + 1 deep).
+      total: K_max, the tree budget (60; <= k + D k^2).
+      width: k >= 1, the table width (8; the target's top-k recorded per token).
+      checkpoints: expansions after the root step at which confidence is tested, distinct and
+        ascending in [0, depth] (0 = the root step); S = their count.
+      stage_draft: K^draft_s per checkpoint: draft candidates kept when a row is pruned there.
+      templates: per-depth node counts of each stage's retrieval template (Table 7), one per
+        checkpoint; K^draft_s + template size = K_max.
+      prune: True prunes by confidence at the checkpoints; False drafts the whole tree (with
+        fixed_stage -1: the dense EAGLE-2 tree, no retrieval).
+      retrieval: True grafts the stage's template into the freed budget; False leaves the freed
+        slots empty (pruning alone; the target verifies only the kept prefix).
+      fixed_stage: -1 prunes by confidence; s in [0, S) drafts the whole tree and uses stage s's split
+        every round (Graft(ROOT) / "w/o prune"); with tail=True it picks the tail template (-1: the last).
+      tail: True grafts the template under the end of the draft's most probable deepest branch
+        instead of the root (Graft(TAIL)); the draft keeps K_max - template size nodes.
+      merge: True merges retrieved paths the draft already holds into its nodes; False keeps the
+        duplicates as siblings (for tests).
+      rank_prior: the template construction's prior w(r) that rank r of a table row is right, one value in
+        (0, 1] per rank (>= width of them; e.g. `measured_rank_prior`); None: 2^-(r+1).
     """
 
     stepper: object

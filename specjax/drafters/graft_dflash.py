@@ -31,19 +31,34 @@ __all__ = ["DFlashTailDrafter", "TailState"]
 
 @struct.dataclass
 class TailState:
-    block: object  # the DFlash drafter's state
-    table: jax.Array  # int32[V, k]
-    threshold: jax.Array  # f32[]
-    root: jax.Array  # int32[B]
-    kept: jax.Array  # int32[B] DFlash tokens kept in the last proposal (B^df)
+    """Graft(TAIL)-DFlash's state (B rows).
+
+    Fields:
+      block: the DFlash drafter's state (`DFlashState`).
+      table: int32[V, k] the successor table (-1 = empty), updated from the prefill and every round.
+      threshold: f32[] tau, the confidence threshold of the kept DFlash prefix (thresholds[0] of the params).
+      root: int32[B] the root of the last proposed chain (the first table row its retrieval could read).
+      kept: int32[B] B^df, DFlash tokens kept in the last proposal (>= 1; the rest came from the table
+        or fell back to DFlash's tokens).
+    """
+
+    block: object
+    table: jax.Array
+    threshold: jax.Array
+    root: jax.Array
+    kept: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
 class DFlashTailDrafter:
-    """dflash: a `DFlashDrafter`; width: the table width k (8; only rank 0 is proposed).
+    """Graft(TAIL) on chain DFlash (module docstring).
 
     Proposes a chain Tree [B, L] (L = block - 1): the confident DFlash prefix, then the table's
-    rank-0 chain; params `GraftParams(base, table int32[V, k], thresholds f32[1])`.
+    rank-0 chain; params `GraftParams(base, table int32[V, k], thresholds f32[1])`; state `TailState`.
+
+    Fields:
+      dflash: the `DFlashDrafter` whose chain is cut (its block, target and verification).
+      width: k >= 1, the table width (8; the target's top-k recorded per token; only rank 0 is proposed).
     """
 
     dflash: DFlashDrafter

@@ -25,17 +25,29 @@ __all__ = ["LookupState", "PromptLookupDrafter"]
 
 @struct.dataclass
 class LookupState:
-    text: jax.Array  # int32[B, H] prompt + generated tokens (the root included once proposed)
-    length: jax.Array  # int32[B] committed tokens in `text` (the root not counted)
+    """Prompt lookup's state (B rows, H = T + M + num_tokens + 2 text slots).
+
+    Fields:
+      text: int32[B, H] the prompt and the generated tokens (the root written at `length` once
+        proposed); entries at and past `length` + 1 are stale or 0.
+      length: int32[B] committed tokens in `text` (the prompt length at first; the root not counted).
+    """
+
+    text: jax.Array
+    length: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
 class PromptLookupDrafter:
-    """max_ngram: longest n-gram matched (3); num_tokens: longest proposal (10).
+    """Prompt lookup decoding (module docstring); no draft model, no params.
 
     Proposes a chain Tree [B, num_tokens] copied from the earliest earlier occurrence of the
     last n..1 tokens (an empty tree when nothing matches); state `LookupState`: the text so far
     int32[B, H] and its length int32[B].
+
+    Fields:
+      max_ngram: longest n-gram matched, >= 1 (3); shorter ones down to 1 are tried in turn.
+      num_tokens: longest proposal, >= 1 (10): the chain's budget and max depth.
     """
 
     max_ngram: int = 3

@@ -36,17 +36,17 @@ __all__ = ["Drafter", "PromptContext", "Verified"]
 
 @struct.dataclass
 class PromptContext:
-    """What the target saw in prefill, handed to `init`.
+    """What the target saw in prefill, handed to `init` (B rows, T prompt width).
 
-    features       [B, T, n, E] outputs of the drafter's `target_layers` at every prompt
-                   position (positions >= prompt_lengths[b] are padding), or None when the
-                   drafter asks for no layers
-    target_params  the target's params outside the layer stack (embedding, final norm,
-                   head): a drafter may share them (DFlash embeds with the target's
-                   embedding and projects with its LM head); the same buffers, not a copy
-    top_ids        int32[B, T, k]: the target's top-k next tokens after every prompt position
-                   (descending; padding positions are don't-care), or None when the drafter's
-                   `target_topk` is 0 (retrieval drafters fill their table from it)
+    Fields:
+      features: [B, T, n, E] outputs of the drafter's `target_layers` at every prompt position
+        (positions >= prompt_lengths[b] are padding), or None when the drafter asks for no layers.
+      target_params: the target's params outside the layer stack (embedding, final norm, head): a
+        drafter may share them (DFlash embeds with the target's embedding and projects with its LM
+        head); the same buffers, not a copy.
+      top_ids: int32[B, T, k] the target's top-k next tokens after every prompt position (descending;
+        padding positions are don't-care), or None when the drafter's `target_topk` is 0 (retrieval
+        drafters fill their table from it).
     """
 
     features: jax.Array | None
@@ -56,22 +56,23 @@ class PromptContext:
 
 @struct.dataclass
 class Verified:
-    """One round as the target saw it, handed to `observe`.
+    """One round as the target saw it, handed to `observe` (N = the budget, D = max_depth).
 
-    tree        Tree [B, N]   the proposed tree
-    result      WalkResult    its walk; `num_accepted` counts only the nodes the output kept
-                              (max_new_tokens and EOS can cut a round short)
-    num_kept    int32[B]      tokens committed this round: the root + result.num_accepted
-                              (0 for rows that were not active)
-    active      bool[B]       rows that ran this round
-    start       int32[B]      position of the root (the target's committed length before)
-    features    [B, D+1, n, E] target features of the root and the accepted path, in
-                              `result.path_slots` order (entries >= num_kept are padding),
-                              or None when the drafter asks for no layers
-    top_ids     int32[B, N+1, k] / top_logits f32[B, N+1, k]: the target's top-k tokens and
-                              logits at every slot (0 = root, i + 1 = node i), descending; slots
-                              the target did not verify (past a verify width) hold -1 / -inf;
-                              None when `target_topk` is 0
+    Fields:
+      tree: Tree [B, N] the proposed tree.
+      result: `WalkResult`, its walk; `num_accepted` counts only the nodes the output kept
+        (max_new_tokens and EOS can cut a round short).
+      num_kept: int32[B] tokens committed this round: the root + result.num_accepted (0 for rows
+        that were not active).
+      active: bool[B] rows that ran this round.
+      start: int32[B] position of the root (the target's committed length before the round).
+      features: [B, D+1, n, E] target features of the root and the accepted path, in
+        `result.path_slots` order (entries >= num_kept are padding), or None when the drafter asks
+        for no layers.
+      top_ids: int32[B, N+1, k] the target's top-k tokens at every slot (0 = root, i + 1 = node i),
+        descending; slots the target did not verify (past a verify width) hold -1; None when
+        `target_topk` is 0.
+      top_logits: f32[B, N+1, k] the matching logits; -inf past the verified width; None likewise.
     """
 
     tree: Tree

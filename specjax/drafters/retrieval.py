@@ -142,8 +142,14 @@ def table_rows_used(table) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Template:
-    """A static retrieval tree: parents (-1 = under the anchor), ranks and depths per node,
-    nodes sorted by depth (parents first). Hashable: static under jit."""
+    """A static retrieval tree below an anchor token, U nodes sorted by depth (parents first). Node
+    u's token is M[token of its parent (or of the anchor), ranks[u]]. Hashable: static under jit.
+
+    Fields:
+      parents: per node, the index of its parent node (-1 = directly under the anchor).
+      ranks: per node, the table rank r (column of the successor table M) its token is read from.
+      depths: per node, its depth below the anchor (1 = a child of the anchor).
+    """
 
     parents: tuple[int, ...]
     ranks: tuple[int, ...]

@@ -27,17 +27,31 @@ __all__ = ["RecyclingState", "TokenRecyclingDrafter"]
 
 @struct.dataclass
 class RecyclingState:
-    table: jax.Array  # int32[V, k]
-    root: jax.Array  # int32[B] root of the last proposed tree
+    """Token Recycling's state (B rows).
+
+    Fields:
+      table: int32[V, k] the successor table (-1 = empty), updated from the prefill and every round;
+        `carry_over` hands it to the next request.
+      root: int32[B] root of the last proposed tree (the table row its template was read from).
+    """
+
+    table: jax.Array
+    root: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
 class TokenRecyclingDrafter:
-    """budget: template nodes N (60, Graft's K_max); width: table width k (8); depth: the
-    template's largest depth (9); rank_prior: the template construction's prior.
+    """Token Recycling at a fixed budget (module docstring); the template is `Template.best_first`.
 
-    Proposes Tree [B, budget] filled from the table; params: the table int32[V, k] itself;
-    state `RecyclingState` (table, root int32[B]).
+    Proposes Tree [B, budget] filled from the table (nodes under an empty entry invalid); params:
+    the table int32[V, k] itself; state `RecyclingState` (table, root int32[B]).
+
+    Fields:
+      budget: N >= 1, template nodes per round (60, Graft's K_max).
+      width: k >= 1, the table width (8; <= the vocabulary): the target's top-k recorded per token.
+      depth: the template's largest depth, >= 1 (9).
+      rank_prior: the template construction's prior w(r) that rank r is right, one value in (0, 1] per
+        rank; None: 2^-(r+1).
     """
 
     budget: int = 60

@@ -19,12 +19,19 @@ from flax import struct
 
 @struct.dataclass
 class KVCache:
-    """Per-layer keys and values k, v [L, B, S, K, D] (layers, batch, slots, KV heads, head
-    dim) and each row's committed length int32[B]; slots past the length are pending or free."""
+    """A stacked KV cache: slots [0, lengths[b]) of row b are committed; slots past it are pending
+    (written by a forward, not yet committed: `commit` gathers the kept ones into place) or free.
 
-    k: jax.Array  # [L, B, S, K, D]
-    v: jax.Array  # [L, B, S, K, D]
-    lengths: jax.Array  # int32[B]
+    Fields:
+      k: [L, B, S, K, D] keys (layers, batch, slots, KV heads, head dim), rotary applied; the cache dtype
+        (the params' by default).
+      v: [L, B, S, K, D] values, same layout.
+      lengths: int32[B] each row's committed length (= the position of the next token to process).
+    """
+
+    k: jax.Array
+    v: jax.Array
+    lengths: jax.Array
 
     @property
     def num_slots(self) -> int:

@@ -45,17 +45,41 @@ def default_target_layer_ids(target_num_layers: int, num_draft_layers: int) -> t
 
 @dataclasses.dataclass(frozen=True)
 class DFlashConfig(TargetBound):
-    vocab_size: int  # the target's vocabulary (shared embedding and LM head)
-    hidden_size: int  # = the target's hidden size
-    num_layers: int  # N_d draft layers
+    """A DFlash drafter's config (`config.json`, model_type "dflash"; architecture: module docstring).
+
+    `for_target(target_cfg, num_layers, ...)` fills the fields copied from the target (vocab,
+    hidden size, heads, head dim, FFN, rope, norm eps, target layer count and type).
+
+    Fields:
+      vocab_size: V, the target's vocabulary (the target's embedding and LM head are shared).
+      hidden_size: E, = the target's hidden size (features and block share one width).
+      num_layers: N_d >= 1, draft decoder layers (the context KV cache has N_d layers).
+      num_heads: query heads of each draft layer.
+      num_kv_heads: K, key/value heads of each draft layer (GQA: divides num_heads).
+      head_dim: D, per-head width of each draft layer (not necessarily hidden_size / num_heads).
+      intermediate_size: SwiGLU FFN width of each draft layer.
+      target_layer_ids: 0-based target decoder layers whose outputs (residual stream after the layer) are read
+        (n = their count; the `fc` input is n * E); each in [0, target_num_layers).
+      target_num_layers: decoder layer count of the target the drafter was trained for (checked).
+      target_model_type: model_type of that target, e.g. "qwen3" (checked).
+      block_size: trained block: the root + block_size - 1 mask tokens -> block_size - 1 draft
+        positions per forward (>= 2; default 16).
+      mask_token_id: token id of the mask token filling the block after the root, in [0, V).
+      rope_theta: RoPE base of the draft layers (the target's by `for_target`).
+      rms_norm_eps: epsilon of every RMSNorm (q/k norms, hidden_norm, final norm).
+    """
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
     num_heads: int
     num_kv_heads: int
     head_dim: int
     intermediate_size: int
-    target_layer_ids: tuple[int, ...]  # 0-based target decoder layers whose outputs are read
+    target_layer_ids: tuple[int, ...]
     target_num_layers: int
     target_model_type: str
-    block_size: int = 16  # root + block_size - 1 mask tokens -> block_size - 1 draft positions
+    block_size: int = 16
     mask_token_id: int = 0
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6

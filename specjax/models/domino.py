@@ -41,10 +41,21 @@ from specjax.models.loading_maps import ParamMap, Transform
 
 @dataclasses.dataclass(frozen=True)
 class DominoConfig(dflash.DFlashConfig):
-    gru_hidden: int = 64  # d_s
-    head_rank: int = 32  # r
-    shift_label: bool = False  # False: the paper (row i drafts position i); True: released checkpoints
-    pure_prefix_len: int = 0  # P: drafts 1..P use the base logits only
+    """A Domino drafter's config: `DFlashConfig`'s fields (see there) plus the head's (module docstring).
+
+    Fields:
+      gru_hidden: d_s >= 1, the GRU's hidden size (`gru_hidden_dim` in config.json).
+      head_rank: r >= 1, rank of the low-rank logit correction W_2 SiLU(W_1 [H ; s]).
+      shift_label: False: the paper's alignment (block row i drafts position root + i, K = block_size - 1
+        drafts); True: the released checkpoints' (row i - 1 drafts it, K = block_size).
+      pure_prefix_len: P in [0, K): drafts 1..P use the base logits only (they still feed the GRU);
+        0 = the head corrects every draft (`pure_draft_prefix_len` in config.json).
+    """
+
+    gru_hidden: int = 64
+    head_rank: int = 32
+    shift_label: bool = False
+    pure_prefix_len: int = 0
 
     model_type = "domino"
     kind = "Domino"

@@ -55,18 +55,40 @@ def default_target_layer_ids(target_num_layers: int) -> tuple[int, int, int]:
 
 @dataclasses.dataclass(frozen=True)
 class Eagle3Config(TargetBound):
-    vocab_size: int  # the target's vocabulary (shared embedding and LM head)
-    hidden_size: int  # = the target's hidden size
+    """An EAGLE-3 drafter's config (`config.json`, model_type "eagle3"; architecture: module docstring).
+
+    `for_target(target_cfg, ...)` fills the fields copied from the target and taps its low / mid /
+    high layers (`default_target_layer_ids`).
+
+    Fields:
+      vocab_size: V, the target's vocabulary (the target's embedding and LM head are shared; no
+        reduced draft vocabulary).
+      hidden_size: E, = the target's hidden size (the attention input is 2E: token embedding ; g).
+      num_heads: query heads of the decoder layer.
+      num_kv_heads: key/value heads (GQA: divides num_heads).
+      head_dim: per-head width (not necessarily hidden_size / num_heads).
+      intermediate_size: SwiGLU FFN width.
+      target_layer_ids: 0-based target decoder layers whose outputs (residual stream after the layer)
+        are fused by `fc` (n = their count, usually 3; the `fc` input is n * E).
+      target_num_layers: decoder layer count of the target the drafter was trained for (checked).
+      target_model_type: model_type of that target, e.g. "llama" (checked).
+      rope_theta: RoPE base of the decoder layer (the target's by `for_target`).
+      rms_norm_eps: epsilon of every RMSNorm (input, hidden, post-attention and final norms).
+      num_layers: must be 1: EAGLE-3 is one decoder layer (its KV cache has one layer).
+    """
+
+    vocab_size: int
+    hidden_size: int
     num_heads: int
     num_kv_heads: int
     head_dim: int
     intermediate_size: int
-    target_layer_ids: tuple[int, ...]  # 0-based target decoder layers whose outputs are fused
+    target_layer_ids: tuple[int, ...]
     target_num_layers: int
     target_model_type: str
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6
-    num_layers: int = 1  # EAGLE-3 is one decoder layer (the KV cache has one layer)
+    num_layers: int = 1
 
     model_type = "eagle3"
     kind = "EAGLE-3"

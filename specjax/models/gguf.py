@@ -296,9 +296,19 @@ _PRE_TOKENIZERS = {"gpt-2": False, "smollm": True, "starcoder": True, "refact": 
 
 @dataclasses.dataclass(frozen=True)
 class GGUFTokenizer:
-    """A GGUF checkpoint's tokenizer: a `tokenizers.Tokenizer` plus special ids and the chat template."""
+    """A GGUF checkpoint's tokenizer: a `tokenizers.Tokenizer` plus special ids and the chat template.
 
-    tokenizer: Any  # tokenizers.Tokenizer
+    Fields:
+      tokenizer: the `tokenizers.Tokenizer` (byte-level BPE built from the GGUF's token lists, or the
+        embedded `tokenizer.huggingface.json`).
+      bos_token_id: `tokenizer.ggml.bos_token_id`, or None if the GGUF has none.
+      eos_token_id: `tokenizer.ggml.eos_token_id`, or None (the config's eos_token_ids may add the EOT id).
+      pad_token_id: `tokenizer.ggml.padding_token_id`, or None.
+      unk_token_id: `tokenizer.ggml.unknown_token_id`, or None.
+      chat_template: `tokenizer.chat_template` (a Jinja template), or None: `apply_chat_template` then raises.
+    """
+
+    tokenizer: Any
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     pad_token_id: int | None = None
@@ -438,12 +448,20 @@ def tokenizer_from_gguf(meta: dict[str, Any]) -> GGUFTokenizer:
 
 @dataclasses.dataclass(frozen=True)
 class GGUFCheckpoint:
-    """A GGUF file read and dequantised, before the params pytree is built."""
+    """A GGUF file read and dequantised, before the params pytree is built (`read_gguf`).
+
+    Fields:
+      config: the `LlamaConfig` built from the GGUF metadata (flavor "llama").
+      hf_tensors: HF tensor name -> float32 numpy array (dequantised; q/k rows unpermuted back to HF's
+        layout): what transformers' LlamaForCausalLM loads.
+      tokenizer: the `GGUFTokenizer`, or None when read with with_tokenizer=False.
+      metadata: every GGUF key/value (token lists included).
+    """
 
     config: LlamaConfig
-    hf_tensors: dict  # HF name -> float32 numpy (q/k unpermuted), what transformers' LlamaForCausalLM loads
+    hf_tensors: dict
     tokenizer: GGUFTokenizer | None
-    metadata: dict  # every GGUF key/value (token lists included)
+    metadata: dict
 
 
 def read_gguf(path: str | os.PathLike, with_tokenizer: bool = True) -> GGUFCheckpoint:

@@ -32,6 +32,28 @@ from specjax.models.loading_maps import ParamMap, Transform
 
 @dataclasses.dataclass(frozen=True)
 class GPTNeoXConfig:
+    """A GPT-NeoX (Pythia) target / draft config (HF `config.json` via `from_hf` / `to_hf`).
+
+    Fields:
+      vocab_size: V, token embedding rows and output projection outputs.
+      hidden_size: E, the residual stream width (a multiple of num_heads; head_dim = E / num_heads).
+      num_layers: decoder layers (HF `num_hidden_layers`).
+      num_heads: attention heads H (multi-head, no GQA: as many KV heads).
+      intermediate_size: MLP width of dense_h_to_4h / dense_4h_to_h.
+      rotary_dim: leading dims of each head that get rotary, even and in [0, head_dim]
+        (HF rotary_pct * head_dim, e.g. 16 = 0.25 * 64 for Pythia).
+      rope_theta: RoPE base (HF `rotary_emb_base` or `rope_parameters.rope_theta`).
+      layer_norm_eps: epsilon of every LayerNorm.
+      use_parallel_residual: True: x + attn(ln1(x)) + mlp(ln2(x)); False: the sequential residual.
+      attention_bias: biases on the fused QKV and the attention output projection.
+      tie_word_embeddings: True: the output projection is the token embedding (no `embed_out`).
+      hidden_act: the MLP activation, a key of `specjax.models.layers.ACTIVATIONS` ("gelu": exact erf).
+      max_position_embeddings: the checkpoint's context length, recorded and saved (not enforced here).
+      eos_token_ids: the model's EOS ids; `generate` / `generate_ar` stop a row at one of them when
+        eos_ids is not given (() = never stop).
+      bos_token_id: the BOS id, recorded and saved (None: not set); generation does not prepend it.
+    """
+
     vocab_size: int
     hidden_size: int
     num_layers: int

@@ -75,11 +75,16 @@ def cache_attention_mask(lengths: jax.Array, block_mask: jax.Array, num_slots: i
 
 @struct.dataclass
 class LayerKV:
-    """The stacked KV cache as one layer sees it: k, v [L, B, S, K, D], `layer` (int32
-    scalar, traced inside the layer scan) and `write_at` int32[B], where each row's
-    pending tokens go. `append` writes the new K/V in place into the stacked arrays (a
-    scatter of T slots; slicing a layer out, updating it and writing it back would copy
-    the whole layer cache three times per forward, which dominates small models)."""
+    """The stacked KV cache as one layer sees it. `append` writes the new K/V in place into the
+    stacked arrays (a scatter of T slots; slicing a layer out, updating it and writing it back
+    would copy the whole layer cache three times per forward, which dominates small models).
+
+    Fields:
+      k: [L, B, S, K, D] the whole stacked key cache (all layers).
+      v: [L, B, S, K, D] the whole stacked value cache.
+      layer: int32 scalar, this layer's index into the stack (traced inside the layer scan).
+      write_at: int32[B] the slot where each row's first pending token goes (lengths + region offset).
+    """
 
     k: jax.Array
     v: jax.Array

@@ -29,6 +29,32 @@ _ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwe
 
 @dataclasses.dataclass(frozen=True)
 class LlamaConfig:
+    """A Llama-family target / draft config (Llama, Qwen2, Qwen3; HF `config.json` via `from_hf` / `to_hf`).
+
+    Fields:
+      vocab_size: V, token embedding rows and LM head outputs.
+      hidden_size: E, the residual stream width.
+      num_layers: decoder layers (HF `num_hidden_layers`).
+      num_heads: query heads H (HF `num_attention_heads`).
+      num_kv_heads: key/value heads K (GQA; divides num_heads; HF default: num_heads).
+      head_dim: D, per-head width, even (rotary); HF `head_dim` (Qwen3) or hidden_size // num_heads.
+      intermediate_size: FFN width of the gated MLP down(act(gate(x)) * up(x)).
+      rope_theta: RoPE base (full rotary, "rotate half" layout; no rope scaling).
+      rms_norm_eps: epsilon of every RMSNorm (statistics in float32).
+      tie_word_embeddings: True: the LM head is the token embedding (no `lm_head` param).
+      qkv_bias: biases on the q / k / v projections (always for Qwen2; `attention_bias` otherwise).
+      o_bias: bias on the output projection (Llama / Qwen3 with `attention_bias`; never Qwen2).
+      mlp_bias: biases on the MLP's gate / up / down projections (Llama's `mlp_bias`).
+      qk_norm: Qwen3's per-head RMSNorm on queries and keys before rotary.
+      hidden_act: the MLP activation, a key of `specjax.models.layers.ACTIVATIONS` ("silu": SwiGLU).
+      flavor: "llama" | "qwen2" | "qwen3": the HF model_type (`model_type`) and architecture to save as;
+        `to_hf` refuses flags that do not match it.
+      max_position_embeddings: the checkpoint's context length, recorded and saved (not enforced here).
+      eos_token_ids: the model's EOS ids; `generate` / `generate_ar` stop a row at one of them when
+        eos_ids is not given (() = never stop).
+      bos_token_id: the BOS id, recorded and saved (None: not set); generation does not prepend it.
+    """
+
     vocab_size: int
     hidden_size: int
     num_layers: int
@@ -44,7 +70,7 @@ class LlamaConfig:
     mlp_bias: bool = False
     qk_norm: bool = False
     hidden_act: str = "silu"
-    flavor: str = "llama"  # "llama" | "qwen2" | "qwen3": which HF model_type to save as
+    flavor: str = "llama"
     max_position_embeddings: int = 2048
     eos_token_ids: tuple[int, ...] = ()
     bos_token_id: int | None = None

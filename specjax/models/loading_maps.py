@@ -13,10 +13,16 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class Transform:
-    """An invertible layout change HF tensor <-> our param.
+    """An invertible layout change HF tensor <-> our param (build it with `identity`, `linear` or
+    `reshape_transpose`).
 
-    kind: "identity" | "linear" (transpose a [out, in] matrix to [in, out]) |
-    "reshape_transpose" (reshape the HF tensor to `split_shape`, then transpose by `perm`).
+    Fields:
+      kind: "identity" | "linear" (transpose a [out, in] matrix to [in, out]) |
+        "reshape_transpose" (reshape the HF tensor to `split_shape`, then transpose by `perm`).
+      hf_shape_: the HF tensor's shape, for "reshape_transpose" only (`to_hf` reshapes back to it;
+        the other kinds derive it from our shape: `hf_shape`); () otherwise.
+      split_shape: the shape the HF tensor is reshaped to before the transpose ("reshape_transpose"); ().
+      perm: the axis permutation applied after that reshape ("reshape_transpose"); ().
     """
 
     kind: str
@@ -60,6 +66,15 @@ class Transform:
 
 @dataclasses.dataclass(frozen=True)
 class ParamMap:
-    hf_key: str  # may contain "{i}" for the layer index
-    path: tuple[str, ...]  # path inside the params pytree (inside params["layers"] for layer maps)
+    """One checkpoint tensor <-> one param leaf.
+
+    Fields:
+      hf_key: the HF checkpoint key; may contain "{i}" for the layer index (layer maps).
+      path: path of the leaf inside the params pytree (inside params["layers"] for layer maps, whose
+        leaves are stacked over layers).
+      transform: the `Transform` between the HF tensor's layout and the param's.
+    """
+
+    hf_key: str
+    path: tuple[str, ...]
     transform: Transform

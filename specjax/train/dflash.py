@@ -44,7 +44,21 @@ from specjax.models.model import project_to_vocab
 
 @dataclasses.dataclass(frozen=True)
 class DrafterTrainConfig:
-    """The optimisation and logging fields every drafter's training shares (`train`, `make_optimizer`)."""
+    """The optimisation and logging fields every drafter's training shares (`train`, `make_optimizer`):
+    AdamW with linear warm-up from 0, then cosine decay, after global-norm clipping (optax).
+
+    Fields:
+      steps: optimiser steps in total (the schedule's length; a resumed run continues to it).
+      batch_size: sequences per step (one epoch = len(train) // batch_size steps, reshuffled per epoch).
+      lr: peak learning rate, reached after the warm-up.
+      warmup_frac: fraction of `steps` spent in the linear warm-up (at least 1 step).
+      min_lr_ratio: the cosine decay's final learning rate as a fraction of lr (0 = decay to 0).
+      weight_decay: AdamW's decoupled weight decay (0 = plain Adam).
+      clip: global gradient-norm clipping threshold.
+      log_every: steps between held-out evaluations / log records (also the train-loss averaging window).
+      ckpt_every: steps between checkpoints (one is also written at the last step of a call).
+      seed: seeds the drafter's init, the batch order and the per-step keys (e.g. anchor draws).
+    """
 
     steps: int = 1200
     batch_size: int = 8
@@ -60,8 +74,16 @@ class DrafterTrainConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DFlashTrainConfig(DrafterTrainConfig):
-    anchors: int = 32  # W per sequence
-    gamma: float = 7.0  # position-weight decay (7 for block 16)
+    """DFlash training: `DrafterTrainConfig`'s fields (see there) plus the block loss's.
+
+    Fields:
+      anchors: W, anchor positions (blocks) drawn per sequence each step; rows with fewer valid
+        positions pad with invalid anchors.
+      gamma: decay of the position weights w_k = exp(-(k - 1) / gamma) of the block loss (7 for block 16).
+    """
+
+    anchors: int = 32
+    gamma: float = 7.0
 
 
 # ============================================================================ data

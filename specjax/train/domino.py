@@ -38,9 +38,22 @@ PREFIXES = ("tf", "ttt")
 
 @dataclasses.dataclass(frozen=True)
 class DominoTrainConfig(DFlashTrainConfig):
-    lambda0: float = 1.0  # curriculum start; 0 = no curriculum (lambda == 0: L_final only)
-    anneal_frac: float = 1.0  # rho: lambda reaches 0 at step rho * steps
-    prefix: str = "tf"  # GRU inputs: "tf" ground truth, "ttt" the block's own drafts
+    """Domino training: `DFlashTrainConfig`'s fields (see there) plus the curriculum's and the GRU prefix's.
+
+    The loss is L = (1 - lambda_t) L_final + lambda_t L_base, with
+    lambda_t = clip(lambda0 (1 - t / (anneal_frac * steps)), 0, 1) (`curriculum_lambda`).
+
+    Fields:
+      lambda0: curriculum start lambda_0 in [0, 1] (1 as the released config); 0 = no curriculum
+        (lambda == 0: L_final only); at lambda = 1 the head gets no gradient.
+      anneal_frac: rho > 0: lambda falls linearly to 0 at step rho * steps (1: at the last step).
+      prefix: the GRU's inputs: "tf" teacher forcing (the ground truth, the paper's) or "ttt" the
+        block's own drafts (argmax, rolled out as at inference, detached; the ablation).
+    """
+
+    lambda0: float = 1.0
+    anneal_frac: float = 1.0
+    prefix: str = "tf"
 
     def __post_init__(self):
         if self.prefix not in PREFIXES:

@@ -34,9 +34,18 @@ from specjax.models.eagle3 import Eagle3Config
 
 @dataclasses.dataclass(frozen=True)
 class Eagle3TrainConfig(DrafterTrainConfig):
+    """EAGLE-3 training: `DrafterTrainConfig`'s fields (see there; `steps` defaults to 1500 here) plus
+    the training-time test's.
+
+    Fields:
+      steps: optimiser steps in total (1500 here; 1200 in `DrafterTrainConfig`).
+      ttt_steps: J, unroll length of the training-time test (the reference's `length`; 7).
+      step_decay: loss weight of unrolled step j is step_decay ** j (the reference's 0.8).
+    """
+
     steps: int = 1500
-    ttt_steps: int = 7  # unroll length (the reference's `length`)
-    step_decay: float = 0.8  # loss weight of step j: step_decay ** j
+    ttt_steps: int = 7
+    step_decay: float = 0.8
 
 
 def target_view(tparams, tcfg, dcfg: Eagle3Config, tokens):

@@ -47,6 +47,25 @@ PRESETS = {
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
+    """Causal-LM training of a GPT-NeoX model (`train`; data, loss and optimiser: module docstring).
+
+    Fields:
+      steps: optimiser steps in total (the schedule's length; a resumed run continues to it).
+      batch_size: windows per step (also the evaluation batch).
+      seq_len: T, tokens per training window (windows hold T + 1 tokens: inputs + shifted targets).
+      lr: peak learning rate, reached after the warm-up.
+      warmup: steps of linear warm-up from 0 (a step count, unlike the drafters' warmup_frac).
+      min_lr_ratio: the cosine decay's final learning rate as a fraction of lr (0.1: to 10%).
+      weight_decay: AdamW's decoupled weight decay, on matrices and embeddings only (not norms, biases).
+      clip: global gradient-norm clipping threshold.
+      eval_every: steps between evaluations on the valid split (also at the last step).
+      eval_windows: valid windows per source (wiki, sharegpt) in each evaluation.
+      ckpt_every: steps between checkpoints (also at the last step).
+      seed: seeds the model's init and the per-epoch window order (batch i is a pure function of
+        (seed, i)).
+      sharegpt_chars: character budget of ShareGPT text in the train split (valid / test get 1/18 of it).
+    """
+
     steps: int = 1500
     batch_size: int = 16
     seq_len: int = 128
