@@ -2,6 +2,7 @@
 
 * prefill + one-token decode steps reproduce one full causal forward;
 * greedy generation equals transformers' `generate(do_sample=False)`;
+* a cache longer than `ATTENTION_MIN_SLOTS` is read only up to the visible prefix bucket;
 * (Hypothesis) one forward over a random tree gives every node the logits of decoding
   its root-to-node path, writing the tree chunk by chunk into the pending region gives
   the same logits, and `commit` of any path leaves the cache that prefilling
@@ -171,3 +172,45 @@ def test_tree_forward_matches_path_decoding_and_commit(variant, data):
         m = int(direct.lengths[r])
         np.testing.assert_allclose(np.asarray(cache.k[:, r, :m]), np.asarray(direct.k[:, r, :m]), atol=1e-5, rtol=0)
         np.testing.assert_allclose(np.asarray(cache.v[:, r, :m]), np.asarray(direct.v[:, r, :m]), atol=1e-5, rtol=0)
+
+
+def test_attention_reads_only_the_visible_prefix(monkeypatch):
+    """A cache longer than `ATTENTION_MIN_SLOTS` is attended over the smallest prefix bucket
+    holding every slot a pending token can see (`LayerKV.attend`): slots past that bucket are
+    never read (NaN keys/values there leave the logits finite), and the logits and the written
+    cache equal those of reading every slot up to float32 summation order (a softmax over fewer
+    masked zeros), greedy generation exactly. The minimum is lowered to 32
+    so that a 200-slot cache has buckets (32, 128, 200). One family suffices: both call the
+    same `LayerKV.attend` (the GQA one, whose head grouping the slicing must keep)."""
+    from specjax.models import layers
+
+    cfg, params = MODELS["qwen3_gqa_tied"]
+    slots, rng = 200, np.random.default_rng(3)
+    tree = jnp.asarray([[True, False, False], [True, True, False], [True, False, True]])  # root + 2 children
+    results = {}
+    for minimum in (10**9, 32):  # every slot, then prefix buckets
+        monkeypatch.setattr(layers, "ATTENTION_MIN_SLOTS", minimum)
+        jax.clear_caches()  # the minimum is read at trace time
+        assert layers.attention_widths(slots) == ((slots,) if minimum > slots else (32, 128, slots))
+        for prompt_lengths, bucket in (((9, 4), 32), ((60, 41), 128)):
+            prompts = [rng.integers(0, cfg.vocab_size, n).tolist() for n in prompt_lengths] if minimum > slots \
+                else results[prompt_lengths, "prompts"]
+            results[prompt_lengths, "prompts"] = prompts
+            tokens, lengths = pad_prompts(prompts)
+            _, _, cache = prefill(params, cfg, tokens, lengths, init_cache(cfg, 2, slots))
+            if minimum == 32:  # poison every slot past the bucket the step may read
+                cache = cache.replace(k=cache.k.at[:, :, bucket:].set(jnp.nan), v=cache.v.at[:, :, bucket:].set(jnp.nan))
+            step = jnp.asarray([[5, 7, 11], [13, 17, 19]], jnp.int32)
+            positions = cache.lengths[:, None] + jnp.asarray([0, 1, 1], jnp.int32)[None]
+            logits, after = forward_jit(params, cfg, step, positions, jnp.broadcast_to(tree, (2, 3, 3)), cache)
+            written = after.k[:, :, :bucket]
+            results[prompt_lengths, minimum] = (np.asarray(logits), np.asarray(written))
+        tokens, lengths = pad_prompts(results[(9, 4), "prompts"])
+        results["generate", minimum] = np.asarray(generate_ar(params, cfg, tokens, lengths, 12, eos_ids=(),
+                                                              cache_slots=slots).tokens)
+    for prompt_lengths in ((9, 4), (60, 41)):
+        (full, full_k), (prefix, prefix_k) = results[prompt_lengths, 10**9], results[prompt_lengths, 32]
+        assert np.isfinite(prefix).all(), "a slot past the visible prefix bucket was read"
+        np.testing.assert_allclose(prefix, full, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(prefix_k, full_k, atol=1e-5, rtol=0)  # layer >= 1 keys: summation order
+    np.testing.assert_array_equal(results["generate", 32], results["generate", 10**9])

@@ -37,7 +37,7 @@ from flax import struct
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.models.cache import KVCache, commit, init_cache
 from specjax.models.dflash import DFlashConfig
-from specjax.models.layers import LayerKV, cache_attention_mask
+from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots
 from specjax.models.model import ModelConfig, embed_tokens, merge_module, project_to_vocab
 from specjax.tree import chain_tree
 
@@ -90,12 +90,13 @@ def draft_hidden(params: dict, cfg: DFlashConfig, target_params: dict, target_cf
     x = embed_tokens(target_params, target_cfg, tokens).astype(cache.k.dtype)  # [B, T, E]
     mask = cache_attention_mask(cache.lengths, block_mask, cache.num_slots)  # [B, T, S]
     write_at = cache.lengths + region_offset
+    visible = visible_slots(cache.lengths, block_mask.shape[2])
 
     def layer(carry, xs):
         x, k_cache, v_cache = carry
         layer_params, i = xs
-        x, kv = merge_module(cfg, "Block", layer_params)(x, positions, mask,
-                                                         LayerKV(k=k_cache, v=v_cache, layer=i, write_at=write_at))
+        kv = LayerKV(k=k_cache, v=v_cache, layer=i, write_at=write_at, visible=visible)
+        x, kv = merge_module(cfg, "Block", layer_params)(x, positions, mask, kv)
         return (x, kv.k, kv.v), None
 
     (x, k, v), _ = jax.lax.scan(layer, (x, cache.k, cache.v), (params["layers"], jnp.arange(cfg.num_layers)))

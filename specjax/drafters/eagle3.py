@@ -37,7 +37,7 @@ from specjax.drafters.dflash import target_outer
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.models.cache import KVCache, commit, init_cache
 from specjax.models.eagle3 import Eagle3Config
-from specjax.models.layers import LayerKV, cache_attention_mask
+from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots
 from specjax.models.model import ModelConfig, embed_tokens, merge_module, project_to_vocab
 
 __all__ = ["Eagle3State", "Eagle3Stepper", "eagle3_drafter", "draft_step", "fuse", "logits_of", "unrolled_hidden",
@@ -71,7 +71,8 @@ def draft_step(params: dict, cfg: Eagle3Config, target_params: dict, target_cfg:
     emb = embed_tokens(target_params, target_cfg, tokens).astype(cache.k.dtype)
     mask = cache_attention_mask(cache.lengths, block_mask, cache.num_slots)
     layer = jax.tree.map(lambda x: x[0], params["layers"])
-    kv = LayerKV(k=cache.k, v=cache.v, layer=jnp.int32(0), write_at=cache.lengths + region_offset)
+    kv = LayerKV(k=cache.k, v=cache.v, layer=jnp.int32(0), write_at=cache.lengths + region_offset,
+                 visible=visible_slots(cache.lengths, block_mask.shape[2]))
     out, kv = merge_module(cfg, "Block", layer)(emb, g.astype(cache.k.dtype), positions, mask, kv)
     return out, cache.replace(k=kv.k, v=kv.v)
 

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError, eos_ids, read_rope
-from specjax.models.layers import ACTIVATIONS, EmbedAndHead, LayerKV, apply_rotary, attend, init_normal
+from specjax.models.layers import ACTIVATIONS, EmbedAndHead, LayerKV, apply_rotary, init_normal
 from specjax.models.loading_maps import ParamMap, Transform
 
 
@@ -159,8 +159,8 @@ class Attention(nnx.Module):
             qkv = qkv + self.qkv_bias[...][:, None, None]
         q, k, v = (apply_rotary(qkv[0], positions, cfg.rotary_dim, cfg.rope_theta),
                    apply_rotary(qkv[1], positions, cfg.rotary_dim, cfg.rope_theta), qkv[2])
-        k_all, v_all, kv = kv.append(k, v)  # [B, S, K, D] each
-        out = attend(q, k_all, v_all, mask, cfg.head_dim**-0.5)  # [B, T, H, D]
+        kv = kv.append(k, v)
+        out = kv.attend(q, mask, cfg.head_dim**-0.5)  # [B, T, H, D]
         out = jnp.einsum("bthd,hde->bte", out, self.dense[...])
         if cfg.attention_bias:
             out = out + self.dense_bias[...]

@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
+from specjax.ops import switch_on_width, width_buckets
+
 ACTIVATIONS = {
     "gelu": lambda x: jax.nn.gelu(x, approximate=False),
     "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
@@ -73,34 +75,79 @@ def cache_attention_mask(lengths: jax.Array, block_mask: jax.Array, num_slots: i
     return (rel < 0)[:, None, :] | (in_region[:, None, :] & visible)
 
 
+# Caches longer than this are attended over a prefix bucket (`LayerKV.attend`): the
+# smallest of ATTENTION_MIN_SLOTS * 4^i (and the full cache) holding every row's visible
+# slots. At or below it one branch reads every slot, as before: a small cache costs little,
+# and each bucket is one more compiled attention per forward.
+ATTENTION_MIN_SLOTS = 1024
+
+
 @struct.dataclass
 class LayerKV:
     """The stacked KV cache as one layer sees it. `append` writes the new K/V in place into the
     stacked arrays (a scatter of T slots; slicing a layer out, updating it and writing it back
-    would copy the whole layer cache three times per forward, which dominates small models).
+    would copy the whole layer cache three times per forward, which dominates small models);
+    `attend` reads only the prefix of slots a pending token can see.
 
     Fields:
       k: [L, B, S, K, D] the whole stacked key cache (all layers).
       v: [L, B, S, K, D] the whole stacked value cache.
       layer: int32 scalar, this layer's index into the stack (traced inside the layer scan).
       write_at: int32[B] the slot where each row's first pending token goes (lengths + region offset).
+      visible: int32 scalar or None: no pending token of any row sees a slot >= visible (the
+        longest row's committed prefix + its pending region, `visible_slots`); None: all S slots.
     """
 
     k: jax.Array
     v: jax.Array
     layer: jax.Array
     write_at: jax.Array
+    visible: jax.Array | None = None
 
-    def append(self, k_new: jax.Array, v_new: jax.Array):
-        """Write [B, T, K, D] new keys/values at write_at[b] + t; returns (k_layer, v_layer
-        [B, S, K, D] including them, updated LayerKV). The caller guarantees write_at + T
-        <= S (checked on the host before compiling, see `cache.check_capacity`)."""
+    def append(self, k_new: jax.Array, v_new: jax.Array) -> "LayerKV":
+        """Write [B, T, K, D] new keys/values at write_at[b] + t; returns the updated LayerKV.
+        The caller guarantees write_at + T <= S (checked on the host before compiling, see
+        `cache.check_capacity`)."""
         b, t = k_new.shape[:2]
         rows = jnp.arange(b)[:, None]
         cols = self.write_at[:, None] + jnp.arange(t)[None]
         k = self.k.at[self.layer, rows, cols].set(k_new.astype(self.k.dtype), mode="drop", unique_indices=True)
         v = self.v.at[self.layer, rows, cols].set(v_new.astype(self.v.dtype), mode="drop", unique_indices=True)
-        return k[self.layer], v[self.layer], self.replace(k=k, v=v)
+        return self.replace(k=k, v=v)
+
+    def attend(self, q: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
+        """`attend` of q [B, T, H, D] over this layer's slots with mask bool[B, T, S]: [B, T, H, D].
+
+        Only the first w slots are read, w the smallest of `attention_widths(S)` >= `visible`
+        (one `lax.switch`; the branch slices the layer out of the stacked cache itself, so
+        the unread slots are never copied). Slots >= visible are masked for every query, so
+        the result is the full attention's: their softmax weights are exactly 0.
+        """
+        _, b, s, kh, d = self.k.shape
+
+        def over(w, k, v, mask, q):
+            k_l = jax.lax.dynamic_slice(k, (self.layer, 0, 0, 0, 0), (1, b, w, kh, d))[0]  # [B, w, K, D]
+            v_l = jax.lax.dynamic_slice(v, (self.layer, 0, 0, 0, 0), (1, b, w, kh, d))[0]
+            return attend(q, k_l, v_l, mask[..., :w], scale)
+
+        widths = attention_widths(s)
+        if self.visible is None or len(widths) == 1:
+            return over(s, self.k, self.v, mask, q)
+        return switch_on_width(jnp.minimum(self.visible, s), widths, over, (self.k, self.v, mask, q))
+
+
+def attention_widths(num_slots: int) -> tuple[int, ...]:
+    """The static prefix widths `LayerKV.attend` may read of a num_slots cache:
+    ATTENTION_MIN_SLOTS * 4^i below num_slots, then num_slots (one width up to the minimum)."""
+    if num_slots <= ATTENTION_MIN_SLOTS:
+        return (num_slots,)
+    return width_buckets(num_slots, smallest=ATTENTION_MIN_SLOTS, factor=4)
+
+
+def visible_slots(lengths: jax.Array, region: int) -> jax.Array:
+    """int32 scalar: the slots any pending token may see, max_b lengths[b] + region (the
+    committed prefix and the pending region of R = `region` slots; `cache_attention_mask`)."""
+    return (jnp.max(lengths) + region).astype(jnp.int32)
 
 
 def attend(

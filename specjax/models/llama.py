@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError, eos_ids, read_rope
-from specjax.models.layers import ACTIVATIONS, EmbedAndHead, LayerKV, RMSNorm, apply_rotary, attend, init_normal
+from specjax.models.layers import ACTIVATIONS, EmbedAndHead, LayerKV, RMSNorm, apply_rotary, init_normal
 from specjax.models.loading_maps import ParamMap, Transform
 
 _ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
@@ -209,8 +209,8 @@ class Attention(nnx.Module):
         """x: [B, T, E]; kv: the stacked cache and this layer's index. Returns (out, kv)."""
         cfg = self.cfg
         q = self.queries(x, positions)
-        k_all, v_all, kv = kv.append(*self.keys_values(x, positions))  # [B, S, K, D] each
-        out = attend(q, k_all, v_all, mask, cfg.head_dim**-0.5)  # [B, T, H, D]
+        kv = kv.append(*self.keys_values(x, positions))
+        out = kv.attend(q, mask, cfg.head_dim**-0.5)  # [B, T, H, D]
         out = jnp.einsum("bthd,hde->bte", out, self.o[...])
         if cfg.o_bias:
             out = out + self.o_bias[...]

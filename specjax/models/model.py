@@ -29,7 +29,7 @@ from flax import nnx
 from specjax.models import dflash, domino, eagle3, gpt_neox, llama
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache
 from specjax.models.hf_config import UnsupportedConfigError
-from specjax.models.layers import LayerKV, cache_attention_mask
+from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots
 from specjax.numerics import DEFAULT_PRECISION, check_precision, matmul_scope
 
 ModelConfig = Union[gpt_neox.GPTNeoXConfig, llama.LlamaConfig]
@@ -124,6 +124,7 @@ def forward_tapped(
     outer = _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"})
     mask = cache_attention_mask(cache.lengths, block_mask, cache.num_slots)  # [B, T, S]
     write_at = cache.lengths + region_offset  # [B]
+    visible = visible_slots(cache.lengths, block_mask.shape[2])  # attention reads no slot past it
     embeddings = outer.embed_tokens(tokens)  # [B, T, E]
     wanted = jnp.asarray(feature_layers, jnp.int32).reshape(-1)  # [n]
     features = jnp.zeros((len(feature_layers),) + embeddings.shape, embeddings.dtype)  # [n, B, T, E]
@@ -132,7 +133,8 @@ def forward_tapped(
         x, k_cache, v_cache, feats = carry
         layer_params, i = xs
         block = _merge(cfg, "Block", layer_params)
-        x, kv = block(x, positions, mask, LayerKV(k=k_cache, v=v_cache, layer=i, write_at=write_at))
+        kv = LayerKV(k=k_cache, v=v_cache, layer=i, write_at=write_at, visible=visible)
+        x, kv = block(x, positions, mask, kv)
         if feature_layers:  # keep x in the slots that asked for layer i
             feats = jnp.where((wanted == i)[:, None, None, None], x[None].astype(feats.dtype), feats)
         return (x, kv.k, kv.v, feats), None
