@@ -10,7 +10,8 @@ cache follows the target's committed sequence:
     [pending..., root] (P static, `max_pending`) and are committed at once: they are final.
   * `expand_level` — level d of the tree is one batched draft forward of that level's
     nodes, written into the draft cache's *pending region* at the level's static
-    offset (node i sits at region slot i), each node masking in its ancestors.
+    offset (node i sits at region slot i), each node masking in its ancestors
+    (DynaTree: per-row offsets, the levels grown by specjax/drafters/level_tree.py).
   * `commit_path` — after verification the accepted nodes that were forwarded are
     gathered into place (`cache.commit`); rollback is that gather, never a re-forward.
 
@@ -138,11 +139,12 @@ def region_mask(parents: np.ndarray, budget: int) -> np.ndarray:
     return mask
 
 
-def expand_level(draft_cfg, state: DraftLMState, tokens: jax.Array, depth: int, offset: int | jax.Array,
+def expand_level(draft_cfg, state: DraftLMState, tokens: jax.Array, depth: int | jax.Array, offset: int | jax.Array,
                  mask_rows: jax.Array) -> tuple[jax.Array, DraftLMState]:
     """Forward the nodes of one tree level into the pending region: (logits f32[B, W, V], state).
 
-    tokens int32[B, W] the level's nodes, at depth `depth` (1 = children of the root);
+    tokens int32[B, W] the level's nodes, at depth `depth` (1 = children of the root; a
+    static int, or a traced int32 scalar inside DynaTree's level loop);
     offset: region slot of the level's first node, static int (a static tree shape) or
     int32[B] per row (DynaTree's packed levels): node j lands at region slot offset + j;
     mask_rows bool[B, W, N]: which region slots each node sees (its ancestors and itself).
