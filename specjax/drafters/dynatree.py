@@ -271,9 +271,11 @@ class DynaTreeDrafter(DraftLMDrafter):
     @property
     def verify_widths(self) -> tuple[int, ...]:
         """The target verifies the packed tree at the smallest of these widths holding it
-        (4, 6, 9, 14, ...: steps of 1.5x, since off an accelerator the target's cost grows
-        with every token it verifies)."""
-        return width_buckets(self.n_max, smallest=4, factor=1.5)
+        (4, 8, 16, ...: steps of 2x). Each width is one compiled target forward: steps of 1.5x
+        waste less of a CPU verify (~1.2x instead of ~1.4x the live tree, on average) but
+        took 12 branches and most of DynaTree's first compile (issue 16 item 5); on a GPU
+        `ops.device_widths` drops those below the flat size anyway."""
+        return width_buckets(self.n_max, smallest=4, factor=2)
 
     @property
     def max_depth(self) -> int:
