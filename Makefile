@@ -19,11 +19,16 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(PY) -m specjax generate $(ARGS)
 
+# TEST_JOBS pytest-xdist workers (0: one process); tests/conftest.py groups the tests into
+# work units (a module; each notebook run) and orders them longest first.
+TEST_JOBS ?= 2
+XDIST := -n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder
+
 test: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 # Execute every notebooks/*.py in place: `jupytext --sync`, run it (SPECJAX_PROFILE=$(NOTEBOOK_PROFILE)),
 # write notebooks/<name>.ipynb with its outputs. Outputs go to notebooks/results/ (gitignored).

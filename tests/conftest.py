@@ -68,3 +68,37 @@ def _release_compiled_programs():
     yield
     jax.clear_caches()
     gc.collect()
+
+
+# `make test` runs the suite on TEST_JOBS pytest-xdist workers (`--dist loadgroup
+# --no-loadscope-reorder`). A unit of work is a whole test module, so its tests share
+# compiled programs in one process (the suite is compile-bound), except each notebook
+# execution, which is a unit of its own. Units are handed out in collection order, which
+# is made longest-first here, so that no long unit starts last and leaves a worker idle.
+LONGEST_FIRST = (  # measured on 2 cores: the notebooks (ci profile), then the slowest modules
+    "test_notebooks.py::test_notebook_executes[dynatree]", "test_notebooks.py::test_notebook_executes[graft]",
+    "test_notebooks.py::test_notebook_executes[domino]", "test_notebooks.py::test_notebook_executes[ddtree]",
+    "test_sharding.py", "test_cli.py", "test_bench.py", "test_equality.py", "test_dynatree.py", "test_decode.py",
+    "test_notebooks.py::test_notebook_executes[quickstart]",
+)
+
+
+def _work_unit(nodeid: str) -> str:
+    module = nodeid.split("::")[0]
+    return nodeid if "::test_notebook_executes[" in nodeid else module
+
+
+def _rank(unit: str) -> int:
+    for i, name in enumerate(LONGEST_FIRST):
+        if unit.split("/")[-1] == name:
+            return i
+    return len(LONGEST_FIRST)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Group each test into its work unit (`xdist_group`) and order the units longest first
+    (a stable sort: tests keep their order inside a module). Harmless without xdist."""
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_work_unit(item.nodeid)))
+    items.sort(key=lambda item: _rank(_work_unit(item.nodeid)))
