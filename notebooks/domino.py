@@ -24,14 +24,18 @@
 # warm-up prompts discarded (`specjax.bench.harness`), and greedy outputs are checked token
 # for token against AR.
 #
-# **Profiles.** `cpu-tiny` (default; what CI runs): the embedded target (`specjax.zoo`, the
-# 4.9M-parameter GPT-NeoX) with `tiny-neox-domino` (trained by specjax: 1,200 steps,
-# teacher forcing + the base-anchored curriculum), `tiny-neox-dflash` (chain DFlash trained
-# on the same data for the same 1,200 steps) and `tiny-neox-eagle3`. `gpu`: SmolLM2-135M
-# with its zoo drafters — it needs `smollm2-135m-domino`, which no session has trained yet
-# (no GPU was lent), so the profile stops with the training command. The paper's numbers
-# (Qwen3-4B/8B on A100s) are printed beside ours as cited input; only orderings and
-# mechanisms are comparable, never absolute values.
+# **Profiles.** `cpu-tiny` (default; the committed outputs): the embedded target
+# (`specjax.zoo`, the 4.9M-parameter GPT-NeoX) with `tiny-neox-domino` (trained by specjax:
+# 1,200 steps, teacher forcing + the base-anchored curriculum), `tiny-neox-dflash` (chain
+# DFlash trained on the same data for the same 1,200 steps) and `tiny-neox-eagle3`. `gpu`:
+# SmolLM2-135M with its zoo drafters — it needs `smollm2-135m-domino`, which no session has
+# trained yet (no GPU was lent), so the profile stops with the training command. `ci` is
+# the test suite's smoke run (`tests/test_notebooks.py`): the cpu-tiny models, one counted
+# prompt per dataset and no warm-up, 24 new tokens everywhere (so Table 2's batch 1 reuses
+# Table 1's compiled programs), batches 1 and 2, one ablation prompt, one repetition;
+# every cell, table, figure and losslessness check still runs, but its numbers are not
+# results. The paper's numbers (Qwen3-4B/8B on A100s) are printed beside ours as cited
+# input; only orderings and mechanisms are comparable, never absolute values.
 #
 # **On a CPU** the target's cost grows with every verified token, and the head's sequential
 # rollout is not hidden behind a memory-bound target as on a GPU: τ (tokens per round,
@@ -64,6 +68,9 @@ from specjax.models import load_checkpoint, pad_prompts
 from specjax.sampling import Sampling
 
 PROFILES = {
+    # ci: every cell at the least compile + run time (tests/test_notebooks.py); not results.
+    "ci": dict(prompts=1, warmup=0, max_new=24, prompt_len=48, datasets=("gsm8k", "humaneval"), batches=(1, 2),
+               batch_new=24, batch_reps=1, ablation_prompts=1, split_reps=1),
     "cpu-tiny": dict(prompts=3, warmup=1, max_new=48, prompt_len=48, datasets=("gsm8k", "humaneval"),
                      batches=(1, 4, 16), batch_new=32, batch_reps=3, ablation_prompts=6, split_reps=10),
     "gpu": dict(prompts=16, warmup=2, max_new=256, prompt_len=256,

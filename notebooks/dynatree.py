@@ -23,14 +23,18 @@
 # (`specjax.bench.harness`). Greedy decoding throughout; every speculative output is
 # checked token for token against AR.
 #
-# **Profiles.** `cpu-tiny` (default; what CI runs) uses the embedded pair (`specjax.zoo`:
-# a 4.9M-parameter GPT-NeoX target and a 1.1M draft trained by specjax on Wikipedia +
-# ShareGPT), a handful of held-out Wikipedia openings and short generations, on whatever
-# device JAX finds. `gpu` uses longer prompts and generations, and real checkpoints when
-# `SPECJAX_TARGET` / `SPECJAX_DRAFT` point to HF-layout directories (e.g. Pythia-2.8B and
-# Pythia-70M, the paper's pair). The paper's numbers are printed beside ours; they come
-# from a different scale (Pythia-2.8B/70M on an NVIDIA GPU, T = 1000, prompts of 800
-# tokens), so only orderings and mechanisms are comparable, never absolute values.
+# **Profiles.** `cpu-tiny` (default; the committed outputs) uses the embedded pair
+# (`specjax.zoo`: a 4.9M-parameter GPT-NeoX target and a 1.1M draft trained by specjax on
+# Wikipedia + ShareGPT), a handful of held-out Wikipedia openings and short generations, on
+# whatever device JAX finds. `gpu` uses longer prompts and generations, and real checkpoints
+# when `SPECJAX_TARGET` / `SPECJAX_DRAFT` point to HF-layout directories (e.g. Pythia-2.8B
+# and Pythia-70M, the paper's pair). `ci` is the test suite's smoke run
+# (`tests/test_notebooks.py`): the embedded pair, one counted prompt and no warm-up, 24 new
+# tokens, two points per sweep and per plotted line, two forward widths in the cost cell;
+# every cell, table, figure and losslessness check still runs, but its numbers are not
+# results. The paper's numbers are printed beside ours; they come from a different scale
+# (Pythia-2.8B/70M on an NVIDIA GPU, T = 1000, prompts of 800 tokens), so only orderings
+# and mechanisms are comparable, never absolute values.
 
 # %% tags=["parameters"]
 import os
@@ -54,6 +58,10 @@ from specjax.drafters.dynatree import DynaTreeDrafter, DynaTreeParams, Knobs
 from specjax.models import load_checkpoint
 
 PROFILES = {
+    # ci: every cell at the least compile + run time (tests/test_notebooks.py); not results.
+    "ci": dict(prompts=1, warmup=0, max_new=24, prompt_len=48, gen_lengths=(16, 24), prompt_lengths=(16, 48),
+               sweep_prompts=1, sweep_depths=(3, 6), sweep_branching=(2, 3), sweep_taus=(0.03, 0.1),
+               cost_widths=(1, 64)),
     "cpu-tiny": dict(prompts=4, warmup=1, max_new=64, prompt_len=48, gen_lengths=(32, 64, 128),
                      prompt_lengths=(16, 48, 128), sweep_prompts=3, sweep_depths=(3, 5, 8), sweep_branching=(2, 3),
                      sweep_taus=(0.01, 0.03, 0.1)),
@@ -207,12 +215,12 @@ def forward_ms(cfg, params, width, context=128, reps=20):
     return 1e3 * float(np.median(times))
 
 
-widths = (1, 2, 4, 8, 16, 32, 64, 128)
+widths = P.get("cost_widths", (1, 2, 4, 8, 16, 32, 64, 128))  # must hold 1 and 64
 cost = {name: [forward_ms(cfg, params, w) for w in widths] for name, (cfg, params) in
         (("target", target), ("draft", draft))}
 for name, ms in cost.items():
     print(f"{name:>6} forward ms by tokens verified: " + ", ".join(f"{w}: {m:.2f}" for w, m in zip(widths, ms)))
-print(f"target(64 tokens) / target(1 token) = {cost['target'][6] / cost['target'][0]:.2f} "
+print(f"target(64 tokens) / target(1 token) = {cost['target'][widths.index(64)] / cost['target'][0]:.2f} "
       f"(on the paper's GPU this ratio is close to 1); draft / target forward at 1 token = "
       f"{cost['draft'][0] / cost['target'][0]:.2f}")
 ms_per_round = {r.method: (r.total_seconds - r.ttft_ms * r.num_prompts / 1e3) * 1e3 / max(r.rounds, 1)

@@ -8,11 +8,16 @@ empty notebooks/ directory collects no tests at all.
 - `test_notebook_pairing_in_sync` (fast): the `.ipynb` exists and its code cells equal the `.py`'s.
 - `test_notebook_executes` (slow): every cell runs in a fresh kernel of *this* interpreter
   (sys.executable, whatever `python3` kernelspecs are installed elsewhere), cwd notebooks/,
-  with SPECJAX_PROFILE=cpu-tiny, MPLBACKEND=Agg and SPECJAX_NOTEBOOK_OUT=<tmp_path>.
-  A failing cell is reported with its source, its line in the `.py` and the traceback.
+  with SPECJAX_PROFILE=ci (SPECJAX_NOTEBOOK_PROFILE=<profile> picks another, e.g. cpu-tiny),
+  MPLBACKEND=Agg and SPECJAX_NOTEBOOK_OUT=<tmp_path>. A failing cell is reported with its
+  source, its line in the `.py` and the traceback. Every notebook defines the `ci` profile:
+  the smallest run that still executes every cell, method, table, figure and losslessness
+  check (one counted prompt per dataset, short generations, two-point sweeps, shapes shared
+  between cells so that few programs compile); it is a smoke test, its numbers are not results.
 
 Run as a script (`make notebooks`), this module instead executes every notebook in place:
-`jupytext --sync`, then execute the `.ipynb` and write it back with its outputs.
+`jupytext --sync`, then execute the `.ipynb` and write it back with its outputs. Its default
+profile is `cpu-tiny`, the one whose outputs are committed.
     python tests/test_notebooks.py [--profile cpu-tiny] [notebooks/<name>.py ...]
 """
 
@@ -29,7 +34,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
-DEFAULT_PROFILE = "cpu-tiny"
+DEFAULT_PROFILE = "cpu-tiny"  # `make notebooks`: the committed outputs
+# What `test_notebook_executes` runs: the notebooks' smoke-test profile.
+TEST_PROFILE = os.environ.get("SPECJAX_NOTEBOOK_PROFILE", "ci")
 # Per-cell limit in seconds (nbclient's `timeout`); a whole notebook may take longer.
 CELL_TIMEOUT = int(os.environ.get("SPECJAX_NOTEBOOK_TIMEOUT", "900"))
 
@@ -207,24 +214,26 @@ def test_notebook_pairing_in_sync(notebook: Path):
 @pytest.mark.slow
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_executes(notebook: Path, tmp_path: Path):
-    """Executes the notebook in a child process (`--check`): the kernel client's zmq and
-    tornado threads never enter the test process, which goes on compiling XLA programs."""
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--check", str(tmp_path), str(notebook)],
+    """Executes the notebook (profile TEST_PROFILE, `ci` unless SPECJAX_NOTEBOOK_PROFILE says
+    otherwise) in a child process (`--check`): the kernel client's zmq and tornado threads
+    never enter the test process, which goes on compiling XLA programs."""
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--profile", TEST_PROFILE,
+                           "--check", str(tmp_path), str(notebook)],
                           capture_output=True, text=True, timeout=CELL_TIMEOUT * 4)
     if proc.returncode != 0:
-        pytest.fail(f"{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}\n(executed copy: "
+        pytest.fail(f"{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}\n(profile {TEST_PROFILE}; executed copy: "
                     f"{tmp_path / (notebook.stem + '.executed.ipynb')})", pytrace=False)
 
 
-def check_notebook(notebook: Path, out_dir: Path) -> int:
-    """Execute `notebook` (cpu-tiny, outputs under `out_dir`) without touching its files;
-    the executed copy goes to `out_dir`. Returns 1 with the failing cell on stderr."""
+def check_notebook(notebook: Path, out_dir: Path, profile: str = TEST_PROFILE) -> int:
+    """Execute `notebook` (SPECJAX_PROFILE=`profile`, outputs under `out_dir`) without touching
+    its files; the executed copy goes to `out_dir`. Returns 1 with the failing cell on stderr."""
     import jupytext
     import nbformat
 
     nb = jupytext.read(notebook)
     try:
-        execute_notebook(nb, env=notebook_env(DEFAULT_PROFILE, out_dir), name=_rel(notebook), notebook_py=notebook)
+        execute_notebook(nb, env=notebook_env(profile, out_dir), name=_rel(notebook), notebook_py=notebook)
     except NotebookCellError as e:
         print(e, file=sys.stderr)
         return 1
@@ -243,13 +252,17 @@ def main(argv: list[str] | None = None) -> int:
     from jupytext.cli import jupytext as jupytext_cli
 
     parser = argparse.ArgumentParser(description="Sync and execute the jupytext notebooks in place.")
-    parser.add_argument("--profile", default=os.environ.get("SPECJAX_PROFILE", DEFAULT_PROFILE))
+    parser.add_argument("--profile", default=None,
+                        help=f"SPECJAX_PROFILE for the notebooks (default: $SPECJAX_PROFILE, else {DEFAULT_PROFILE}; "
+                             f"with --check: {TEST_PROFILE}, as the test)")
     parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks/<name>.py (default: all)")
     parser.add_argument("--check", type=Path, metavar="OUT_DIR",
-                        help="only execute (cpu-tiny), writing outputs and the executed copy to OUT_DIR")
+                        help="only execute, writing outputs and the executed copy to OUT_DIR (nothing in notebooks/)")
     args = parser.parse_args(argv)
     if args.check:
-        return max([check_notebook(p.resolve(), args.check) for p in args.notebooks] or [0])
+        profile = args.profile or TEST_PROFILE
+        return max([check_notebook(p.resolve(), args.check, profile) for p in args.notebooks] or [0])
+    args.profile = args.profile or os.environ.get("SPECJAX_PROFILE", DEFAULT_PROFILE)
     notebooks = [p.resolve() for p in args.notebooks] or discover_notebooks()
     if not notebooks:
         print(f"no jupytext notebooks in {_rel(NOTEBOOK_DIR)}/")
