@@ -366,7 +366,7 @@ def _bench_device(args) -> int:
         shapes, parts = split(args.shapes) or device.default_shapes(platform), split(args.parts) or device.PARTS
         device.check_names(shapes, parts)
         settings = device.Settings.for_platform(platform, dtype=args.dtype, new_tokens=args.new_tokens,
-                                                context=args.context, batch=args.batch, reps=args.reps,
+                                                context=args.context, long_cache=args.long_cache, batch=args.batch, reps=args.reps,
                                                 compile_methods=split(args.methods))
     except ValueError as e:
         print(f"specjax bench-device: {e}", file=sys.stderr)
@@ -443,6 +443,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="params dtype (default: bfloat16 on GPU/TPU, float32 on CPU)")
     dev.add_argument("--new-tokens", type=int, help="AR / compile / round new tokens (default 128)")
     dev.add_argument("--context", type=int, help="verify-forward context length (default 512)")
+    dev.add_argument("--long-cache", type=int, help="cache slots of the AR part's long-cache timing (default 16384; "
+                                                   "0 skips it)")
     dev.add_argument("--batch", type=int, help="batch of the AR / verify / compile / round parts (default 1)")
     dev.add_argument("--reps", type=int, help="timed repetitions per figure, medians (default 10)")
     dev.add_argument("--methods", help="compile-part method specs (default ar,chain4,dynatree-p3,ddtree-64)")

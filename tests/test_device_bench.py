@@ -9,7 +9,7 @@ import pytest
 from specjax.bench import device
 from specjax.cli import main
 
-SMALL = dict(reps=3, new_tokens=32, prompt_len=16, context=32, verify_widths=(1, 8), select_budget=32,
+SMALL = dict(reps=3, new_tokens=32, prompt_len=16, context=32, long_cache=2048, verify_widths=(1, 8), select_budget=32,
              select_batches=(2,), compile_methods=("ar",), round_budget=8, bandwidth_mib=8)
 
 
@@ -40,6 +40,9 @@ def test_every_part_reports_positive_figures_with_units_and_settings(report):
     ar = tiny["ar"]
     for key in ("ms_per_token", "generate_N_ms", "generate_1_ms", "bound_ms_per_token", "ratio_to_bound"):
         assert _positive(ar[key]), key
+    long = ar["long_cache"]  # 2048 slots: attention reads a 1024-slot prefix bucket
+    assert long["slots"] == 2048 and _positive(long["ms_per_token"])
+    assert math.isclose(long["ratio_to_short_cache"], long["ms_per_token"] / ar["ms_per_token"])
     assert [r["T"] for r in tiny["verify"]] == [1, 8]
     assert all(_positive(r["ms"]) and _positive(r["ms_per_token"]) and r["context"] == 32 for r in tiny["verify"])
     assert [(r["batch"], r["method"]) for r in tiny["select"]] == [(2, "levels"), (2, "pops")]
@@ -92,13 +95,15 @@ def test_unknown_shape_or_part_and_bad_settings_are_named():
         device.run(["tiny"], ("decode",))
     with pytest.raises(ValueError, match="unknown dtype 'int8'"):
         device.Settings(dtype="int8")
+    with pytest.raises(ValueError, match="long_cache must be >= 0"):
+        device.Settings(long_cache=-1)
     with pytest.raises(ValueError, match="new_tokens must be >= 2"):
         device.Settings(new_tokens=1)
 
 
 def test_cli_bench_device_writes_json(tmp_path, capsys):
     path = tmp_path / "dev.json"
-    args = ["bench-device", "--shapes", "tiny", "--parts", "ar", "--new-tokens", "64",
+    args = ["bench-device", "--shapes", "tiny", "--parts", "ar", "--new-tokens", "64", "--long-cache", "0",
             "--reps", "3", "--json", str(path)]
     assert main(args) == 0
     out = capsys.readouterr().out
@@ -106,6 +111,7 @@ def test_cli_bench_device_writes_json(tmp_path, capsys):
     rep = json.loads(path.read_text())
     assert _positive(rep["shapes"]["tiny"]["ar"]["ratio_to_bound"]) and rep["settings"]["parts"] == ["ar"]
     assert rep["settings"]["new_tokens"] == 64 and rep["settings"]["dtype"] == "float32"
+    assert rep["settings"]["long_cache"] == 0 and "long_cache" not in rep["shapes"]["tiny"]["ar"]
     assert main(["bench-device", "--shapes", "tiny,nope"]) == 2
     assert "unknown shape 'nope'" in capsys.readouterr().err
     assert main(["bench-device", "--parts", "ar,walk"]) == 2

@@ -19,6 +19,10 @@ of `reps` warm calls after one excluded warm-up (compile) call, each call ended 
              bound_ms_per_token = weight_bytes / bandwidth (weight_bytes = every param
              leaf's bytes, the untied input embedding included though a step reads one row
              of it; KV-cache reads excluded) and ratio_to_bound = ms_per_token / bound.
+             long_cache: the same ms/token with a `long_cache`-slot cache (the prompt and
+             the new tokens use the first slots, as in a server's preallocated cache) and
+             its ratio to the short cache's: the cost of the unused slots (attention reads
+             only a prefix bucket, `specjax.models.layers.LayerKV.attend`: goal ~1).
   verify     target forward (`specjax.models.model.forward`, jitted, cache donated) of T
              pending tokens at a `context`-token context (cache lengths = context, zero
              K/V: values do not change the cost), for T in `verify_widths`, causal mask
@@ -95,6 +99,7 @@ class Settings:
       new_tokens: N, tokens generated per timed call (ar, compile; the round's max_new); >= 2, since
         AR ms/token is (t_N - t_1) / (N - 1).
       context: committed cache length before the verify forward (verify).
+      long_cache: cache slots of the ar part's second timing (mostly unused slots; 0: skip it).
       verify_widths: T values, pending tokens per verify forward (one timing each).
       select_depth: L, positions of the random log-probs f32[B, L, V] given to `select_tree` (select).
       select_budget: N, tree nodes `select_tree` picks (select).
@@ -114,6 +119,7 @@ class Settings:
     prompt_len: int = 64
     new_tokens: int = 128
     context: int = 512
+    long_cache: int = 16384
     verify_widths: tuple[int, ...] = (1, 64, 128, 256, 512)
     select_depth: int = 16
     select_budget: int = 512
@@ -133,6 +139,8 @@ class Settings:
                      "reps", "bandwidth_mib"):
             if getattr(self, name) < 1:
                 raise ValueError(f"setting {name} must be >= 1, got {getattr(self, name)}")
+        if self.long_cache < 0:
+            raise ValueError(f"long_cache must be >= 0 (0: skip), got {self.long_cache}")
         if self.new_tokens < 2:
             raise ValueError(f"new_tokens must be >= 2 (ms/token is (t_N - t_1) / (N - 1)), got {self.new_tokens}")
         if not self.verify_widths or min(self.verify_widths) < 1:
@@ -226,21 +234,29 @@ def random_prompt(cfg, batch: int, length: int, seed: int = 0):
 
 
 def time_ar(cfg, params, s: Settings) -> dict:
-    """AR decode ms/token (module docstring): (t_N - t_1) / (N - 1) over generate_ar."""
+    """AR decode ms/token (module docstring): (t_N - t_1) / (N - 1) over generate_ar, on a cache
+    of prompt_len + new_tokens slots and (`long_cache` > 0) on a `long_cache`-slot one."""
     from specjax.decode import generate_ar
 
     tokens, lengths = random_prompt(cfg, s.batch, s.prompt_len)
-    slots = s.prompt_len + s.new_tokens
 
-    def run(n):
-        return lambda: generate_ar(params, cfg, tokens, lengths, n, cache_slots=slots, eos_ids=(),
-                                   matmul_precision=s.matmul_precision).tokens
+    def per_token(slots):
+        def run(n):
+            return lambda: generate_ar(params, cfg, tokens, lengths, n, cache_slots=slots, eos_ids=(),
+                                       matmul_precision=s.matmul_precision).tokens
 
-    t_n, t_1 = _median_s(run(s.new_tokens), s.reps), _median_s(run(1), s.reps)
-    per_token = (t_n - t_1) / (s.new_tokens - 1) * 1e3
-    return {"ms_per_token": per_token, "generate_N_ms": t_n * 1e3, "generate_1_ms": t_1 * 1e3,
-            "tokens_per_s": 1e3 / per_token if per_token > 0 else None,
-            "how": "(median t(generate_ar, N new) - median t(generate_ar, 1 new)) / (N - 1), same cache size"}
+        t_n, t_1 = _median_s(run(s.new_tokens), s.reps), _median_s(run(1), s.reps)
+        return (t_n - t_1) / (s.new_tokens - 1) * 1e3, t_n, t_1
+
+    ms, t_n, t_1 = per_token(s.prompt_len + s.new_tokens)
+    out = {"ms_per_token": ms, "generate_N_ms": t_n * 1e3, "generate_1_ms": t_1 * 1e3,
+           "tokens_per_s": 1e3 / ms if ms > 0 else None,
+           "how": "(median t(generate_ar, N new) - median t(generate_ar, 1 new)) / (N - 1), same cache size"}
+    if s.long_cache > s.prompt_len + s.new_tokens:
+        long_ms, _, _ = per_token(s.long_cache)
+        out["long_cache"] = {"slots": s.long_cache, "ms_per_token": long_ms,
+                             "ratio_to_short_cache": long_ms / ms if ms > 0 else None}
+    return out
 
 
 def time_verify(cfg, params, s: Settings) -> list[dict]:
@@ -381,6 +397,10 @@ def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print) -
             log(f"AR decode: {ar['ms_per_token']:.3f} ms/token (prompt {s.prompt_len}, {s.new_tokens} new); bound "
                 f"{entry['ar']['bound_ms_per_token']:.3f} ms (weights / measured bandwidth), ratio "
                 f"{entry['ar']['ratio_to_bound']:.2f}")
+            if "long_cache" in ar:
+                lc = ar["long_cache"]
+                log(f"AR decode on a {lc['slots']}-slot cache: {lc['ms_per_token']:.3f} ms/token, "
+                    f"{lc['ratio_to_short_cache']:.2f}x the short cache's")
         if "verify" in parts:
             entry["verify"] = time_verify(cfg, params, s)
             log(f"verify forward at context {s.context}: " + ", ".join(
