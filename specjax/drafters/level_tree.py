@@ -236,8 +236,8 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: Knobs, *, max_nodes: 
     """
     b, _ = root_logp.shape
     n, k = max_nodes, max_branch
-    depth_count = len(level_widths(n, num_levels, k))  # L'
-    w = max(level_widths(n, num_levels, k))  # W: every level's arrays are this wide
+    widths = level_widths(n, num_levels, k)
+    depth_count, w = len(widths), max(widths)  # L' levels; W: every level's arrays are this wide
     rows = jnp.arange(b)[:, None]
     node_ids = jnp.arange(n, dtype=jnp.int32)
     positions = jnp.arange(w, dtype=jnp.int32)[None]  # [1, W]
