@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from jax.sharding import NamedSharding, PartitionSpec
 
 from typing import Any
 
@@ -89,17 +90,21 @@ _AR_JIT = dict(static_argnames=("cfg", "max_new_tokens", "eos_ids", "sampling", 
 
 
 def _generate_ar_entry(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling, pad_id,
-                       matmul_precision=DEFAULT_PRECISION):
+                       matmul_precision=DEFAULT_PRECISION, stop=None):
     with matmul_scope(matmul_precision):
         return _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling,
-                                 pad_id)
+                                 pad_id, stop)
 
 
 _generate_ar = jax.jit(_generate_ar_entry, **_AR_JIT)
 
 
-def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling, pad_id):
+def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling, pad_id,
+                      stop=None):
+    # max_new_tokens (static) sizes the output; `stop` (traced int32 scalar <= it, default
+    # max_new_tokens) ends the loop, so calls that differ only in it share one program.
     b = tokens.shape[0]
+    limit = max_new_tokens if stop is None else stop
     key = jax.random.key(0) if key is None else key
     _, last, cache = _prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precision=None)
     key, sub = jax.random.split(key)
@@ -110,7 +115,7 @@ def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_t
 
     def cond(state):
         step, _, _, _, done, _ = state
-        return (step < max_new_tokens) & ~jnp.all(done)
+        return (step < limit) & ~jnp.all(done)
 
     def body(state):
         step, cur, out, cache, done, key = state
@@ -122,7 +127,8 @@ def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_t
         return step + 1, nxt, out, cache, done | is_eos(nxt, eos_ids), key
 
     _, _, out, cache, _, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), first, out, cache, done, key))
-    num = count_through_first_eos(is_eos(out, eos_ids), max_new_tokens)
+    written = jnp.arange(max_new_tokens)[None] < limit  # columns past `stop` hold pad_id: never an EOS
+    num = count_through_first_eos(is_eos(out, eos_ids) & written, limit)
     return GenerateOutput(tokens=out, num_tokens=num, cache=cache)
 
 
@@ -140,30 +146,44 @@ def generate_ar(
     pad_id: int = 0,
     cache_dtype=None,
     matmul_precision: str = DEFAULT_PRECISION,
+    reserve_new_tokens: int | None = None,
 ) -> GenerateOutput:
     """Plain autoregressive generation: the baseline every speculative method must match.
 
     tokens: int32[B, T] right-padded prompts; prompt_lengths: int32[B]. Generates up to
     `max_new_tokens` per row, stopping a row at its first token in `eos_ids` (default:
     the config's EOS ids; pass () to never stop). The cache holds `cache_slots`
-    (default T + max_new_tokens) slots per row. `matmul_precision`: specjax's precision
-    policy (`specjax.numerics`; default full float32 on every backend). Errors are raised
-    before compiling.
+    (default T + max(max_new_tokens, reserve_new_tokens)) slots per row.
+    `reserve_new_tokens` (>= max_new_tokens) compiles the program for that many new tokens
+    and stops it after `max_new_tokens`: calls that differ only in `max_new_tokens` (e.g. a
+    time-to-first-token call and the full one) share one compiled program. `matmul_precision`:
+    specjax's precision policy (`specjax.numerics`; default full float32 on every backend).
+    Errors are raised before compiling.
     """
     check_precision(matmul_precision)
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     b, t = tokens.shape
-    slots = cache_slots if cache_slots is not None else t + max_new_tokens
+    buffer = max(max_new_tokens, reserve_new_tokens or 0)
+    slots = cache_slots if cache_slots is not None else t + buffer
     validate_prompts(tokens, prompt_lengths, cfg.vocab_size)
     check_capacity(np.zeros(b), t + max_new_tokens, slots, what="prompt + max_new_tokens")
     dtype = cache_dtype or jax.tree.leaves(params)[0].dtype
     # Sharded inputs (`specjax.sharding`): allocate the cache in its shards, not whole on one device.
-    cache = init_cache_on(mesh_of(params, tokens), cfg, b, slots, dtype)
+    mesh = mesh_of(params, tokens)
+    cache = init_cache_on(mesh, cfg, b, slots, dtype)
     eos = tuple(cfg.eos_token_ids) if eos_ids is None else tuple(eos_ids)
     run = _entry_point(_generate_ar, _generate_ar_entry, cfg)
-    return run(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32), cache, key,
-               max_new_tokens, eos, sampling, pad_id, matmul_precision)
+    out = run(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32), cache, key,
+              buffer, eos, sampling, pad_id, matmul_precision, stop=_stop_bound(max_new_tokens, mesh))
+    return out if buffer == max_new_tokens else out.replace(tokens=out.tokens[:, :max_new_tokens])
+
+
+def _stop_bound(max_new_tokens: int, mesh) -> jax.Array:
+    """`max_new_tokens` as the loops' traced stop bound: an int32 scalar placed explicitly
+    (replicated over `mesh` when sharded), so it is no implicit transfer."""
+    value = np.int32(max_new_tokens)
+    return jax.device_put(value) if mesh is None else jax.device_put(value, NamedSharding(mesh, PartitionSpec()))
 
 
 @struct.dataclass
@@ -309,12 +329,14 @@ def verify_tree(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KV
     return switch_on_width(extent, widths, run, (cache, tree, draft_probs))
 
 
-def speculative_round(params, cfg: ModelConfig, drafter, state: LoopState, *, max_new_tokens: int,
+def speculative_round(params, cfg: ModelConfig, drafter, state: LoopState, *, max_new_tokens: int | jax.Array,
                       eos_ids: tuple[int, ...], sampling: Sampling) -> LoopState:
     """One round of the loop: propose -> `verify_tree` -> keep -> commit -> observe -> emit.
 
-    Pure and jittable (cfg, drafter, max_new_tokens, eos_ids, sampling static); `generate`'s
+    Pure and jittable (cfg, drafter, eos_ids, sampling static); `generate`'s
     `lax.while_loop` calls exactly this. Rows that are done are left unchanged.
+    `max_new_tokens`: where rows stop, a static int or a traced int32 scalar, at most the
+    M that sized `state.out` (`initial_state`).
     """
     b = state.root.shape[0]
     rows = jnp.arange(b)
@@ -364,10 +386,13 @@ def target_layers(drafter) -> tuple[int, ...]:
 
 def initial_state(params, cfg: ModelConfig, drafter, draft_params, tokens: jax.Array, prompt_lengths: jax.Array,
                   key: jax.Array | None, *, max_new_tokens: int, eos_ids: tuple[int, ...], sampling: Sampling,
-                  pad_id: int, num_slots: int, reserve: int) -> LoopState:
+                  pad_id: int, num_slots: int, reserve: int, stop: jax.Array | int | None = None) -> LoopState:
     """Prefill the target (tapping the drafter's `target_layers`), pick the first token and
     `init` the drafter: the LoopState before the first round (traceable; no host checks —
-    `generate` does those)."""
+    `generate` does those). `max_new_tokens` (static) sizes the output and the statistics;
+    `stop` (default max_new_tokens; may be traced) is where rows stop, as `speculative_round`'s
+    `max_new_tokens`."""
+    stop = max_new_tokens if stop is None else stop
     b = tokens.shape[0]
     key = jax.random.key(0) if key is None else key  # created on device: no host transfer
     cache = init_cache(cfg, b, num_slots, jax.tree.leaves(params)[0].dtype)
@@ -388,7 +413,7 @@ def initial_state(params, cfg: ModelConfig, drafter, draft_params, tokens: jax.A
         raise ValueError(f"verify_widths {widths} must end at the budget {drafter.budget} and cannot be combined "
                          f"with chain rejection (its draft probs and results have the full width)")
     return LoopState(root=root, out=jnp.full((b, max_new_tokens + drafter.max_depth + 1), pad_id, jnp.int32)
-                     .at[:, 0].set(root), count=count, done=is_eos(root, eos_ids) | (count >= max_new_tokens),
+                     .at[:, 0].set(root), count=count, done=is_eos(root, eos_ids) | (count >= stop),
                      cache=cache, draft_state=dstate,
                      stats=RoundStats(accepted=minus, proposed=minus, depth=minus,
                                       num_rounds=jnp.zeros((b,), jnp.int32)), key=key)
@@ -407,10 +432,10 @@ _SPEC_JIT = dict(static_argnames=("cfg", "drafter", "max_new_tokens", "eos_ids",
 
 
 def _generate_entry(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos_ids, sampling,
-                    pad_id, num_slots, reserve, matmul_precision=DEFAULT_PRECISION):
+                    pad_id, num_slots, reserve, matmul_precision=DEFAULT_PRECISION, stop=None):
     with matmul_scope(matmul_precision):  # target and drafter, prefill, verify and decode: one policy
         return _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos_ids,
-                              sampling, pad_id, num_slots, reserve)
+                              sampling, pad_id, num_slots, reserve, stop)
 
 
 _generate = jax.jit(_generate_entry, **_SPEC_JIT)
@@ -432,11 +457,13 @@ def _entry_point(default, entry, cfg):
 
 
 def _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos_ids, sampling,
-                   pad_id, num_slots, reserve):
+                   pad_id, num_slots, reserve, stop=None):
+    # max_new_tokens (static) sizes the buffers; `stop` (traced, default max_new_tokens) ends rows.
+    stop = max_new_tokens if stop is None else stop
     state = initial_state(params, cfg, drafter, draft_params, tokens, prompt_lengths, key,
                           max_new_tokens=max_new_tokens, eos_ids=eos_ids, sampling=sampling, pad_id=pad_id,
-                          num_slots=num_slots, reserve=reserve)
-    body = functools.partial(speculative_round, params, cfg, drafter, max_new_tokens=max_new_tokens, eos_ids=eos_ids,
+                          num_slots=num_slots, reserve=reserve, stop=stop)
+    body = functools.partial(speculative_round, params, cfg, drafter, max_new_tokens=stop, eos_ids=eos_ids,
                              sampling=sampling)
     return finish(jax.lax.while_loop(lambda s: ~jnp.all(s.done), body, state), max_new_tokens, pad_id)
 
@@ -492,9 +519,9 @@ def generate(
     token; with sampling it is distributed as `generate_ar` with the same `Sampling`.
     Returns tokens int32[B, max_new_tokens], num_tokens, the target cache and RoundStats.
     All checks happen here, before compiling; nothing in the call transfers to the host.
-    `reserve_new_tokens` (>= max_new_tokens) sizes the target and draft caches as for that
-    many new tokens, so that a short call (e.g. time to first token) runs on the same cache
-    shapes as the full one. `matmul_precision`: specjax's precision policy for every forward
+    `reserve_new_tokens` (>= max_new_tokens) compiles the generation (caches, buffers) for
+    that many new tokens and stops it after `max_new_tokens`: a short call (e.g. time to
+    first token) runs the full call's compiled program on the same cache shapes. `matmul_precision`: specjax's precision policy for every forward
     of the target and the drafter (`specjax.numerics`; default full float32 on any backend).
     """
     check_precision(matmul_precision)
@@ -509,5 +536,11 @@ def generate(
     num_slots, reserve = cache_sizes(drafter, tokens.shape[1], max_new_tokens, reserve_new_tokens)
     eos = tuple(cfg.eos_token_ids) if eos_ids is None else tuple(eos_ids)
     run = _entry_point(_generate, _generate_entry, cfg)
-    return run(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos, sampling, pad_id,
-               num_slots, reserve, matmul_precision)
+    out = run(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, reserve, eos, sampling, pad_id,
+              num_slots, reserve, matmul_precision, stop=_stop_bound(max_new_tokens, mesh_of(params, tokens)))
+    if reserve == max_new_tokens:
+        return out
+    trim = lambda x: x[:, :max_new_tokens]  # noqa: E731  ([B, reserve] -> [B, max_new_tokens]: nothing past is set)
+    stats = out.stats.replace(accepted=trim(out.stats.accepted), proposed=trim(out.stats.proposed),
+                              depth=trim(out.stats.depth))
+    return out.replace(tokens=trim(out.tokens), stats=stats)

@@ -231,6 +231,40 @@ def test_second_call_compiles_nothing_and_transfers_nothing():
     assert _generate._cache_size() == compiled
 
 
+def test_a_shorter_call_with_the_same_reserve_runs_the_same_program():
+    """`max_new_tokens` < `reserve_new_tokens` stops the full call's compiled program early
+    (the benchmark's time-to-first-token call): no new compile, and the output is the full
+    output's first n tokens, with statistics, caches and lengths of an n-token generation."""
+    from specjax.decode import _generate_ar
+
+    cfg, draft_cfg = PAIRS["qwen64"]
+    params, draft_params = random_params(cfg, 7), random_params(draft_cfg, 8)
+    drafter = FixedTreeDrafter(draft_cfg, 3, 2, 8)
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
+    tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
+    full_ar = generate_ar(params, cfg, tokens, lengths, MAX_NEW, eos_ids=(), reserve_new_tokens=MAX_NEW)
+    full = generate(params, cfg, drafter, draft_params, tokens, lengths, MAX_NEW, eos_ids=(), reserve_new_tokens=MAX_NEW)
+    compiled = (_generate._cache_size(), _generate_ar._cache_size())
+    for n in (1, 2, 7):
+        ar = generate_ar(params, cfg, tokens, lengths, n, eos_ids=(), reserve_new_tokens=MAX_NEW)
+        spec = generate(params, cfg, drafter, draft_params, tokens, lengths, n, eos_ids=(), reserve_new_tokens=MAX_NEW)
+        for out, ref in ((ar, full_ar), (spec, full)):
+            assert out.tokens.shape == (2, n)
+            np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(ref.tokens[:, :n]))
+            np.testing.assert_array_equal(np.asarray(out.num_tokens), [n, n])
+            np.testing.assert_array_equal(np.asarray(out.cache.lengths), np.asarray(lengths) + n - 1)
+        rounds = np.asarray(spec.stats.num_rounds)
+        assert spec.stats.accepted.shape == (2, n) and (rounds >= 1 if n > 1 else rounds == 0).all()
+        np.testing.assert_array_equal(np.asarray(spec.stats.mean_accepted_length() * rounds) + 1, [n, n])
+    assert (_generate._cache_size(), _generate_ar._cache_size()) == compiled
+    # A stopped row's unwritten columns hold pad_id: with pad_id an EOS id they must not count as one.
+    pad = int(full_ar.tokens[0, 0]) + 1
+    ar = generate_ar(params, cfg, tokens, lengths, 2, eos_ids=(pad,), pad_id=pad, reserve_new_tokens=MAX_NEW)
+    ends = [int(np.argmax(full_ar.tokens[b, :2] == pad)) + 1 if (full_ar.tokens[b, :2] == pad).any() else 2
+            for b in range(2)]
+    np.testing.assert_array_equal(np.asarray(ar.num_tokens), ends)
+
+
 def test_bad_input_raises_before_compiling():
     cfg, draft_cfg = PAIRS["neox32"]
     other_vocab = dataclasses.replace(draft_cfg, vocab_size=33)

@@ -262,11 +262,11 @@ class _Runner:
         from specjax.decode import generate, generate_ar
 
         cfg, params = self.target
-        # `reserve`: caches sized as for the full generation, so the TTFT call (n = 1) prefills
-        # exactly the cache shapes the full call does.
+        # `reserve`: the program is compiled for the full generation and stopped after n tokens,
+        # so the TTFT call (n = 1) runs the full call's compiled program and cache shapes.
         if self.method.is_ar:
             return generate_ar(params, cfg, tokens, lengths, n, eos_ids=self.eos_ids, sampling=self.sampling,
-                               cache_slots=tokens.shape[1] + reserve)
+                               reserve_new_tokens=reserve)
         drafter = self.method.drafter
         out = generate(params, cfg, drafter, self.draft_params, tokens, lengths, n, sampling=self.sampling,
                        eos_ids=self.eos_ids, reserve_new_tokens=reserve)
