@@ -8,18 +8,7 @@ import gc
 import os
 import sys
 
-# The suite is XLA-compile-bound (tiny models, thousands of programs): compile its programs at
-# XLA:CPU's lowest backend optimisation level, without LLVM's expensive passes. Measured on 2
-# cores: tests/test_dynatree.py + tests/test_decode.py 311 s -> 159 s (CPU time 473 s -> 208 s);
-# warm run time ~2x slower, which tiny models do not notice. Only the tests' compiler effort
-# changes (same programs, same asserts); the library and the benchmarks keep XLA's defaults.
-# Set before jax creates its backend; children (notebook kernels, CLI subprocesses) inherit it.
-# SPECJAX_TEST_XLA_FLAGS=off keeps XLA's defaults (e.g. to rule the flags out of a failure).
-_TEST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-if os.environ.get("SPECJAX_TEST_XLA_FLAGS") != "off" and _TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _TEST_XLA_FLAGS).strip()
-
-import jax  # noqa: E402
+import jax
 from hypothesis import HealthCheck, settings
 
 # Test helper modules (tiny_models, strategies, references) import both as `tests.x` and `x`.
