@@ -521,8 +521,8 @@ def generate(
     All checks happen here, before compiling; nothing in the call transfers to the host.
     `reserve_new_tokens` (>= max_new_tokens) compiles the generation (caches, buffers) for
     that many new tokens and stops it after `max_new_tokens`: a short call (e.g. time to
-    first token) runs the full call's compiled program on the same cache shapes. `matmul_precision`: specjax's precision policy for every forward
-    of the target and the drafter (`specjax.numerics`; default full float32 on any backend).
+    first token) runs the full call's compiled program on the same cache shapes.
+    `matmul_precision`: specjax's precision policy for every forward of the target and the drafter (`specjax.numerics`; default full float32 on any backend).
     """
     check_precision(matmul_precision)
     if max_new_tokens < 1:
