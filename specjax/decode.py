@@ -522,7 +522,8 @@ def generate(
     `reserve_new_tokens` (>= max_new_tokens) compiles the generation (caches, buffers) for
     that many new tokens and stops it after `max_new_tokens`: a short call (e.g. time to
     first token) runs the full call's compiled program on the same cache shapes.
-    `matmul_precision`: specjax's precision policy for every forward of the target and the drafter (`specjax.numerics`; default full float32 on any backend).
+    `matmul_precision`: specjax's precision policy for every forward of the target and the
+    drafter (`specjax.numerics`; default full float32 on any backend).
     """
     check_precision(matmul_precision)
     if max_new_tokens < 1:
