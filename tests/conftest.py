@@ -8,11 +8,18 @@ import gc
 import os
 import sys
 
-import jax
-from hypothesis import HealthCheck, settings
-
 # Test helper modules (tiny_models, strategies, references) import both as `tests.x` and `x`.
 sys.path.insert(0, os.path.dirname(__file__))
+
+# The suite is XLA-compile-bound (tiny models, thousands of programs): its programs compile at
+# XLA:CPU's lowest backend optimisation level, without LLVM's expensive passes (tests/xla_flags.py).
+# Set before jax creates its backend; children (notebook kernels, CLI subprocesses) inherit it.
+from xla_flags import use_test_xla_flags  # noqa: E402
+
+use_test_xla_flags()
+
+import jax  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 # A persistent XLA compilation cache outside the clone: a later run on the same machine (the
 # next CI run, a developer's rerun) loads the programs instead of recompiling them; the

@@ -47,8 +47,10 @@ def hf_logits(model: torch.nn.Module, tokens: list[int]):
         return model(torch.tensor([tokens])).logits[0].numpy()
 
 
+@jax.jit
 def perturbed(params, seed: int, sigma: float = 0.2):
-    """Add N(0, sigma) noise to every leaf of a specjax params pytree."""
+    """Add N(0, sigma) noise to every leaf of a specjax params pytree (jitted: one compilation
+    per pytree structure instead of one per leaf shape and seed)."""
     leaves, treedef = jax.tree.flatten(params)
     keys = jax.random.split(jax.random.key(seed), len(leaves))
     return jax.tree.unflatten(treedef, [x + sigma * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)])

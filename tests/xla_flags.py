@@ -1,0 +1,37 @@
+"""The XLA flags the test suite compiles with, and the environment without them.
+
+The suite is compile-bound: tiny models, thousands of jitted programs. At XLA:CPU's lowest
+backend optimisation level and without LLVM's expensive passes its programs compile about
+2x faster (measured on 2 cores: tests/test_dynatree.py + tests/test_decode.py 311 s -> 159 s,
+CPU time 473 s -> 208 s); they run about 2x slower, which tiny models do not notice. The
+programs and every assert stay the same; only the compiler's effort changes. The library, the
+CLI and the benchmarks keep XLA's defaults.
+
+A test that measures a property of the *default* compilation (float32 rounding of the
+decode forward vs the prefill forward, tests/test_equality.py) runs in a child process
+with `default_flags_env()`. SPECJAX_TEST_XLA_FLAGS=off keeps XLA's defaults everywhere
+(e.g. to rule the flags out of a failure).
+"""
+
+import os
+
+TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
+
+
+def use_test_xla_flags() -> None:
+    """Append TEST_XLA_FLAGS to XLA_FLAGS (before jax creates its CPU backend)."""
+    if os.environ.get("SPECJAX_TEST_XLA_FLAGS") == "off":
+        return
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    os.environ["XLA_FLAGS"] = " ".join(flags + [f for f in TEST_XLA_FLAGS if f not in flags])
+
+
+def default_flags_env() -> dict[str, str]:
+    """This process's environment with TEST_XLA_FLAGS taken out of XLA_FLAGS."""
+    env = dict(os.environ)
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if f not in TEST_XLA_FLAGS]
+    if flags:
+        env["XLA_FLAGS"] = " ".join(flags)
+    else:
+        env.pop("XLA_FLAGS", None)
+    return env
