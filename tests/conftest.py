@@ -77,6 +77,36 @@ def _release_compiled_programs():
     gc.collect()
 
 
+# SPECJAX_COMPILE_REPORT=<file>: every test appends one JSON line {test, seconds, compile_s,
+# trace_s, compiles} to <file> (XLA backend compilation vs tracing + lowering, from jax's own
+# monitoring events; setup and teardown included; notebook kernels and CLI children not
+# counted) -- where the suite's time goes, e.g. `python tests/compile_report.py <file>`.
+_COMPILE_REPORT = os.environ.get("SPECJAX_COMPILE_REPORT")
+_compile_seconds = {"compile_s": 0.0, "trace_s": 0.0, "compiles": 0}
+
+if _COMPILE_REPORT:
+    def _count_compile_time(event: str, seconds: float, **_) -> None:
+        if event.endswith("backend_compile_duration"):
+            _compile_seconds["compile_s"] += seconds
+            _compile_seconds["compiles"] += 1
+        elif event.endswith(("jaxpr_trace_duration", "jaxpr_to_mlir_module_duration")):
+            _compile_seconds["trace_s"] += seconds
+
+    jax.monitoring.register_event_duration_secs_listener(_count_compile_time)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        import json
+        import time
+
+        before, start = dict(_compile_seconds), time.perf_counter()
+        yield
+        row = {"test": item.nodeid, "seconds": round(time.perf_counter() - start, 3)}
+        row.update({k: round(v - before[k], 3) for k, v in _compile_seconds.items()})
+        with open(_COMPILE_REPORT, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
 # `make test` runs the suite on TEST_JOBS pytest-xdist workers (`--dist loadgroup
 # --no-loadscope-reorder`). A unit of work is a whole test module, so its tests share
 # compiled programs in one process (the suite is compile-bound), except each notebook

@@ -105,6 +105,9 @@ def test_bad_inputs_raise_named_errors():
         eagle3_drafter(cfg, target, top_k=41, depth=0, total=5).validate(target)
     with pytest.raises(ValueError, match="vocabularies differ"):
         DynamicTreeDrafter(DraftLMStepper(TARGETS["qwen"])).validate(target)
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="max_pending must be an int >= 1"):
+            DraftLMStepper(TARGETS["qwen"], max_pending=bad)
     tokens, lengths = pad_prompts([[1, 2]], 4)
     with pytest.raises(ValueError, match="needs the prompt's target features"):
         eagle3_drafter(cfg, target).init(random_params(cfg, 0), tokens, lengths, 4, None)

@@ -260,6 +260,9 @@ def test_bad_inputs_are_named():
         GraftDrafter(DraftLMStepper(DCFG), depth=6, top_k=10)  # the d0 template is 9 deep
     with pytest.raises(ValueError, match="width k must be >= 1"):
         GraftDrafter(DraftLMStepper(DCFG), width=0)
+    with pytest.raises(ValueError, match="confidence pruning .* does not combine with tail=True"):
+        GraftDrafter(DraftLMStepper(DCFG), tail=True)
+    GraftDrafter(DraftLMStepper(DCFG), tail=True, prune=False)  # TAIL with the last stage's template
     with pytest.raises(ValueError, match=r"thresholds are confidences in \[0, 1\]"):
         graft_params(None, 32, 8, (0.1, 1.5, 0.2))
     with pytest.raises(ValueError, match="width k >= 1"):

@@ -300,6 +300,11 @@ class DraftLMStepper:
 
     target_layers = ()
 
+    def __post_init__(self):
+        if not isinstance(self.max_pending, int) or self.max_pending < 1:
+            raise ValueError(f"DraftLMStepper.max_pending must be an int >= 1 (the leaf of every accepted path "
+                             f"waits as a pending token), got {self.max_pending!r}")
+
     def validate(self, target_cfg) -> None:
         check_compatible(self.draft_cfg, target_cfg)
 

@@ -136,7 +136,8 @@ class GraftDrafter:
       fixed_stage: -1 prunes by confidence; s in [0, S) drafts the whole tree and uses stage s's split
         every round (Graft(ROOT) / "w/o prune"); with tail=True it picks the tail template (-1: the last).
       tail: True grafts the template under the end of the draft's most probable deepest branch
-        instead of the root (Graft(TAIL)); the draft keeps K_max - template size nodes.
+        instead of the root (Graft(TAIL)); the draft keeps K_max - template size nodes every round
+        (a fixed split: needs fixed_stage >= 0 or prune=False).
       merge: True merges retrieved paths the draft already holds into its nodes; False keeps the
         duplicates as siblings (for tests).
       rank_prior: the template construction's prior w(r) that rank r of a table row is right, one value in
@@ -182,6 +183,12 @@ class GraftDrafter:
         if not -1 <= self.fixed_stage < s:
             raise ValueError(f"fixed_stage must be -1 (prune by confidence) or a stage in [0, {s}), got "
                              f"{self.fixed_stage}")
+        if self.tail and self.prune and self.fixed_stage < 0:
+            # TAIL's split is fixed (K_max - template draft nodes every round); a row pruned at a
+            # checkpoint would leave its freed budget empty instead of filled by retrieval.
+            raise ValueError("Graft(TAIL) drafts the whole tree with a fixed split: confidence pruning "
+                             "(prune=True, fixed_stage=-1) does not combine with tail=True; set fixed_stage "
+                             "to the stage whose template to graft, or prune=False")
         if self.top_k + self.depth * self.top_k ** 2 < self.total:
             raise ValueError(f"K_max {self.total} exceeds the candidate pool ({self.top_k} + {self.depth} * "
                              f"{self.top_k}^2)")
