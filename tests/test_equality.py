@@ -22,10 +22,8 @@ import pytest
 
 from specjax import zoo
 from specjax.decode import _generate, _generate_ar, cache_sizes, generate, generate_ar
-from specjax.equality import UNIT_ROUNDOFF, Agreement, ar_logits, compare_with_ar, count, near_tie_eps
-from specjax.models import init_cache, pad_prompts, prefill
-from specjax.models.cache import commit
-from specjax.models.model import forward
+from specjax.equality import Agreement, ar_logits, compare_with_ar, count, near_tie_eps
+from specjax.models import init_cache, pad_prompts
 from specjax.numerics import check_precision
 from specjax.sampling import Sampling
 from tests.test_dflash import zoo_pair
@@ -70,42 +68,15 @@ def test_near_tie_threshold_per_dtype():
         near_tie_eps(jnp.int32)
 
 
-@functools.lru_cache(maxsize=2)
-def rounding_gap(dtype_name: str):
-    """max over positions of |decode logits - prefill logits| / (u * max|logit|) on the zoo
-    target: 3 held-out prompts, 32 prompt tokens, 48 greedy tokens each."""
-    tcfg, tparams, tok, _, _ = zoo_pair()
-    dtype = jnp.dtype(dtype_name)
-    params = jax.tree.map(lambda x: x.astype(dtype), tparams)
-    worst = 0.0
-    step = jax.jit(lambda p, x, c: forward(p, tcfg, x, c.lengths[:, None], jnp.ones((1, 1, 1), bool), c))
-    for _, text in HELDOUT[:3]:
-        ids = zoo.encode(tok, text)[:32]
-        tokens, lengths = pad_prompts([ids])
-        out = generate_ar(params, tcfg, tokens, lengths, 48, eos_ids=())
-        seq = ids + np.asarray(out.tokens[0]).tolist()
-        full, _, _ = prefill(params, tcfg, *pad_prompts([seq]), init_cache(tcfg, 1, len(seq), dtype))
-        _, _, cache = prefill(params, tcfg, tokens, lengths, init_cache(tcfg, 1, len(seq) + 1, dtype))
-        for j in range(len(ids), len(seq)):
-            logits, cache = step(params, jnp.asarray([[seq[j]]], jnp.int32), cache)
-            cache = commit(cache, jnp.zeros((1, 1), jnp.int32), jnp.ones((1,), jnp.int32))
-            ref = np.asarray(full[0, j], np.float64)
-            gap = np.max(np.abs(np.asarray(logits[0, 0], np.float64) - ref))
-            worst = max(worst, gap / (UNIT_ROUNDOFF[dtype_name] * max(1.0, np.max(np.abs(ref)))))
-    return worst
-
-
 @functools.lru_cache(maxsize=1)
 def rounding_gaps_with_default_flags() -> dict[str, float]:
-    """rounding_gap of both dtypes, measured in a child process compiled with XLA's default
+    """tests/rounding_gap.py's gap of both dtypes, measured in a child process compiled with XLA's default
     flags: the threshold must cover the library's numerics, not the suite's cheaper
     compilation (tests/xla_flags.py; at XLA:CPU O0 the float32 gap measured 24.6)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = default_flags_env()
     env["PYTHONPATH"] = os.pathsep.join([root, os.path.join(root, "tests")] + env.get("PYTHONPATH", "").split(os.pathsep))
-    code = ("import json; from tests.test_equality import rounding_gap; "
-            "print(json.dumps({d: rounding_gap(d) for d in ('float32', 'bfloat16')}))")
-    run = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "tests.rounding_gap"], env=env, cwd=root, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-4000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
