@@ -112,21 +112,32 @@ if _COMPILE_REPORT:
 # compiled programs in one process (the suite is compile-bound), except each notebook
 # execution, which is a unit of its own. Units are handed out in collection order, which
 # is made longest first here, so that no long unit starts last and leaves a worker idle.
-# The order comes from the `--durations=60` of a 2-worker run on a cold compile cache (sums of
-# the listed tests and fixture setups per unit, seconds: lower bounds); the rest keep their order.
+# The order comes from the `--durations=0` of a 2-worker run on a cold compile cache with the
+# tests' XLA flags (sums per unit of the tests' call, setup and teardown seconds; 2026-11-24);
+# units under a minute keep their collection order after these.
 LONGEST_FIRST = (
-    "test_bench.py",  # ~530
-    "test_ddtree.py",  # ~510
-    "test_notebooks.py::test_notebook_executes[dynatree]",  # 487
-    "test_cli.py",  # ~310
-    "test_notebooks.py::test_notebook_executes[graft]",  # 270
-    "test_notebooks.py::test_notebook_executes[domino]",  # 221
-    "test_dynatree.py",  # ~220
-    "test_sharding.py",  # ~215
-    "test_equality.py",  # ~170
-    "test_eagle3.py",  # ~160
-    "test_notebooks.py::test_notebook_executes[ddtree]",  # 128
-    "test_notebooks.py::test_notebook_executes[quickstart]",  # 42
+    "test_ddtree.py",  # 438
+    "test_domino.py",  # 348
+    "test_eagle3.py",  # 323
+    "test_graft.py",  # 319
+    "test_notebooks.py::test_notebook_executes[graft]",  # 296
+    "test_notebooks.py::test_notebook_executes[dynatree]",  # 234
+    "test_equality.py",  # 233
+    "test_dflash.py",  # 212
+    "test_bench.py",  # 198
+    "test_ddtree_graft.py",  # 197
+    "test_decode.py",  # 163
+    "test_notebooks.py::test_notebook_executes[domino]",  # 157
+    "test_sharding.py",  # 136
+    "test_cli.py",  # 134
+    "test_dynatree.py",  # 129
+    "test_notebooks.py::test_notebook_executes[ddtree]",  # 125
+    "test_train_domino.py",  # 111
+    "test_gguf.py",  # 105
+    "test_device_bench.py",  # 99
+    "test_verify.py",  # 91
+    "test_cache_and_tree_attention.py",  # 91
+    "test_train_dflash.py",  # 61
 )
 
 
