@@ -62,6 +62,9 @@ TRITON_GEMM_OFF_FROM_HIDDEN = 2048
 def decode_compiler_options(cfg, backend: str | None = None) -> tuple[tuple[str, object], ...]:
     """XLA options for compiling a decode loop of target `cfg` on `backend` (default: jax's
     default backend), as a hashable tuple of (name, value): () on CPU and for small models."""
+    # Not on CPU: xla_llvm_disable_expensive_passes as a per-function option left DynaTree's
+    # first compile unchanged (24.1 s vs 24.3 s, zoo target, 64 new tokens) and slowed its
+    # rounds 215 -> 251 ms (chain4 167 -> 189 ms); measured 2026-11-24, see issue 16's notes.
     backend = jax.default_backend() if backend is None else backend
     if backend in ("gpu", "cuda") and cfg.hidden_size >= TRITON_GEMM_OFF_FROM_HIDDEN:
         return (("xla_gpu_enable_triton_gemm", False),)

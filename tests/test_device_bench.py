@@ -51,6 +51,9 @@ def test_every_part_reports_positive_figures_with_units_and_settings(report):
     assert [r["method"] for r in tiny["compile"]] == ["ar"]
     assert all(_positive(r["first_call_s"]) and _positive(r["warm_call_s"]) and _positive(r["compile_s"])
                and math.isclose(r["compile_s"], r["first_call_s"] - r["warm_call_s"]) for r in tiny["compile"])
+    for r in tiny["compile"]:  # the stages jax reports: traced and lowered, then compiled or loaded from the cache
+        assert _positive(r["trace_s"]) and _positive(r["lower_s"]) and (r["xla_compile_s"] > 0 or r["cache_hits"] > 0)
+        assert r["trace_s"] + r["lower_s"] + r["xla_compile_s"] <= r["first_call_s"]
     rnd = tiny["round"]
     for part in ("draft", "select", "mask", "verify", "walk_commit", "round", "ar_step"):
         assert _positive(rnd[f"{part}_ms"]), part

@@ -36,7 +36,9 @@ of `reps` warm calls after one excluded warm-up (compile) call, each call ended 
              draft LM of the same vocabulary, ddtree with a random DFlash drafter):
              `jax.clear_caches()`, then compile_s = wall(first call) - wall(warm call) of
              `generate` / `generate_ar` with `new_tokens` new tokens (trace + lower +
-             compile + one-time transfers).
+             compile + one-time transfers); the first call's trace_s, lower_s and
+             xla_compile_s as jax's monitoring events report them, and cache_hits (programs
+             loaded from a persistent compilation cache, which makes compile_s a load time).
   round      `specjax.bench.round_split.round_split`: a DDTree round of budget
              `round_budget` (prune_mass 0: the whole budget is verified) over a random
              DFlash drafter split into draft / select / mask / verify / walk_commit, the
@@ -221,7 +223,7 @@ def measure_bandwidth(mib: int, reps: int) -> dict:
 
 
 def random_params(cfg, dtype, seed: int = 0):
-    """init_params(cfg, key(seed), dtype): eager (the layers are one vmapped init; no compile to wait for)."""
+    """init_params(cfg, key(seed), dtype) (one small jitted program per config)."""
     from specjax.models.model import init_params
 
     return init_params(cfg, jax.random.key(seed), dtype)
@@ -313,8 +315,38 @@ def _dflash(cfg, s: Settings, dtype, block: int = 16):
     return dcfg, random_params(dcfg, dtype, seed=2)
 
 
+# Seconds jax reports for its compile stages (its own monitoring events), summed while counting.
+_COMPILE_EVENTS = {"jaxpr_trace_duration": "trace_s", "jaxpr_to_mlir_module_duration": "lower_s",
+                   "backend_compile_duration": "xla_compile_s"}
+_compile_stages: dict[str, float] = {}
+_listening = []
+
+
+def _count_compile_stages():
+    """Reset and return the dict jax's compile events accumulate into (listeners registered once)."""
+    if not _listening:
+        def on_duration(event: str, seconds: float, **_):
+            name = _COMPILE_EVENTS.get(event.rsplit("/", 1)[-1])
+            if name:
+                _compile_stages[name] = _compile_stages.get(name, 0.0) + seconds
+
+        def on_event(event: str, **_):
+            if event.endswith("/compilation_cache/cache_hits"):
+                _compile_stages["cache_hits"] = _compile_stages.get("cache_hits", 0) + 1
+
+        jax.monitoring.register_event_duration_secs_listener(on_duration)
+        jax.monitoring.register_event_listener(on_event)
+        _listening.append(True)
+    _compile_stages.clear()
+    _compile_stages.update({name: 0.0 for name in _COMPILE_EVENTS.values()}, cache_hits=0)
+    return _compile_stages
+
+
 def time_compile(cfg, params, s: Settings) -> list[dict]:
-    """First-compile seconds of a whole generation per method: wall(first) - wall(warm) after jax.clear_caches()."""
+    """First-compile seconds of a whole generation per method: wall(first) - wall(warm) after
+    jax.clear_caches(), and the first call's stages as jax reports them: tracing (trace_s),
+    lowering to MLIR (lower_s), XLA compilation (xla_compile_s), programs loaded from a
+    persistent compilation cache (cache_hits; then compile_s is a load time, not a compile)."""
     from specjax.bench.methods import parse_method
     from specjax.decode import generate, generate_ar
 
@@ -339,13 +371,16 @@ def time_compile(cfg, params, s: Settings) -> list[dict]:
                 return generate(params, cfg, method.drafter, dparams, tokens, lengths, s.new_tokens, eos_ids=(),
                                 matmul_precision=s.matmul_precision).tokens
         jax.clear_caches()
+        stages = _count_compile_stages()
         start = time.perf_counter()
         jax.block_until_ready(run())
         first = time.perf_counter() - start
+        stages = dict(stages)
         start = time.perf_counter()
         jax.block_until_ready(run())
         warm = time.perf_counter() - start
-        rows.append({"method": method.name, "first_call_s": first, "warm_call_s": warm, "compile_s": first - warm})
+        rows.append({"method": method.name, "first_call_s": first, "warm_call_s": warm, "compile_s": first - warm,
+                     **stages})
     return rows
 
 
@@ -411,8 +446,8 @@ def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print) -
                 f"B={r['batch']} {r['method']}: {r['ms']:.2f} ms" for r in entry["select"]))
         if "compile" in parts:
             entry["compile"] = time_compile(cfg, params, s)
-            log("first compile (first call - warm call): " + ", ".join(
-                f"{r['method']}: {r['compile_s']:.1f} s" for r in entry["compile"]))
+            log("first compile (first call - warm call; of it XLA): " + ", ".join(
+                f"{r['method']}: {r['compile_s']:.1f} s ({r['xla_compile_s']:.1f} s)" for r in entry["compile"]))
         if "round" in parts:
             entry["round"] = time_round(cfg, params, s)
             r = entry["round"]
