@@ -82,27 +82,24 @@ def _release_compiled_programs():
 # monitoring events; setup and teardown included; notebook kernels and CLI children not
 # counted) -- where the suite's time goes, e.g. `python tests/compile_report.py <file>`.
 _COMPILE_REPORT = os.environ.get("SPECJAX_COMPILE_REPORT")
-_compile_seconds = {"compile_s": 0.0, "trace_s": 0.0, "compiles": 0}
 
 if _COMPILE_REPORT:
-    def _count_compile_time(event: str, seconds: float, **_) -> None:
-        if event.endswith("backend_compile_duration"):
-            _compile_seconds["compile_s"] += seconds
-            _compile_seconds["compiles"] += 1
-        elif event.endswith(("jaxpr_trace_duration", "jaxpr_to_mlir_module_duration")):
-            _compile_seconds["trace_s"] += seconds
+    from specjax.bench.timing import compile_totals
 
-    jax.monitoring.register_event_duration_secs_listener(_count_compile_time)
+    compile_totals()  # listen from here on
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
         import json
         import time
 
-        before, start = dict(_compile_seconds), time.perf_counter()
+        before, start = compile_totals(), time.perf_counter()
         yield
-        row = {"test": item.nodeid, "seconds": round(time.perf_counter() - start, 3)}
-        row.update({k: round(v - before[k], 3) for k, v in _compile_seconds.items()})
+        after = compile_totals()
+        row = {"test": item.nodeid, "seconds": round(time.perf_counter() - start, 3),
+               "compile_s": round(after["xla_compile_s"] - before["xla_compile_s"], 3),
+               "trace_s": round(after["trace_s"] + after["lower_s"] - before["trace_s"] - before["lower_s"], 3),
+               "compiles": after["compiles"] - before["compiles"]}
         with open(_COMPILE_REPORT, "a") as f:
             f.write(json.dumps(row) + "\n")
 

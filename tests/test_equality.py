@@ -75,7 +75,7 @@ def rounding_gaps_with_default_flags() -> dict[str, float]:
     compilation (tests/xla_flags.py; at XLA:CPU O0 the float32 gap measured 24.6)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = default_flags_env()
-    env["PYTHONPATH"] = os.pathsep.join([root, os.path.join(root, "tests")] + env.get("PYTHONPATH", "").split(os.pathsep))
+    env["PYTHONPATH"] = os.pathsep.join([root, os.path.join(root, "tests"), *filter(None, [env.get("PYTHONPATH")])])
     run = subprocess.run([sys.executable, "-m", "tests.rounding_gap"], env=env, cwd=root, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-4000:]
     return json.loads(run.stdout.strip().splitlines()[-1])

@@ -315,39 +315,13 @@ def _dflash(cfg, s: Settings, dtype, block: int = 16):
     return dcfg, random_params(dcfg, dtype, seed=2)
 
 
-# Seconds jax reports for its compile stages (its own monitoring events), summed while counting.
-_COMPILE_EVENTS = {"jaxpr_trace_duration": "trace_s", "jaxpr_to_mlir_module_duration": "lower_s",
-                   "backend_compile_duration": "xla_compile_s"}
-_compile_stages: dict[str, float] = {}
-_listening = []
-
-
-def _count_compile_stages():
-    """Reset and return the dict jax's compile events accumulate into (listeners registered once)."""
-    if not _listening:
-        def on_duration(event: str, seconds: float, **_):
-            name = _COMPILE_EVENTS.get(event.rsplit("/", 1)[-1])
-            if name:
-                _compile_stages[name] = _compile_stages.get(name, 0.0) + seconds
-
-        def on_event(event: str, **_):
-            if event.endswith("/compilation_cache/cache_hits"):
-                _compile_stages["cache_hits"] = _compile_stages.get("cache_hits", 0) + 1
-
-        jax.monitoring.register_event_duration_secs_listener(on_duration)
-        jax.monitoring.register_event_listener(on_event)
-        _listening.append(True)
-    _compile_stages.clear()
-    _compile_stages.update({name: 0.0 for name in _COMPILE_EVENTS.values()}, cache_hits=0)
-    return _compile_stages
-
-
 def time_compile(cfg, params, s: Settings) -> list[dict]:
     """First-compile seconds of a whole generation per method: wall(first) - wall(warm) after
     jax.clear_caches(), and the first call's stages as jax reports them: tracing (trace_s),
     lowering to MLIR (lower_s), XLA compilation (xla_compile_s), programs loaded from a
     persistent compilation cache (cache_hits; then compile_s is a load time, not a compile)."""
     from specjax.bench.methods import parse_method
+    from specjax.bench.timing import compile_totals
     from specjax.decode import generate, generate_ar
 
     dtype = jax.tree.leaves(params)[0].dtype
@@ -371,11 +345,12 @@ def time_compile(cfg, params, s: Settings) -> list[dict]:
                 return generate(params, cfg, method.drafter, dparams, tokens, lengths, s.new_tokens, eos_ids=(),
                                 matmul_precision=s.matmul_precision).tokens
         jax.clear_caches()
-        stages = _count_compile_stages()
+        before = compile_totals()
         start = time.perf_counter()
         jax.block_until_ready(run())
         first = time.perf_counter() - start
-        stages = dict(stages)
+        after = compile_totals()
+        stages = {k: after[k] - before[k] for k in ("trace_s", "lower_s", "xla_compile_s", "cache_hits")}
         start = time.perf_counter()
         jax.block_until_ready(run())
         warm = time.perf_counter() - start

@@ -1,6 +1,7 @@
 """Wall-clock timing of jitted calls, one way for every benchmark (harness, round split,
 DDTree selection, the CLI): `time.perf_counter` around the call with
-`jax.block_until_ready` inside the timed region and no garbage-collector pause in it."""
+`jax.block_until_ready` inside the timed region and no garbage-collector pause in it; and
+`compile_totals`, the seconds jax itself reports spending on tracing and compiling."""
 
 from __future__ import annotations
 
@@ -27,3 +28,33 @@ def timed_call(run, *args):
 def median_seconds(run, *args, repeats: int) -> float:
     """Median seconds of `repeats` timed calls `run(*args)` (no warm-up: compile first)."""
     return statistics.median(timed_call(run, *args)[1] for _ in range(repeats))
+
+
+# jax's monitoring events for its compile stages -> the totals' keys.
+_COMPILE_EVENTS = {"jaxpr_trace_duration": "trace_s", "jaxpr_to_mlir_module_duration": "lower_s",
+                   "backend_compile_duration": "xla_compile_s"}
+_totals: dict[str, float] | None = None
+
+
+def compile_totals() -> dict[str, float]:
+    """A snapshot of this process's running totals since the first call: trace_s (tracing to a
+    jaxpr), lower_s (to MLIR), xla_compile_s (XLA backend compilation), compiles (their count),
+    cache_hits (programs loaded from a persistent compilation cache instead). Subtract two
+    snapshots for what happened in between. Counts from jax's own monitoring events; the first
+    call registers the listeners (once per process)."""
+    global _totals
+    if _totals is None:
+        _totals = {"trace_s": 0.0, "lower_s": 0.0, "xla_compile_s": 0.0, "compiles": 0, "cache_hits": 0}
+
+        def on_duration(event: str, seconds: float, **_):
+            name = _COMPILE_EVENTS.get(event.rsplit("/", 1)[-1])
+            if name:
+                _totals[name] += seconds
+                _totals["compiles"] += name == "xla_compile_s"
+
+        def on_event(event: str, **_):
+            _totals["cache_hits"] += event.endswith("/compilation_cache/cache_hits")
+
+        jax.monitoring.register_event_duration_secs_listener(on_duration)
+        jax.monitoring.register_event_listener(on_event)
+    return dict(_totals)
