@@ -45,8 +45,8 @@ from specjax.tree import Tree, ancestor_mask, node_positions, tree_depth
 from specjax.verify import WalkResult, chain_rejection, greedy_walk, sampling_walk
 
 __all__ = [
-    "cache_sizes", "finish", "generate", "generate_ar", "GenerateOutput", "initial_state", "is_eos", "LoopState",
-    "pick_token", "RoundStats", "speculative_round", "SpeculativeOutput", "target_layers", "TargetPass",
+    "cache_sizes", "eos_table", "finish", "generate", "generate_ar", "GenerateOutput", "initial_state", "is_eos",
+    "LoopState", "pick_token", "RoundStats", "speculative_round", "SpeculativeOutput", "target_layers", "TargetPass",
     "validate_prompts", "verify_tree",
 ]
 
@@ -72,11 +72,28 @@ def pick_token(logits: jax.Array, key: jax.Array, sampling: Sampling) -> jax.Arr
     return jax.random.categorical(key, sampling.log_probs(logits), axis=-1).astype(jnp.int32)
 
 
-def is_eos(tokens: jax.Array, eos_ids: tuple[int, ...]) -> jax.Array:
-    """bool of the same shape as `tokens`: token is one of `eos_ids`."""
-    if not eos_ids:
-        return jnp.zeros(tokens.shape, bool)
-    return jnp.isin(tokens, jnp.asarray(eos_ids, jnp.int32))
+def is_eos(tokens: jax.Array, eos_ids: tuple[int, ...] | jax.Array) -> jax.Array:
+    """bool of the same shape as `tokens`: token is one of `eos_ids`, a static tuple or a
+    traced `eos_table` (int32[K], -1 entries match nothing)."""
+    if isinstance(eos_ids, (tuple, list)):
+        if not eos_ids:
+            return jnp.zeros(tokens.shape, bool)
+        return jnp.isin(tokens, jnp.asarray(eos_ids, jnp.int32))
+    return (tokens[..., None] == eos_ids).any(-1)
+
+
+def eos_table(eos_ids: tuple[int, ...], mesh=None) -> jax.Array:
+    """The EOS set as a traced argument of the loops: int32[K], `eos_ids` then -1 padding,
+    K = max(4, the next power of two). A static tuple would compile one program per EOS set
+    (none, the config's, a user's); this way every set of up to 4 ids shares one. Placed
+    explicitly (replicated over `mesh` when sharded), so passing it is no implicit transfer."""
+    ids = tuple(eos_ids)
+    if any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i < 0 for i in ids):
+        raise ValueError(f"eos_ids must be non-negative token ids, got {ids}")
+    size = max(4, 1 << max(len(ids) - 1, 0).bit_length())
+    value = np.full((size,), -1, np.int32)
+    value[:len(ids)] = ids
+    return jax.device_put(value) if mesh is None else jax.device_put(value, NamedSharding(mesh, PartitionSpec()))
 
 
 def count_through_first_eos(eos_at: jax.Array, default: jax.Array | int) -> jax.Array:
@@ -85,21 +102,21 @@ def count_through_first_eos(eos_at: jax.Array, default: jax.Array | int) -> jax.
     return jnp.where(eos_at.any(axis=1), jnp.argmax(eos_at, axis=1) + 1, default).astype(jnp.int32)
 
 
-_AR_JIT = dict(static_argnames=("cfg", "max_new_tokens", "eos_ids", "sampling", "pad_id", "matmul_precision"),
+_AR_JIT = dict(static_argnames=("cfg", "max_new_tokens", "sampling", "pad_id", "matmul_precision"),
                donate_argnames=("cache",))
 
 
-def _generate_ar_entry(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling, pad_id,
+def _generate_ar_entry(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos, sampling, pad_id,
                        matmul_precision=DEFAULT_PRECISION, stop=None):
     with matmul_scope(matmul_precision):
-        return _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling,
+        return _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos, sampling,
                                  pad_id, stop)
 
 
 _generate_ar = jax.jit(_generate_ar_entry, **_AR_JIT)
 
 
-def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos_ids, sampling, pad_id,
+def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos, sampling, pad_id,
                       stop=None):
     # max_new_tokens (static) sizes the output; `stop` (traced int32 scalar <= it, default
     # max_new_tokens) ends the loop, so calls that differ only in it share one program.
@@ -110,7 +127,7 @@ def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_t
     key, sub = jax.random.split(key)
     first = pick_token(last, sub, sampling)
     out = jnp.full((b, max_new_tokens), pad_id, jnp.int32).at[:, 0].set(first)
-    done = is_eos(first, eos_ids)
+    done = is_eos(first, eos)
     ones_mask = jnp.ones((b, 1, 1), bool)
 
     def cond(state):
@@ -124,11 +141,11 @@ def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_t
         key, sub = jax.random.split(key)
         nxt = jnp.where(done, pad_id, pick_token(logits[:, 0], sub, sampling))
         out = out.at[:, step].set(nxt)
-        return step + 1, nxt, out, cache, done | is_eos(nxt, eos_ids), key
+        return step + 1, nxt, out, cache, done | is_eos(nxt, eos), key
 
     _, _, out, cache, _, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), first, out, cache, done, key))
     written = jnp.arange(max_new_tokens)[None] < limit  # columns past `stop` hold pad_id: never an EOS
-    num = count_through_first_eos(is_eos(out, eos_ids) & written, limit)
+    num = count_through_first_eos(is_eos(out, eos) & written, limit)
     return GenerateOutput(tokens=out, num_tokens=num, cache=cache)
 
 
@@ -172,7 +189,7 @@ def generate_ar(
     # Sharded inputs (`specjax.sharding`): allocate the cache in its shards, not whole on one device.
     mesh = mesh_of(params, tokens)
     cache = init_cache_on(mesh, cfg, b, slots, dtype)
-    eos = tuple(cfg.eos_token_ids) if eos_ids is None else tuple(eos_ids)
+    eos = eos_table(cfg.eos_token_ids if eos_ids is None else eos_ids, mesh)
     run = _entry_point(_generate_ar, _generate_ar_entry, cfg)
     out = run(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32), cache, key,
               buffer, eos, sampling, pad_id, matmul_precision, stop=_stop_bound(max_new_tokens, mesh))
@@ -330,11 +347,12 @@ def verify_tree(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KV
 
 
 def speculative_round(params, cfg: ModelConfig, drafter, state: LoopState, *, max_new_tokens: int | jax.Array,
-                      eos_ids: tuple[int, ...], sampling: Sampling) -> LoopState:
+                      eos_ids: tuple[int, ...] | jax.Array, sampling: Sampling) -> LoopState:
     """One round of the loop: propose -> `verify_tree` -> keep -> commit -> observe -> emit.
 
-    Pure and jittable (cfg, drafter, eos_ids, sampling static); `generate`'s
-    `lax.while_loop` calls exactly this. Rows that are done are left unchanged.
+    Pure and jittable (cfg, drafter, sampling static; `eos_ids` a static tuple or a traced
+    `eos_table`); `generate`'s `lax.while_loop` calls exactly this. Rows that are done are
+    left unchanged.
     `max_new_tokens`: where rows stop, a static int or a traced int32 scalar, at most the
     M that sized `state.out` (`initial_state`).
     """
@@ -385,8 +403,9 @@ def target_layers(drafter) -> tuple[int, ...]:
 
 
 def initial_state(params, cfg: ModelConfig, drafter, draft_params, tokens: jax.Array, prompt_lengths: jax.Array,
-                  key: jax.Array | None, *, max_new_tokens: int, eos_ids: tuple[int, ...], sampling: Sampling,
-                  pad_id: int, num_slots: int, reserve: int, stop: jax.Array | int | None = None) -> LoopState:
+                  key: jax.Array | None, *, max_new_tokens: int, eos_ids: tuple[int, ...] | jax.Array,
+                  sampling: Sampling, pad_id: int, num_slots: int, reserve: int,
+                  stop: jax.Array | int | None = None) -> LoopState:
     """Prefill the target (tapping the drafter's `target_layers`), pick the first token and
     `init` the drafter: the LoopState before the first round (traceable; no host checks —
     `generate` does those). `max_new_tokens` (static) sizes the output and the statistics;
@@ -427,15 +446,15 @@ def finish(state: LoopState, max_new_tokens: int, pad_id: int) -> "SpeculativeOu
                              draft_state=state.draft_state)
 
 
-_SPEC_JIT = dict(static_argnames=("cfg", "drafter", "max_new_tokens", "eos_ids", "sampling", "pad_id", "num_slots",
+_SPEC_JIT = dict(static_argnames=("cfg", "drafter", "max_new_tokens", "sampling", "pad_id", "num_slots",
                                   "reserve", "matmul_precision"))
 
 
-def _generate_entry(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos_ids, sampling,
-                    pad_id, num_slots, reserve, matmul_precision=DEFAULT_PRECISION, stop=None):
+def _generate_entry(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos,
+                    sampling, pad_id, num_slots, reserve, matmul_precision=DEFAULT_PRECISION, stop=None):
     with matmul_scope(matmul_precision):  # target and drafter, prefill, verify and decode: one policy
-        return _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos_ids,
-                              sampling, pad_id, num_slots, reserve, stop)
+        return _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens,
+                              eos, sampling, pad_id, num_slots, reserve, stop)
 
 
 _generate = jax.jit(_generate_entry, **_SPEC_JIT)
@@ -456,14 +475,14 @@ def _entry_point(default, entry, cfg):
     return _compiled_with(entry, options) if options else default
 
 
-def _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos_ids, sampling,
-                   pad_id, num_slots, reserve, stop=None):
+def _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos,
+                   sampling, pad_id, num_slots, reserve, stop=None):
     # max_new_tokens (static) sizes the buffers; `stop` (traced, default max_new_tokens) ends rows.
     stop = max_new_tokens if stop is None else stop
     state = initial_state(params, cfg, drafter, draft_params, tokens, prompt_lengths, key,
-                          max_new_tokens=max_new_tokens, eos_ids=eos_ids, sampling=sampling, pad_id=pad_id,
+                          max_new_tokens=max_new_tokens, eos_ids=eos, sampling=sampling, pad_id=pad_id,
                           num_slots=num_slots, reserve=reserve, stop=stop)
-    body = functools.partial(speculative_round, params, cfg, drafter, max_new_tokens=stop, eos_ids=eos_ids,
+    body = functools.partial(speculative_round, params, cfg, drafter, max_new_tokens=stop, eos_ids=eos,
                              sampling=sampling)
     return finish(jax.lax.while_loop(lambda s: ~jnp.all(s.done), body, state), max_new_tokens, pad_id)
 
@@ -535,10 +554,11 @@ def generate(
     # writing (uncommitted) pending slots while other rows run: T + M + N slots cover both
     # (and T + M + D the D + 1 slots that `commit` rewrites).
     num_slots, reserve = cache_sizes(drafter, tokens.shape[1], max_new_tokens, reserve_new_tokens)
-    eos = tuple(cfg.eos_token_ids) if eos_ids is None else tuple(eos_ids)
+    mesh = mesh_of(params, tokens)
+    eos = eos_table(cfg.eos_token_ids if eos_ids is None else eos_ids, mesh)
     run = _entry_point(_generate, _generate_entry, cfg)
     out = run(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, reserve, eos, sampling, pad_id,
-              num_slots, reserve, matmul_precision, stop=_stop_bound(max_new_tokens, mesh_of(params, tokens)))
+              num_slots, reserve, matmul_precision, stop=_stop_bound(max_new_tokens, mesh))
     if reserve == max_new_tokens:
         return out
     trim = lambda x: x[:, :max_new_tokens]  # noqa: E731  ([B, reserve] -> [B, max_new_tokens]: nothing past is set)

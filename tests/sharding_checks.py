@@ -32,7 +32,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from specjax import sharding as S
-from specjax.decode import _generate, _generate_ar, generate, generate_ar
+from specjax.decode import _generate, _generate_ar, eos_table, generate, generate_ar
 from specjax.models import GPTNeoXConfig, LlamaConfig, pad_prompts, param_shapes
 from specjax.models.dflash import DFlashConfig
 from specjax.models.eagle3 import Eagle3Config
@@ -231,7 +231,7 @@ def check_no_weight_or_cache_is_gathered():
     params = S.shard_params(random_params(QWEN, 1), QWEN, mesh)
     tokens, lengths = S.shard_batch(*pad_prompts(PROMPTS, PROMPT_WIDTH), mesh)
     cache = S.init_cache_on(mesh, QWEN, len(PROMPTS), PROMPT_WIDTH + MAX_NEW, np.float32)
-    lowered = _generate_ar.lower(params, QWEN, tokens, lengths, cache, None, MAX_NEW, EOS, Sampling(), 0)
+    lowered = _generate_ar.lower(params, QWEN, tokens, lengths, cache, None, MAX_NEW, eos_table(EOS, mesh), Sampling(), 0)
     hlo = lowered.compile().as_text()
     gathered = set()
     for line in hlo.splitlines():

@@ -231,6 +231,35 @@ def test_second_call_compiles_nothing_and_transfers_nothing():
     assert _generate._cache_size() == compiled
 
 
+def test_eos_sets_share_one_program_and_stop_rows_at_their_first_eos():
+    """The EOS set is a traced argument (`eos_table`, int32[K >= 4] padded with -1): no EOS, one
+    id or four ids run one compiled program of `generate_ar` and of `generate`, and every row
+    stops at its first token of the set (a numpy scan of the EOS-free output)."""
+    from specjax.decode import _generate_ar, eos_table
+
+    cfg, draft_cfg = PAIRS["neox32"]
+    params, draft_params = random_params(cfg, 11), random_params(draft_cfg, 12)
+    drafter = FixedTreeDrafter(draft_cfg, 2, 2, 6)
+    tokens, lengths = pad_prompts([[1, 2, 3], [4, 5], [6]], PROMPT_WIDTH)
+    free = np.asarray(generate_ar(params, cfg, tokens, lengths, MAX_NEW, eos_ids=()).tokens)
+    generate(params, cfg, drafter, draft_params, tokens, lengths, MAX_NEW, eos_ids=())
+    compiled = (_generate._cache_size(), _generate_ar._cache_size())
+    sets = [(int(free[0, 3]),), (int(free[1, 2]), int(free[2, 5])), tuple(int(t) for t in free[:, 1]) + (31,)]
+    for eos in sets:
+        hit = np.isin(free, eos)
+        want = np.where(hit.any(1), hit.argmax(1) + 1, MAX_NEW)
+        for out in (generate_ar(params, cfg, tokens, lengths, MAX_NEW, eos_ids=eos),
+                    generate(params, cfg, drafter, draft_params, tokens, lengths, MAX_NEW, eos_ids=eos)):
+            np.testing.assert_array_equal(np.asarray(out.num_tokens), want)
+            for b, n in enumerate(want):
+                np.testing.assert_array_equal(np.asarray(out.tokens[b, :n]), free[b, :n])
+    assert (_generate._cache_size(), _generate_ar._cache_size()) == compiled
+    np.testing.assert_array_equal(np.asarray(eos_table((5, 0, 9, 2, 7))), [5, 0, 9, 2, 7, -1, -1, -1])
+    for bad in ((-1,), (2.0,), (True,)):
+        with pytest.raises(ValueError, match="eos_ids must be non-negative token ids"):
+            generate_ar(params, cfg, tokens, lengths, MAX_NEW, eos_ids=bad)
+
+
 def test_a_shorter_call_with_the_same_reserve_runs_the_same_program():
     """`max_new_tokens` < `reserve_new_tokens` stops the full call's compiled program early
     (the benchmark's time-to-first-token call): no new compile, and the output is the full

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from specjax import zoo
-from specjax.decode import _generate, _generate_ar, cache_sizes, generate, generate_ar
+from specjax.decode import _generate, _generate_ar, cache_sizes, eos_table, generate, generate_ar
 from specjax.equality import Agreement, ar_logits, compare_with_ar, count, near_tie_eps
 from specjax.models import init_cache, pad_prompts
 from specjax.numerics import check_precision
@@ -47,8 +47,9 @@ def test_policy_is_specjax_s_not_the_environment_s(policy, expect):
     slots, reserve = cache_sizes(drafter, 3, 8)
     with jax.default_matmul_precision("bfloat16"):  # what JAX_DEFAULT_MATMUL_PRECISION=bfloat16 would set
         ar = _generate_ar.lower(tparams, tcfg, tokens, lengths, init_cache(tcfg, 1, 11), None, max_new_tokens=8,
-                                eos_ids=(), sampling=Sampling(), pad_id=0, matmul_precision=policy).as_text()
-        spec = _generate.lower(tparams, tcfg, drafter, dparams, tokens, lengths, None, max_new_tokens=8, eos_ids=(),
+                                eos=eos_table(()), sampling=Sampling(), pad_id=0, matmul_precision=policy).as_text()
+        spec = _generate.lower(tparams, tcfg, drafter, dparams, tokens, lengths, None, max_new_tokens=8,
+                               eos=eos_table(()),
                                sampling=Sampling(), pad_id=0, num_slots=slots, reserve=reserve,
                                matmul_precision=policy).as_text()
     for hlo in (ar, spec):
