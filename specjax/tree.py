@@ -41,6 +41,7 @@ Host helpers (numpy, for tests and users): `tree_from_lists`, `tree_from_paths`,
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -88,6 +89,7 @@ class Tree:
 # ----------------------------------------------------------------------------------------
 
 
+@functools.partial(jax.jit, static_argnames=("max_depth",))
 def ancestor_mask(tree: Tree, max_depth: int | None = None) -> jax.Array:
     """Ancestor-or-self mask of root + nodes: bool[B, N+1, N+1].
 
@@ -136,6 +138,7 @@ def node_positions(tree: Tree, lengths: jax.Array) -> jax.Array:
     return lengths[:, None].astype(jnp.int32) + jnp.concatenate([jnp.zeros_like(depth[:, :1]), depth], axis=1)
 
 
+@jax.jit
 def compute_depth(parents: jax.Array, valid: jax.Array) -> jax.Array:
     """Depths from parent pointers: int32[B, N] (0 for invalid nodes).
 
@@ -164,6 +167,7 @@ def normalize(tree: Tree) -> Tree:
     )
 
 
+@jax.jit
 def prune(tree: Tree, keep: jax.Array) -> Tree:
     """Drop every node with keep == False together with its whole subtree.
 
@@ -183,6 +187,7 @@ def prune(tree: Tree, keep: jax.Array) -> Tree:
     return normalize(tree.replace(valid=alive))
 
 
+@jax.jit
 def dedup_siblings(tree: Tree) -> Tree:
     """Merge duplicate siblings: the result has unique siblings and the same *set* of
     root-to-node token paths (the multiset collapses to a set).
@@ -257,6 +262,7 @@ def match_child(tree: Tree, slot: jax.Array, token: jax.Array) -> tuple[jax.Arra
 # ----------------------------------------------------------------------------------------
 
 
+@jax.jit
 def bfs_order(tree: Tree) -> jax.Array:
     """Breadth-first (FIFO queue) order of each row: perm int32[B, N].
 

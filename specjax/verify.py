@@ -24,6 +24,8 @@ the drafter used to build the tree (split it off before drafting, never reuse it
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -141,6 +143,7 @@ def target_probs(logits: jax.Array, temperature, top_k=None, top_p=None) -> jax.
 # ----------------------------------------------------------------------------------------
 
 
+@functools.partial(jax.jit, static_argnames=("max_depth",))
 def walk(tree: Tree, targets: jax.Array, max_depth: int | None = None) -> WalkResult:
     """Follow, from the root, the valid child whose token equals the target token at the
     current slot; stop when none matches or after `max_depth` accepted nodes.

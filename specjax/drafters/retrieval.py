@@ -31,6 +31,7 @@ Shapes: B batch, V vocab, k table width, U template nodes, C draft candidates, N
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -253,6 +254,7 @@ def union(templates) -> tuple[Template, np.ndarray]:
 # ============================================================================ retrieval
 
 
+@functools.partial(jax.jit, static_argnames=("template",))
 def retrieve(table: jax.Array, anchor: jax.Array, template: Template) -> jax.Array:
     """Tokens of the template under `anchor` int32[B]: int32[B, U], -1 where the table is
     empty or the parent is (one gather per depth: the critical path is the depth)."""
@@ -287,6 +289,7 @@ def template_tree(tokens: jax.Array, template: Template, member: jax.Array | Non
 # ============================================================================ grafting
 
 
+@functools.partial(jax.jit, static_argnames=("template", "budget", "merge", "fill"))
 def graft(cand_tok, cand_par, cand_depth, cand_ok, cand_slot, num_draft, ret_tok, template: Template, ret_member,
           anchor, budget: int, *, merge: bool = True, fill: bool = True):
     """Merge draft candidates and a retrieved template into one tree.
