@@ -248,3 +248,30 @@ def test_match_child_matches_reference(tree, data):
         hits = [i for i in range(N) if val[r, i] and par[r, i] + 1 == slot[r] and tok[r, i] == token[r]]
         assert bool(found[r]) == bool(hits)
         assert int(child[r]) == (hits[0] + 1 if hits else 0)
+
+
+def test_eager_calls_of_the_looping_functions_compile_once_per_shape():
+    """The public functions with a `lax` loop are jitted: called eagerly (a notebook, a test)
+    with new values of the same shapes they reuse their program. Unjitted, every call traced
+    a fresh loop body and compiled it again (measured: 225 compiles of one `walk` shape)."""
+    from specjax.bench.timing import compile_totals
+    from specjax.drafters.retrieval import Template, graft, retrieve
+    from specjax.verify import walk
+
+    template = Template.from_counts((2, 1), 2)
+
+    def calls(seed):
+        rng = np.random.default_rng(seed)
+        tree = T.tree_from_paths([[(1,), (1, 2), (3,)], [(int(rng.integers(4)),)]], budget=4)
+        table = jnp.asarray(rng.integers(0, 5, (5, 2)), jnp.int32)
+        ret = retrieve(table, jnp.asarray([1, 2], jnp.int32), template)
+        graft(tree.tokens, tree.parents, tree.depth, tree.valid, jnp.zeros((2, 4), jnp.int32), jnp.asarray([3, 1]),
+              ret, template, jnp.ones((2, template.size), bool), jnp.full((2,), -1, jnp.int32), 6)
+        walk(tree, jnp.asarray(rng.integers(0, 4, (2, 5)), jnp.int32), 3)
+        T.ancestor_mask(tree, 2), T.ancestor_mask(tree), T.compute_depth(tree.parents, tree.valid)
+        T.prune(tree, jnp.asarray(rng.random((2, 4)) < 0.5)), T.dedup_siblings(tree), T.bfs_order(tree)
+
+    calls(0)
+    before = compile_totals()["compiles"]
+    calls(1)
+    assert compile_totals()["compiles"] == before
