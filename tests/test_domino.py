@@ -139,19 +139,22 @@ def test_c3_training_view_equals_inference_rollout_with_forced_tokens(shift):
     _, train_final = TD.block_logits_pair(dparams, cfg, touter, target, feats, tokens, anchors, valid, "tf")
     drafter = DO.DominoDrafter(cfg, target)
     k = cfg.num_draft_positions
+
+    @jax.jit  # one program for every anchor a (traced)
+    def inference_logits(dparams, touter, row_tokens, row_feats, a):
+        state = drafter.init(dparams, row_tokens, a[None], 4, PromptContext(features=row_feats, target_params=touter))
+        hidden, state = D.block_hidden(cfg, target, state, row_tokens[:, a], None, cfg.block_size)
+        rows = DO.draft_rows(cfg, hidden)
+        truth = jax.lax.dynamic_slice(jnp.pad(row_tokens[0], (0, k)), (a + 1,), (k,))  # zeros past the sequence
+        forced = lambda logits, i, key: truth[i][None]  # noqa: E731
+        return DO.rollout(cfg, dparams, touter, target, rows, project_to_vocab(touter, target, rows),
+                          row_tokens[:, a], forced, jax.random.split(jax.random.key(0), k))[1]
+
     worst = 0.0
     for b in range(2):
         for j in range(3):
             a = int(anchors[b, j])
-            state = drafter.init(dparams, tokens[b:b + 1], jnp.asarray([a]), 4,
-                                 PromptContext(features=feats[b:b + 1], target_params=touter))
-            hidden, state = D.block_hidden(cfg, target, state, tokens[b:b + 1, a], None, cfg.block_size)
-            rows = DO.draft_rows(cfg, hidden)
-            truth = tokens[b, a + 1:a + 1 + k]
-            truth = jnp.pad(truth, (0, k - truth.shape[0]))
-            forced = lambda logits, i, key, truth=truth: truth[i][None]  # noqa: E731
-            _, logits = DO.rollout(cfg, dparams, touter, target, rows, project_to_vocab(touter, target, rows),
-                                   tokens[b:b + 1, a], forced, jax.random.split(jax.random.key(0), k))
+            logits = inference_logits(dparams, touter, tokens[b:b + 1], feats[b:b + 1], jnp.int32(a))
             n = min(k, s - 1 - a)  # drafts whose teacher-forced inputs are all inside the sequence
             worst = max(worst, float(jnp.abs(logits[0, :n] - train_final[b, j, :n]).max()))
     print(f"shift={shift}: max |train - inference logit| = {worst:.2e}")
@@ -250,6 +253,7 @@ def test_c6_lambda_schedule_and_no_head_gradient_at_lambda_one():
     feats = features_of(tparams, target, np.asarray(tokens).tolist(), cfg.target_layer_ids, 12)
     anchors, valid = jnp.asarray([[2, 6], [3, 4]], jnp.int32), jnp.ones((2, 2), bool)
 
+    @functools.partial(jax.jit, static_argnames="prefix")  # lam traced: one program per prefix
     def grads(lam, prefix):
         loss = lambda p: TD.domino_loss(p, cfg, D.target_outer(tparams), target, feats, tokens, mask, anchors,  # noqa
                                         valid, lam, dataclasses.replace(tc, prefix=prefix))[0]

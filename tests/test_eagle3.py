@@ -209,22 +209,25 @@ def test_unrolled_training_logits_equal_decoding_along_the_data(name):
                              unrolled_hidden(dparams, cfg, target_outer(tparams), target, feats,
                                              jnp.asarray([seq], jnp.int32), steps))  # [J, 1, S, V]
     stepper = Eagle3Stepper(cfg, target)
+    # jitted once: every t below has the same shapes (eager, each call compiled its op programs again)
+    init = jax.jit(stepper.init, static_argnums=(3,), static_argnames=("region", "max_depth"))
+    start, step = jax.jit(stepper.start), jax.jit(stepper.step)
     for t in (0, 3, 8):
         prompt = seq[: t + 1]
         toks, lens = pad_prompts([prompt], 12)
         ctx = PromptContext(features=feats[:, : t + 1].astype(jnp.float32), target_params=target_outer(tparams))
         ctx = PromptContext(features=jnp.pad(ctx.features, ((0, 0), (0, 12 - t - 1), (0, 0), (0, 0))),
                             target_params=ctx.target_params)
-        state = stepper.init(dparams, toks, lens, 8, ctx, region=steps, max_depth=steps)
-        logits, carried, state = stepper.start(state, jnp.asarray([seq[t + 1]]), jnp.ones(1, bool))
+        state = init(dparams, toks, lens, 8, ctx, region=steps, max_depth=steps)
+        logits, carried, state = start(state, jnp.asarray([seq[t + 1]]), jnp.ones(1, bool))
         np.testing.assert_allclose(logits[0], train_logits[0, 0, t], atol=2e-5, rtol=1e-5)
         carried = carried[:, None]
         for j in range(1, steps):
             if t + 1 + j >= len(seq):
                 break
             mask = jnp.arange(steps)[None, None] < j  # chain: the depth-j node sees region slots 0..j-1
-            logits, carried, state = stepper.step(state, jnp.asarray([[seq[t + 1 + j]]]), carried, jnp.int32(j),
-                                                  jnp.int32(j - 1), mask)
+            logits, carried, state = step(state, jnp.asarray([[seq[t + 1 + j]]]), carried, jnp.int32(j),
+                                          jnp.int32(j - 1), mask)
             np.testing.assert_allclose(logits[0, 0], train_logits[j, 0, t], atol=2e-5, rtol=1e-5)
 
 
@@ -244,6 +247,8 @@ def test_draft_cache_holds_target_feature_rows_of_the_committed_tokens_after_eve
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10]]
     width = PROMPT_WIDTH + ROUNDS_MAX_NEW
     rounds = 0
+    # one program for every round (eager, the layer's loops compiled again each round)
+    reference = jax.jit(lambda dp, touter, feats, *rest: draft_step(dp, cfg, touter, target, fuse(dp, cfg, feats), *rest))
     for state, seqs in committed_rounds(tparams, target, drafter, dparams, prompts):
         rounds += 1
         ds = state.draft_state.inner
@@ -254,8 +259,8 @@ def test_draft_cache_holds_target_feature_rows_of_the_committed_tokens_after_eve
         nxt = jnp.concatenate([toks[:, 1:], jnp.zeros((len(seqs), 1), jnp.int32)], axis=1)
         pos = jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32), toks.shape)
         causal = jnp.broadcast_to(jnp.tril(jnp.ones((width, width), bool)), (len(seqs), width, width))
-        _, ref = draft_step(dparams, cfg, target_outer(tparams), target, fuse(dparams, cfg, feats), nxt, pos, causal,
-                            init_draft_cache(cfg, len(seqs), width, jnp.float32))
+        _, ref = reference(dparams, target_outer(tparams), feats, nxt, pos, causal,
+                           init_draft_cache(cfg, len(seqs), width, jnp.float32))
         for b, seq in enumerate(seqs):
             m, n = int(ctx[b]), int(pend[b])
             np.testing.assert_allclose(ds.cache.k[:, b, :m], ref.k[:, b, :m], atol=2e-5, rtol=1e-5)
