@@ -103,6 +103,7 @@ def param_shapes(cfg: ModelConfig, dtype=jnp.float32) -> dict:
     return jax.eval_shape(lambda: init_params(cfg, jax.random.key(0), dtype))
 
 
+@functools.partial(jax.jit, static_argnames=("cfg", "feature_layers"))  # eager calls: one compile per shape
 def forward_tapped(
     params: dict,
     cfg: ModelConfig,
@@ -149,6 +150,7 @@ def forward_tapped(
     return logits, KVCache(k=k, v=v, lengths=cache.lengths), jnp.moveaxis(features, 0, 2)
 
 
+@functools.partial(jax.jit, static_argnames=("cfg",))
 def forward(
     params: dict,
     cfg: ModelConfig,
