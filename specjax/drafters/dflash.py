@@ -29,6 +29,7 @@ layers, E hidden, V vocab, W anchors per training sequence.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -54,6 +55,7 @@ def _outer(params: dict, cfg: DFlashConfig):
     return merge_module(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"})
 
 
+@functools.partial(jax.jit, static_argnames=("cfg",))  # eager callers: one compile per shape
 def context_kv(params: dict, cfg: DFlashConfig, features: jax.Array, positions: jax.Array):
     """K/V that every draft layer injects for context positions.
 
@@ -79,6 +81,7 @@ def write_region(cache: KVCache, k: jax.Array, v: jax.Array, offset: int = 0) ->
     return cache.replace(k=put(cache.k, k), v=put(cache.v, v))
 
 
+@functools.partial(jax.jit, static_argnames=("cfg", "target_cfg"))
 def draft_hidden(params: dict, cfg: DFlashConfig, target_params: dict, target_cfg: ModelConfig, tokens: jax.Array,
                  positions: jax.Array, block_mask: jax.Array, cache: KVCache, region_offset: int):
     """The draft layers over block tokens: (hidden [B, T, E] after the final norm, cache).
