@@ -109,32 +109,33 @@ if _COMPILE_REPORT:
 # compiled programs in one process (the suite is compile-bound), except each notebook
 # execution, which is a unit of its own. Units are handed out in collection order, which
 # is made longest first here, so that no long unit starts last and leaves a worker idle.
-# The order comes from the `--durations=0` of a 2-worker run on a cold compile cache with the
-# tests' XLA flags (sums per unit of the tests' call, setup and teardown seconds; 2026-11-24);
-# units under a minute keep their collection order after these.
+# The order comes from the compile report (SPECJAX_COMPILE_REPORT, `tests/compile_report.py`)
+# of a 2-worker run on a cold compile cache with the tests' XLA flags (seconds per unit,
+# 2026-11-24, after the EOS set became traced and the looping functions jitted); units
+# under ~35 s keep their collection order after these.
 LONGEST_FIRST = (
-    "test_ddtree.py",  # 438
-    "test_domino.py",  # 348
-    "test_eagle3.py",  # 323
-    "test_graft.py",  # 319
-    "test_notebooks.py::test_notebook_executes[graft]",  # 296
-    "test_notebooks.py::test_notebook_executes[dynatree]",  # 234
-    "test_equality.py",  # 233
-    "test_dflash.py",  # 212
-    "test_bench.py",  # 198
-    "test_ddtree_graft.py",  # 197
-    "test_decode.py",  # 163
-    "test_notebooks.py::test_notebook_executes[domino]",  # 157
-    "test_sharding.py",  # 136
-    "test_cli.py",  # 134
-    "test_dynatree.py",  # 129
-    "test_notebooks.py::test_notebook_executes[ddtree]",  # 125
-    "test_train_domino.py",  # 111
-    "test_gguf.py",  # 105
-    "test_device_bench.py",  # 99
-    "test_verify.py",  # 91
-    "test_cache_and_tree_attention.py",  # 91
-    "test_train_dflash.py",  # 61
+    "test_ddtree.py",  # 290
+    "test_notebooks.py::test_notebook_executes[graft]",  # 236
+    "test_domino.py",  # 188
+    "test_notebooks.py::test_notebook_executes[dynatree]",  # 182
+    "test_graft.py",  # 178
+    "test_eagle3.py",  # 173
+    "test_cli.py",  # 122
+    "test_equality.py",  # 117
+    "test_decode.py",  # 113
+    "test_notebooks.py::test_notebook_executes[domino]",  # 110
+    "test_dynatree.py",  # 95
+    "test_sharding.py",  # 94
+    "test_dflash.py",  # 82
+    "test_notebooks.py::test_notebook_executes[ddtree]",  # 77
+    "test_bench.py",  # 74
+    "test_ddtree_graft.py",  # 72
+    "test_train_domino.py",  # 71
+    "test_verify.py",  # 68
+    "test_cache_and_tree_attention.py",  # 58
+    "test_gguf.py",  # 56
+    "test_device_bench.py",  # 38
+    "test_decode_sampling.py",  # 37
 )
 
 
