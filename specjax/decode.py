@@ -29,7 +29,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jax.sharding import NamedSharding, PartitionSpec
 
 from typing import Any
 
@@ -40,7 +39,7 @@ from specjax.ops import device_widths, switch_on_width
 from specjax.ops import top_k as top_k_op
 from specjax.numerics import DEFAULT_PRECISION, check_precision, decode_compiler_options, matmul_scope
 from specjax.sampling import Sampling
-from specjax.sharding import init_cache_on, mesh_of
+from specjax.sharding import init_cache_on, mesh_of, replicate
 from specjax.tree import Tree, ancestor_mask, node_positions, tree_depth
 from specjax.verify import WalkResult, chain_rejection, greedy_walk, sampling_walk
 
@@ -75,11 +74,8 @@ def pick_token(logits: jax.Array, key: jax.Array, sampling: Sampling) -> jax.Arr
 def is_eos(tokens: jax.Array, eos_ids: tuple[int, ...] | jax.Array) -> jax.Array:
     """bool of the same shape as `tokens`: token is one of `eos_ids`, a static tuple or a
     traced `eos_table` (int32[K], -1 entries match nothing)."""
-    if isinstance(eos_ids, (tuple, list)):
-        if not eos_ids:
-            return jnp.zeros(tokens.shape, bool)
-        return jnp.isin(tokens, jnp.asarray(eos_ids, jnp.int32))
-    return (tokens[..., None] == eos_ids).any(-1)
+    table = jnp.asarray(eos_ids, jnp.int32).reshape(-1)  # () -> int32[0]: matches nothing
+    return (tokens[..., None] == table).any(-1)
 
 
 def eos_table(eos_ids: tuple[int, ...], mesh=None) -> jax.Array:
@@ -93,7 +89,7 @@ def eos_table(eos_ids: tuple[int, ...], mesh=None) -> jax.Array:
     size = max(4, 1 << max(len(ids) - 1, 0).bit_length())
     value = np.full((size,), -1, np.int32)
     value[:len(ids)] = ids
-    return jax.device_put(value) if mesh is None else jax.device_put(value, NamedSharding(mesh, PartitionSpec()))
+    return _place(value, mesh)
 
 
 def count_through_first_eos(eos_at: jax.Array, default: jax.Array | int) -> jax.Array:
@@ -199,8 +195,13 @@ def generate_ar(
 def _stop_bound(max_new_tokens: int, mesh) -> jax.Array:
     """`max_new_tokens` as the loops' traced stop bound: an int32 scalar placed explicitly
     (replicated over `mesh` when sharded), so it is no implicit transfer."""
-    value = np.int32(max_new_tokens)
-    return jax.device_put(value) if mesh is None else jax.device_put(value, NamedSharding(mesh, PartitionSpec()))
+    return _place(np.int32(max_new_tokens), mesh)
+
+
+def _place(value: np.ndarray, mesh) -> jax.Array:
+    """A host value put on the device explicitly (allowed under `jax.transfer_guard("disallow")`),
+    replicated over `mesh` when the call is sharded."""
+    return jax.device_put(value) if mesh is None else replicate(value, mesh)
 
 
 @struct.dataclass
