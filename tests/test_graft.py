@@ -28,6 +28,10 @@ from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, empty_table, 
 from specjax.models import pad_prompts
 from specjax.sampling import Sampling
 from specjax.tree import check_tree
+# test_dflash is imported here, not inside the @given test below: its module defines @given tests, and
+# defining them while one runs trips Hypothesis's nested_given health check when test_graft.py runs alone.
+from tests.test_dflash import TARGETS, drafter_cfg
+from tests.test_dflash import random_params as dflash_params
 from tests.test_decode import MAX_NEW, PAIRS, PROMPT_WIDTH, assert_caches_follow_output, assert_lossless, random_params
 
 # ============================================================================ the table (G9)
@@ -442,8 +446,6 @@ def test_dflash_tail_greedy_lossless_and_tail_follows_the_table(seed, thr):
     """Graft(TAIL)-DFlash: output = AR; the proposal past the kept prefix is the table's rank-0 chain."""
     import specjax.drafters.dflash as D
     from specjax.drafters.graft_dflash import DFlashTailDrafter
-    from tests.test_dflash import TARGETS, drafter_cfg
-    from tests.test_dflash import random_params as dflash_params
 
     target = TARGETS["neox"]
     cfg = drafter_cfg(target, block_size=5)

@@ -3,9 +3,14 @@
 The suite is compile-bound: tiny models, thousands of jitted programs. At XLA:CPU's lowest
 backend optimisation level and without LLVM's expensive passes its programs compile about
 2x faster (measured on 2 cores: tests/test_dynatree.py + tests/test_decode.py 311 s -> 159 s,
-CPU time 473 s -> 208 s); they run about 2x slower, which tiny models do not notice. The
-programs and every assert stay the same; only the compiler's effort changes. The library, the
-CLI and the benchmarks keep XLA's defaults.
+CPU time 473 s -> 208 s); they run about 2x slower, which tiny models do not notice. With
+XLA:CPU's older elemental emitters instead of its MLIR fusion emitters, on top of those two,
+XLA's compile time halves again (measured 2026-11-25, one process, no compile cache:
+tests/test_dynatree.py + test_decode_sampling.py + test_graft.py 246 s -> 164 s, of it XLA
+compile 157 s -> 79 s; `specjax bench-device --parts compile` dynatree-p3 8.4 s -> 4.9 s of
+XLA), and the run time of those tests did not grow. The programs and every assert stay the
+same; only the compiler's effort changes. The library, the CLI and the benchmarks keep XLA's
+defaults.
 
 A test that measures a property of the *default* compilation (float32 rounding of the
 decode forward vs the prefill forward, tests/test_equality.py) runs in a child process
@@ -15,7 +20,8 @@ with `default_flags_env()`. SPECJAX_TEST_XLA_FLAGS=off keeps XLA's defaults ever
 
 import os
 
-TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
+TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true",
+                  "--xla_cpu_use_fusion_emitters=false")
 
 
 def use_test_xla_flags() -> None:
