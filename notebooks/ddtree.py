@@ -70,7 +70,7 @@ from specjax.sampling import Sampling
 PROFILES = {
     # ci: every cell at the least compile + run time (tests/test_notebooks.py); not results.
     "ci": dict(prompts=1, warmup=0, max_new=24, prompt_len=48, budgets=(16,), fixed=16, sweep=(16, 32),
-               sweep_prompts=1, calib_prompts=1, reps=1, split_budgets=(16,)),
+               sweep_prompts=1, calib_prompts=1, reps=1, split_budgets=(16,), datasets=("GSM8K",)),
     "cpu-tiny": dict(prompts=3, warmup=1, max_new=64, prompt_len=48, budgets=(4, 8, 16, 32, 64), fixed=16,
                      sweep=(16, 32, 64, 128, 256, 512, 1024), sweep_prompts=2, calib_prompts=6, reps=15),
     "gpu": dict(prompts=16, warmup=2, max_new=256, prompt_len=256, budgets=(16, 32, 64, 128, 256, 512), fixed=256,
@@ -79,6 +79,7 @@ PROFILES = {
 P = PROFILES[PROFILE]
 DATASETS = {"GSM8K": "gsm8k", "MATH-500": "math500", "HumanEval": "humaneval", "MBPP": "mbpp",
             "MT-Bench": "mtbench", "ShareGPT (Alpaca stand-in)": "sharegpt"}
+DATASETS = {label: name for label, name in DATASETS.items() if label in P.get("datasets", DATASETS)}  # ci: one
 OUT = pathlib.Path(os.environ.get("SPECJAX_NOTEBOOK_OUT", "results")) / "ddtree"
 OUT.mkdir(parents=True, exist_ok=True)
 

@@ -69,7 +69,7 @@ from specjax.sampling import Sampling
 
 PROFILES = {
     # ci: every cell at the least compile + run time (tests/test_notebooks.py); not results.
-    "ci": dict(prompts=1, warmup=0, max_new=24, prompt_len=48, datasets=("gsm8k", "humaneval"), batches=(1, 2),
+    "ci": dict(prompts=1, warmup=0, max_new=24, prompt_len=48, datasets=("gsm8k",), batches=(1, 2),
                batch_new=24, batch_reps=1, ablation_prompts=1, split_reps=1),
     "cpu-tiny": dict(prompts=3, warmup=1, max_new=48, prompt_len=48, datasets=("gsm8k", "humaneval"),
                      batches=(1, 4, 16), batch_new=32, batch_reps=3, ablation_prompts=6, split_reps=10),

@@ -12,7 +12,8 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 
 # The suite is XLA-compile-bound (tiny models, thousands of programs): its programs compile at
-# XLA:CPU's lowest backend optimisation level, without LLVM's expensive passes (tests/xla_flags.py).
+# XLA:CPU's lowest backend optimisation level, without LLVM's expensive passes, with the older
+# elemental emitters (tests/xla_flags.py).
 # Set before jax creates its backend; children (notebook kernels, CLI subprocesses) inherit it.
 from xla_flags import use_test_xla_flags  # noqa: E402
 
@@ -66,15 +67,35 @@ def hf_checkpoint(tmp_path_factory):
     return get
 
 
+def _memory_maps() -> int | None:
+    """This process's number of memory mappings (Linux), or None where /proc is not there."""
+    try:
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return None
+
+
+# Under half of the kernel's default vm.max_map_count (65530): one module adds at most ~8,000
+# (measured: a worker peaked at 13,600 with the caches cleared after every module), so a worker
+# keeps its compiled programs across several modules.
+MAX_MAPS_KEPT = 30_000
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
-    """Drop JAX's compiled programs after each test module. Every XLA:CPU executable keeps
-    its own memory mappings (about 6 each, measured); the suite compiles thousands of
-    programs, and in one process it reached the kernel's map limit (vm.max_map_count =
-    65530 here), which crashed the compiler with a segfault near the end of the suite."""
+    """Drop JAX's compiled programs after a test module once the process holds many. Every
+    XLA:CPU executable keeps its own memory mappings (about 6 each, measured); the suite
+    compiles thousands of programs, and in one process it reached the kernel's map limit
+    (vm.max_map_count = 65530 here), which crashed the compiler with a segfault near the end
+    of the suite. Clearing after *every* module made later modules trace and compile again
+    the programs they share with earlier ones (the decode loops of the shared tiny pairs), so
+    the caches are kept until the mappings pass MAX_MAPS_KEPT."""
     yield
-    jax.clear_caches()
-    gc.collect()
+    maps = _memory_maps()
+    if maps is None or maps > MAX_MAPS_KEPT:
+        jax.clear_caches()
+        gc.collect()
 
 
 # SPECJAX_COMPILE_REPORT=<file>: every test appends one JSON line {test, seconds, compile_s,
@@ -111,31 +132,32 @@ if _COMPILE_REPORT:
 # is made longest first here, so that no long unit starts last and leaves a worker idle.
 # The order comes from the compile report (SPECJAX_COMPILE_REPORT, `tests/compile_report.py`)
 # of a 2-worker run on a cold compile cache with the tests' XLA flags (seconds per unit,
-# 2026-11-24, after the EOS set became traced and the looping functions jitted); units
-# under ~35 s keep their collection order after these.
+# 2026-11-25, with XLA:CPU's elemental emitters); units under ~30 s keep their collection
+# order after these.
 LONGEST_FIRST = (
-    "test_ddtree.py",  # 290
-    "test_notebooks.py::test_notebook_executes[graft]",  # 236
-    "test_domino.py",  # 188
-    "test_notebooks.py::test_notebook_executes[dynatree]",  # 182
-    "test_graft.py",  # 178
-    "test_eagle3.py",  # 173
-    "test_cli.py",  # 122
-    "test_equality.py",  # 117
-    "test_decode.py",  # 113
-    "test_notebooks.py::test_notebook_executes[domino]",  # 110
-    "test_dynatree.py",  # 95
-    "test_sharding.py",  # 94
-    "test_dflash.py",  # 82
-    "test_notebooks.py::test_notebook_executes[ddtree]",  # 77
-    "test_bench.py",  # 74
-    "test_ddtree_graft.py",  # 72
-    "test_train_domino.py",  # 71
-    "test_verify.py",  # 68
-    "test_cache_and_tree_attention.py",  # 58
-    "test_gguf.py",  # 56
-    "test_device_bench.py",  # 38
-    "test_decode_sampling.py",  # 37
+    "test_ddtree.py",  # 173
+    "test_notebooks.py::test_notebook_executes[graft]",  # 154
+    "test_equality.py",  # 126
+    "test_notebooks.py::test_notebook_executes[dynatree]",  # 107
+    "test_eagle3.py",  # 101
+    "test_domino.py",  # 98
+    "test_graft.py",  # 91
+    "test_cli.py",  # 88
+    "test_notebooks.py::test_notebook_executes[domino]",  # 80
+    "test_decode.py",  # 73
+    "test_dflash.py",  # 59
+    "test_gguf.py",  # 55
+    "test_ddtree_graft.py",  # 53
+    "test_bench.py",  # 53
+    "test_sharding.py",  # 48
+    "test_train_domino.py",  # 45
+    "test_verify.py",  # 44
+    "test_dynatree.py",  # 43
+    "test_notebooks.py::test_notebook_executes[ddtree]",  # 67 (before its ci profile kept one dataset)
+    "test_cache_and_tree_attention.py",  # 37
+    "test_assets.py",  # 36
+    "test_decode_sampling.py",  # 33
+    "test_device_bench.py",  # 32
 )
 
 

@@ -21,11 +21,12 @@ import numpy as np
 import pytest
 
 from specjax import zoo
-from specjax.decode import _generate, _generate_ar, cache_sizes, eos_table, generate, generate_ar
+from specjax.decode import _generate, _generate_ar, cache_sizes, eos_table, generate_ar
 from specjax.equality import Agreement, ar_logits, compare_with_ar, count, near_tie_eps
 from specjax.models import init_cache, pad_prompts
 from specjax.numerics import check_precision
 from specjax.sampling import Sampling
+from tests.reduced_precision import SPECS as REDUCED_PRECISION_SPECS
 from tests.test_dflash import zoo_pair
 from tests.test_zoo import HELDOUT
 from tests.xla_flags import default_flags_env
@@ -69,15 +70,21 @@ def test_near_tie_threshold_per_dtype():
         near_tie_eps(jnp.int32)
 
 
+def child_with_default_flags(module: str) -> subprocess.CompletedProcess:
+    """`python -m <module>` from the repository root, compiled with XLA's default flags
+    (tests/xla_flags.py): for checks of the library's numerics, not the suite's cheaper compilation."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = default_flags_env()
+    env["PYTHONPATH"] = os.pathsep.join([root, os.path.join(root, "tests"), *filter(None, [env.get("PYTHONPATH")])])
+    return subprocess.run([sys.executable, "-m", module], env=env, cwd=root, capture_output=True, text=True)
+
+
 @functools.lru_cache(maxsize=1)
 def rounding_gaps_with_default_flags() -> dict[str, float]:
     """tests/rounding_gap.py's gap of both dtypes, measured in a child process compiled with XLA's default
     flags: the threshold must cover the library's numerics, not the suite's cheaper
     compilation (tests/xla_flags.py; at XLA:CPU O0 the float32 gap measured 24.6)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = default_flags_env()
-    env["PYTHONPATH"] = os.pathsep.join([root, os.path.join(root, "tests"), *filter(None, [env.get("PYTHONPATH")])])
-    run = subprocess.run([sys.executable, "-m", "tests.rounding_gap"], env=env, cwd=root, capture_output=True, text=True)
+    run = child_with_default_flags("tests.rounding_gap")
     assert run.returncode == 0, run.stderr[-4000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
@@ -116,26 +123,12 @@ def test_classifier_identical_near_tie_mismatch():
 def test_reduced_precision_divergences_are_all_classified():
     """Reduced precision forced on a CPU: bfloat16 params, every speculative family, 200 new
     tokens on the held-out prompts. Each row is identical or parts at a near-tie -- never a
-    MISMATCH -- and the classifier calls a row identical exactly when the tokens are equal."""
-    from specjax.bench.methods import parse_method
-
-    tcfg, tparams, tok, dcfg, dparams = zoo_pair()
-    draft_cfg, draft_params, _ = zoo.load("tiny-neox-draft")
-    bf16 = lambda tree: jax.tree.map(lambda x: x.astype(jnp.bfloat16), tree)  # noqa: E731
-    params = bf16(tparams)
-    prompts = [zoo.encode(tok, text)[:32] for _, text in HELDOUT]
-    tokens, lengths = pad_prompts(prompts, 32)
-    ar = generate_ar(params, tcfg, tokens, lengths, 200, eos_ids=())
-    tally = {}
-    for spec in ("chain4", "dynatree-zoo", "dflash", "ddtree-16"):
-        m = parse_method(spec, draft_cfg, dflash=(dcfg, dparams), target_cfg=tcfg)
-        dp = bf16(m.draft_params_override if m.draft_params_override is not None else draft_params)
-        out = generate(params, tcfg, m.drafter, dp, tokens, lengths, 200, eos_ids=())
-        found = []
-        for b, prompt in enumerate(prompts):
-            a = compare_with_ar(params, tcfg, prompt, ar.tokens[b], out.tokens[b])
-            same = bool(np.array_equal(np.asarray(ar.tokens[b]), np.asarray(out.tokens[b])))
-            assert (a.kind == "identical") == same and a.kind != "MISMATCH", (spec, b, str(a))
-            found.append(a)
-        tally[spec] = count(found)
-    print(f"bfloat16, {len(prompts)} prompts x 200 tokens: {tally}")
+    MISMATCH -- and the classifier calls a row identical exactly when the tokens are equal.
+    Run by tests/reduced_precision.py in a child process compiled with XLA's default flags."""
+    run = child_with_default_flags("tests.reduced_precision")
+    assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-4000:])
+    tally = json.loads(run.stdout.strip().splitlines()[-1])
+    assert sorted(tally) == sorted(REDUCED_PRECISION_SPECS)
+    for spec, kinds in tally.items():
+        assert kinds["MISMATCH"] == 0 and kinds["identical"] + kinds["near-tie"] == len(HELDOUT), (spec, kinds)
+    print(f"bfloat16, {len(HELDOUT)} prompts x 200 tokens: {tally}")

@@ -12,7 +12,7 @@ empty notebooks/ directory collects no tests at all.
   MPLBACKEND=Agg and SPECJAX_NOTEBOOK_OUT=<tmp_path>. A failing cell is reported with its
   source, its line in the `.py` and the traceback. Every notebook defines the `ci` profile:
   the smallest run that still executes every cell, method, table, figure and losslessness
-  check (one counted prompt per dataset, short generations, two-point sweeps, shapes shared
+  check (one counted prompt, one dataset, short generations, two-point sweeps, shapes shared
   between cells so that few programs compile); it is a smoke test, its numbers are not results.
 
 Run as a script (`make notebooks`), this module instead executes every notebook in place:
