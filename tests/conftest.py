@@ -78,8 +78,10 @@ def _memory_maps() -> int | None:
 
 # Under half of the kernel's default vm.max_map_count (65530): one module adds at most ~8,000
 # (measured: a worker peaked at 13,600 with the caches cleared after every module), so a worker
-# keeps its compiled programs across several modules.
-MAX_MAPS_KEPT = 30_000
+# keeps its compiled programs across several modules. Measured 2026-11-25, one process, no compile
+# cache, tests/test_decode.py + test_dflash.py + test_ddtree_graft.py: 245 s and 220 s clearing
+# after every module, 206 s and 173 s keeping (runs interleaved). SPECJAX_MAX_MAPS_KEPT=0 clears always.
+MAX_MAPS_KEPT = int(os.environ.get("SPECJAX_MAX_MAPS_KEPT", 30_000))
 
 
 @pytest.fixture(autouse=True, scope="module")
