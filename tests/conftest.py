@@ -134,32 +134,31 @@ if _COMPILE_REPORT:
 # is made longest first here, so that no long unit starts last and leaves a worker idle.
 # The order comes from the compile report (SPECJAX_COMPILE_REPORT, `tests/compile_report.py`)
 # of a 2-worker run on a cold compile cache with the tests' XLA flags (seconds per unit,
-# 2026-11-25, with XLA:CPU's elemental emitters); units under ~30 s keep their collection
-# order after these.
+# 2026-11-25 at 59fba7a); units under ~30 s keep their collection order after these.
 LONGEST_FIRST = (
-    "test_ddtree.py",  # 173
-    "test_notebooks.py::test_notebook_executes[graft]",  # 154
-    "test_equality.py",  # 126
-    "test_notebooks.py::test_notebook_executes[dynatree]",  # 107
-    "test_eagle3.py",  # 101
-    "test_domino.py",  # 98
-    "test_graft.py",  # 91
-    "test_cli.py",  # 88
-    "test_notebooks.py::test_notebook_executes[domino]",  # 80
+    "test_ddtree.py",  # 227
+    "test_notebooks.py::test_notebook_executes[graft]",  # 182
+    "test_equality.py",  # 142
+    "test_notebooks.py::test_notebook_executes[dynatree]",  # 141
+    "test_domino.py",  # 135
+    "test_graft.py",  # 134
+    "test_eagle3.py",  # 116
+    "test_cli.py",  # 104
+    "test_notebooks.py::test_notebook_executes[domino]",  # 78
     "test_decode.py",  # 73
-    "test_dflash.py",  # 59
-    "test_gguf.py",  # 55
-    "test_ddtree_graft.py",  # 53
-    "test_bench.py",  # 53
-    "test_sharding.py",  # 48
-    "test_train_domino.py",  # 45
-    "test_verify.py",  # 44
-    "test_dynatree.py",  # 43
-    "test_notebooks.py::test_notebook_executes[ddtree]",  # 67 (before its ci profile kept one dataset)
-    "test_cache_and_tree_attention.py",  # 37
-    "test_assets.py",  # 36
-    "test_decode_sampling.py",  # 33
-    "test_device_bench.py",  # 32
+    "test_gguf.py",  # 69
+    "test_bench.py",  # 69
+    "test_sharding.py",  # 67
+    "test_dflash.py",  # 62
+    "test_dynatree.py",  # 56
+    "test_ddtree_graft.py",  # 52
+    "test_train_domino.py",  # 49
+    "test_verify.py",  # 49
+    "test_device_bench.py",  # 45
+    "test_notebooks.py::test_notebook_executes[ddtree]",  # 37
+    "test_cache_and_tree_attention.py",  # 36
+    "test_decode_sampling.py",  # 34
+    "test_assets.py",  # 33
 )
 
 

@@ -13,8 +13,8 @@ same; only the compiler's effort changes. The library, the CLI and the benchmark
 defaults.
 
 A test that measures a property of the *default* compilation (float32 rounding of the
-decode forward vs the prefill forward, tests/test_equality.py) runs in a child process
-with `default_flags_env()`. SPECJAX_TEST_XLA_FLAGS=off keeps XLA's defaults everywhere
+decode forward vs the prefill forward; bfloat16 generations classified against AR;
+tests/test_equality.py) runs in a child process with `default_flags_env()`. SPECJAX_TEST_XLA_FLAGS=off keeps XLA's defaults everywhere
 (e.g. to rule the flags out of a failure).
 """
 
