@@ -7,11 +7,15 @@ STAMP  := $(VENV)/.specjax-installed
 
 .PHONY: run test test-fast notebooks venv clean proofs
 
+# torch==2.13.0 first, with pip, which takes this machine's local CPU wheel (pip's find-links); the rest
+# with uv (parallel downloads and bytecode compilation), or with pip where uv is not installable or
+# cannot reach the index. Measured with cold caches on 2 cores: all with pip 112 s, this way 82 s.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	-$(PY) -m pip install -q uv
 	$(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode -e ".[dev]" || $(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -2,11 +2,10 @@
 
 `python -m tests.reduced_precision` prints {method: {kind: count}} as JSON, or exits non-zero
 naming the first row that is a MISMATCH or is misclassified. The test runs it in a child
-process with XLA's default flags (tests/xla_flags.py), like tests/rounding_gap.py: it checks
-the library's own numerics, and bfloat16 programs run several times slower at the suite's
-cheaper compilation (measured 2026-11-25, one process: 49 s of run time at the suite's flags,
-9 s at the defaults, for 18 s vs 44 s of compile; in the 2-worker suite, where the
-defaults' slower compile competes with the other worker, the test took 142 s against 127 s in-process).
+process compiled with `RUN_HEAVY_XLA_FLAGS` (tests/xla_flags.py): bfloat16 programs run several
+times slower at the suite's cheaper compilation (measured 2026-11-25, one process: 49 s of run
+time at the suite's flags, 9 s at XLA's defaults, for 18 s vs 44 s of compile; the whole child
+took 74 s at the suite's flags, 58-59 s at the defaults, 40 s at RUN_HEAVY_XLA_FLAGS).
 """
 
 import json

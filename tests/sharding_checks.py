@@ -1,8 +1,10 @@
-"""The checks of `specjax.sharding` on 4 emulated CPU devices: `python tests/sharding_checks.py GROUP`.
+"""The checks of `specjax.sharding` on 4 emulated CPU devices: `python tests/sharding_checks.py [GROUP ...]`.
 
-XLA fixes the device count when JAX starts, so `tests/test_sharding.py` runs each group
-in a fresh process with XLA_FLAGS=--xla_force_host_platform_device_count=4 and
-JAX_PLATFORMS=cpu. Each group prints "OK <group>" at the end; any failed check raises.
+XLA fixes the device count when JAX starts, so `tests/test_sharding.py` runs the groups its
+selected tests need in one fresh process with XLA_FLAGS=--xla_force_host_platform_device_count=4
+and JAX_PLATFORMS=cpu (no group: all of them). Each group prints "=== <group>" first and
+"OK <group>" at the end, or the traceback of its failed check; the exit status is non-zero
+if any group failed.
 
 Groups:
   layout   mesh construction and its named errors; the intended PartitionSpec of every
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +37,7 @@ from specjax.decode import _generate, _generate_ar, eos_table, generate, generat
 from specjax.models import GPTNeoXConfig, LlamaConfig, pad_prompts, param_shapes
 from specjax.models.dflash import DFlashConfig
 from specjax.models.eagle3 import Eagle3Config
+from tests.child_groups import run_groups_main
 
 NEOX = GPTNeoXConfig(vocab_size=40, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=64, rotary_dim=4)
 # GQA with every head count divisible by 4 devices: 8 query heads, 4 KV heads.
@@ -315,9 +317,6 @@ GROUPS = {
 }
 
 if __name__ == "__main__":
-    group = sys.argv[1]
     if len(jax.devices()) != 4:
         sys.exit(f"needs 4 devices (XLA_FLAGS=--xla_force_host_platform_device_count=4), JAX sees {jax.devices()}")
-    start = time.perf_counter()
-    GROUPS[group]()
-    print(f"OK {group} ({time.perf_counter() - start:.1f} s)")
+    run_groups_main(GROUPS)  # one interpreter for the groups asked for: one JAX start-up, shared programs

@@ -261,17 +261,22 @@ def test_trees_nested_and_acceptance_monotone_in_budget_per_round():
     tcfg, tparams, tok, dcfg, dparams = zoo_pair()
     tokens, lengths = pad_prompts([zoo.encode(tok, p) for _, p in PROMPTS])
     static = dict(max_new_tokens=32, eos_ids=(), sampling=Sampling())
+    # One start state for every budget: DDTree's draft state does not depend on N, and the
+    # largest budget's cache holds every smaller budget's round (one prefill program, not five).
+    largest = ddtree(dcfg, tcfg, BUDGETS[-1])
+    slots, reserve = cache_sizes(largest, tokens.shape[1], 32)
+    start = jax.jit(functools.partial(initial_state, pad_id=0, num_slots=slots, reserve=reserve, **static),
+                    static_argnums=(1, 2))
+    state = start(tparams, tcfg, largest, dparams, tokens, lengths, None)
     step = jax.jit(functools.partial(speculative_round, **static), static_argnums=(1, 2))
+    # The marginals of this round, once: each budget's tree is `tree` of them (what `propose` does).
+    active = ~state.done
+    logits, _ = jax.jit(largest.block_drafter.block_logits)(state.draft_state.block, state.root, active)
     prev_paths, prev_acc = None, None
     for budget in BUDGETS:
         drafter = ddtree(dcfg, tcfg, budget)
-        slots, reserve = cache_sizes(drafter, tokens.shape[1], 32)
-        start = jax.jit(functools.partial(initial_state, pad_id=0, num_slots=slots, reserve=reserve, **static),
-                        static_argnums=(1, 2))
-        state = start(tparams, tcfg, drafter, dparams, tokens, lengths, None)
         after = step(tparams, tcfg, drafter, state)
-        propose = jax.jit(lambda s, r, a: drafter.propose(s, r, a, None, Sampling())[0])
-        tree = propose(state.draft_state, state.root, ~state.done)
+        tree, _ = drafter.tree(logits, active)
         paths = [set(p) for p in token_paths(tree)]
         acc = np.asarray(after.stats.accepted[:, 0])
         if prev_paths is not None:

@@ -13,9 +13,14 @@ same; only the compiler's effort changes. The library, the CLI and the benchmark
 defaults.
 
 A test that measures a property of the *default* compilation (float32 rounding of the
-decode forward vs the prefill forward; bfloat16 generations classified against AR;
-tests/test_equality.py) runs in a child process with `default_flags_env()`. SPECJAX_TEST_XLA_FLAGS=off keeps XLA's defaults everywhere
-(e.g. to rule the flags out of a failure).
+decode forward vs the prefill forward, tests/test_equality.py) runs in a child process with
+`default_flags_env()`. One that runs long bfloat16 generations (tests/reduced_precision.py)
+runs in a child with `child_env(RUN_HEAVY_XLA_FLAGS)`: bfloat16 programs run several times
+slower at TEST_XLA_FLAGS, and at LLVM's O1 with the other two cheap flags the child took 40 s
+against 58-59 s at XLA's defaults and 74 s at TEST_XLA_FLAGS (one process each, 2026-11-25;
+at O1 the graft notebook took 136 s against 114 s at O0: more compile than run saved, so the
+suite stays at O0). SPECJAX_TEST_XLA_FLAGS=off keeps XLA's defaults everywhere (e.g. to rule
+the flags out of a failure).
 """
 
 import os
@@ -30,6 +35,18 @@ def use_test_xla_flags() -> None:
         return
     flags = os.environ.get("XLA_FLAGS", "").split()
     os.environ["XLA_FLAGS"] = " ".join(flags + [f for f in TEST_XLA_FLAGS if f not in flags])
+
+
+RUN_HEAVY_XLA_FLAGS = ("--xla_backend_optimization_level=1", "--xla_llvm_disable_expensive_passes=true",
+                       "--xla_cpu_use_fusion_emitters=false")
+
+
+def child_env(flags: tuple[str, ...] = ()) -> dict[str, str]:
+    """This process's environment with TEST_XLA_FLAGS in XLA_FLAGS replaced by `flags` (none: XLA's defaults)."""
+    env = default_flags_env()
+    if flags and os.environ.get("SPECJAX_TEST_XLA_FLAGS") != "off":
+        env["XLA_FLAGS"] = " ".join(env.get("XLA_FLAGS", "").split() + list(flags))
+    return env
 
 
 def default_flags_env() -> dict[str, str]:
