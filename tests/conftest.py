@@ -129,9 +129,10 @@ if _COMPILE_REPORT:
 
 # `make test` runs the suite on TEST_JOBS pytest-xdist workers (`--dist loadgroup
 # --no-loadscope-reorder`). A unit of work is a whole test module, so its tests share
-# compiled programs in one process (the suite is compile-bound), except each notebook
-# execution, which is a unit of its own. Units are handed out in collection order, which
-# is made longest first here, so that no long unit starts last and leaves a worker idle.
+# compiled programs and module fixtures in one process (the suite is compile-bound), except
+# each notebook execution, which is a unit of its own: `pytest_xdist_make_scheduler` below
+# hands out whole units. Units are handed out in collection order, which is made longest
+# first here, so that no long unit starts last and leaves a worker idle.
 # The order comes from the compile report (SPECJAX_COMPILE_REPORT, `tests/compile_report.py`)
 # of a 2-worker run on a cold compile cache with the tests' XLA flags (seconds per unit,
 # 2026-11-25 at 59fba7a); units under ~30 s keep their collection order after these.
@@ -176,8 +177,25 @@ def _rank(unit: str) -> int:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Group each test into its work unit (`xdist_group`) and order the units longest first
-    (a stable sort: tests keep their order inside a module). Harmless without xdist."""
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_work_unit(item.nodeid)))
+    """Order the work units longest first (a stable sort: tests keep their order inside a module)."""
     items.sort(key=lambda item: _rank(_work_unit(item.nodeid)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup`: xdist's scheduler of whole scopes, with our work units as the scopes.
+
+    Not xdist's own loadgroup (`xdist_group` marks): pytest-xdist 3.8 groups by a suffix it
+    writes to `item._nodeid`, which pytest 9 no longer reads (a node id is `item._id`), so
+    every test went to whichever worker was free -- each module's tests ran on both workers,
+    and both compiled the module's shared programs and built its module fixtures
+    (seen 2026-11-25: tests/test_sharding.py's one-subprocess fixture ran once per worker)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid.split("@")[0])
+
+    return WorkUnitScheduling(config, log)
