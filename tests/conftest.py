@@ -135,31 +135,32 @@ if _COMPILE_REPORT:
 # first here, so that no long unit starts last and leaves a worker idle.
 # The order comes from the compile report (SPECJAX_COMPILE_REPORT, `tests/compile_report.py`)
 # of a 2-worker run on a cold compile cache with the tests' XLA flags (seconds per unit,
-# 2026-11-25 at 59fba7a); units under ~30 s keep their collection order after these.
+# 2026-11-25 at f73b909, whole units per worker); units under ~18 s keep their collection
+# order after these.
 LONGEST_FIRST = (
-    "test_ddtree.py",  # 227
-    "test_notebooks.py::test_notebook_executes[graft]",  # 182
-    "test_equality.py",  # 142
-    "test_notebooks.py::test_notebook_executes[dynatree]",  # 141
-    "test_domino.py",  # 135
-    "test_graft.py",  # 134
-    "test_eagle3.py",  # 116
-    "test_cli.py",  # 104
-    "test_notebooks.py::test_notebook_executes[domino]",  # 78
-    "test_decode.py",  # 73
-    "test_gguf.py",  # 69
-    "test_bench.py",  # 69
-    "test_sharding.py",  # 67
-    "test_dflash.py",  # 62
-    "test_dynatree.py",  # 56
-    "test_ddtree_graft.py",  # 52
-    "test_train_domino.py",  # 49
-    "test_verify.py",  # 49
-    "test_device_bench.py",  # 45
-    "test_notebooks.py::test_notebook_executes[ddtree]",  # 37
-    "test_cache_and_tree_attention.py",  # 36
-    "test_decode_sampling.py",  # 34
-    "test_assets.py",  # 33
+    "test_ddtree.py",  # 144
+    "test_notebooks.py::test_notebook_executes[graft]",  # 117
+    "test_domino.py",  # 101
+    "test_notebooks.py::test_notebook_executes[dynatree]",  # 97
+    "test_graft.py",  # 88
+    "test_eagle3.py",  # 87
+    "test_equality.py",  # 74
+    "test_cli.py",  # 70
+    "test_notebooks.py::test_notebook_executes[domino]",  # 58
+    "test_decode.py",  # 54
+    "test_dflash.py",  # 49
+    "test_verify.py",  # 41
+    "test_gguf.py",  # 41
+    "test_dynatree.py",  # 39
+    "test_train_domino.py",  # 37
+    "test_sharding.py",  # 36
+    "test_ddtree_graft.py",  # 35
+    "test_bench.py",  # 35
+    "test_notebooks.py::test_notebook_executes[ddtree]",  # 32
+    "test_cache_and_tree_attention.py",  # 28
+    "test_decode_sampling.py",  # 27
+    "test_device_bench.py",  # 21
+    "test_assets.py",  # 19
 )
 
 
