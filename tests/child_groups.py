@@ -50,14 +50,13 @@ def run_child_groups(command: list[str], groups: list[str], *, env: dict[str, st
     return {g: sections.get(g, f"(no output; exit {proc.returncode})\n{proc.stderr[-6000:]}") for g in groups}
 
 
-def child_group_fixture(group_of: Callable[[pytest.Item], str | None], run: Callable[[list[str]], dict[str, str]]):
+def child_group_fixture(group_of: Callable[[pytest.Item], str], run: Callable[[list[str]], dict[str, str]]):
     """A module-scoped fixture: `fixture(group) -> that group's output`, asserting the group passed.
-    `group_of(item)` names the group a test of the module needs (None: none); `run(groups)` runs them in one child."""
+    `group_of(item)` names the group a test of the module needs; `run(groups)` runs them in one child."""
 
     @pytest.fixture(scope="module")
     def fixture(request):
-        needed = (group_of(i) for i in request.session.items if i.module is request.module)
-        groups = list(dict.fromkeys(g for g in needed if g is not None))
+        groups = list(dict.fromkeys(group_of(i) for i in request.session.items if i.module is request.module))
         outputs = run(groups)
 
         def output_of(group: str) -> str:

@@ -72,7 +72,7 @@ def test_near_tie_threshold_per_dtype():
 
 def child_with_xla_flags(module: str, flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """`python -m <module>` from the repository root, compiled with XLA's default flags plus `flags`
-    (tests/xla_flags.py): for checks of the library's numerics, not the suite's cheaper compilation."""
+    (tests/xla_flags.py) instead of the suite's TEST_XLA_FLAGS."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = child_env(flags)
     env["PYTHONPATH"] = os.pathsep.join([root, os.path.join(root, "tests"), *filter(None, [env.get("PYTHONPATH")])])
