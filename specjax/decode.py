@@ -41,7 +41,7 @@ from specjax.numerics import DEFAULT_PRECISION, check_precision, decode_compiler
 from specjax.sampling import Sampling
 from specjax.sharding import init_cache_on, mesh_of, replicate
 from specjax.tree import Tree, ancestor_mask, node_positions, tree_depth
-from specjax.verify import WalkResult, chain_rejection, greedy_walk, sampling_walk
+from specjax.verify import WalkResult, chain_rejection, sample_targets, walk
 
 __all__ = [
     "cache_sizes", "eos_table", "finish", "generate", "generate_ar", "GenerateOutput", "initial_state", "is_eos",
@@ -307,44 +307,56 @@ def verify_tree(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KV
     T > 0 chain rejection when `rejection` (draft_probs f32[B, N, V] required), else the
     lossless sampling walk. `widths` (static, ascending, ending at N): verify only the
     smallest prefix of the tree slots holding every valid node of the `active` rows.
-    Features of `feature_layers` are gathered at the walk's path slots, and the top-k at
-    every slot is taken, inside the width branch, so every output has a static shape.
+    The width branch runs the forward and reduces its logits to what the rest needs, padded
+    to N + 1 slots (a target token per slot, the features of `feature_layers`, the top-k),
+    so every output has a static shape; the walk runs once, after the branch.
     Nothing is committed: `commit(pass.cache, pass.result.path_slots, n)` does that.
     """
     b, budget = tree.tokens.shape
     widths = (budget,) if widths is None else tuple(widths)
     active = jnp.ones((b,), bool) if active is None else active
+    walked = sampling.greedy or not rejection  # a walk needs one target token per slot, not the logits
 
     def run(width, cache, tree, draft_probs):
-        tree = jax.tree.map(lambda x: x[:, :width], tree)
-        block = jnp.concatenate([root[:, None], tree.tokens], axis=1)  # [B, width+1]
-        logits, cache, feats = forward_tapped(params, cfg, block, node_positions(tree, cache.lengths),
-                                              ancestor_mask(tree, max_depth), cache, feature_layers)
-        if sampling.greedy:
-            result = greedy_walk(tree, logits, max_depth)
-        elif rejection:
-            result = chain_rejection(tree.tokens, draft_probs, logits, key, sampling.temperature, sampling.top_k,
-                                     sampling.top_p)
+        # Only the width-dependent work is in the branch (the forward and what reads its
+        # logits); the walk runs once after the switch, on the slot targets padded to N + 1
+        # (one compiled walk instead of one per width: issue 16 item 5).
+        sub = jax.tree.map(lambda x: x[:, :width], tree)
+        block = jnp.concatenate([root[:, None], sub.tokens], axis=1)  # [B, width+1]
+        logits, cache, feats = forward_tapped(params, cfg, block, node_positions(sub, cache.lengths),
+                                              ancestor_mask(sub, max_depth), cache, feature_layers)
+        pad = ((0, 0), (0, budget - width))
+        if sampling.greedy:  # greedy walk
+            out = jnp.pad(jnp.argmax(logits, axis=-1).astype(jnp.int32), pad)  # [B, N+1]; past width + 1: unread
+        elif walked:  # the lossless sampling walk: one sample of the processed target per slot
+            out = jnp.pad(sample_targets(logits, key, sampling.temperature, sampling.top_k, sampling.top_p), pad)
         else:
-            result = sampling_walk(tree, logits, key, sampling.temperature, sampling.top_k, sampling.top_p,
-                                   max_depth=max_depth)
-        features = None
-        if feature_layers:
-            features = jnp.take_along_axis(feats, result.path_slots[:, :, None, None], axis=1)  # [B, D+1, n, E]
+            out = chain_rejection(tree.tokens, draft_probs, logits, key, sampling.temperature, sampling.top_k,
+                                  sampling.top_p)  # full width only (checked below)
+        feats = jnp.pad(feats, pad + ((0, 0),) * (feats.ndim - 2)) if feature_layers else None  # [B, N+1, n, E]
         top_ids = top_logits = None
         if top_k:
             vals, ids = top_k_op(logits, top_k)  # [B, width+1, k]
-            pad = ((0, 0), (0, budget - width), (0, 0))
-            top_ids = jnp.pad(ids.astype(jnp.int32), pad, constant_values=-1)
-            top_logits = jnp.pad(vals, pad, constant_values=-jnp.inf)
-        return TargetPass(result=result, cache=cache, features=features, top_ids=top_ids, top_logits=top_logits)
+            top_ids = jnp.pad(ids.astype(jnp.int32), pad + ((0, 0),), constant_values=-1)
+            top_logits = jnp.pad(vals, pad + ((0, 0),), constant_values=-jnp.inf)
+        return out, jnp.int32(width), cache, feats, top_ids, top_logits
 
     if rejection and len(widths) > 1:
         raise ValueError("chain rejection needs the full width (its draft probs and results have it)")
     # Slots past the last valid node of every row are dead weight: verify at the smallest
     # static width that holds them (parents precede children, so a prefix of the slots is a tree).
     extent = jnp.max(jnp.where(tree.valid & active[:, None], jnp.arange(1, budget + 1)[None], 0))
-    return switch_on_width(extent, widths, run, (cache, tree, draft_probs))
+    out, width, cache, feats, top_ids, top_logits = switch_on_width(extent, widths, run, (cache, tree, draft_probs))
+    if walked:
+        # The verified prefix only: an inactive row may hold valid nodes past `width`.
+        valid = tree.valid & (jnp.arange(budget)[None] < width)
+        result = walk(tree.replace(valid=valid), out, max_depth)
+    else:
+        result = out
+    features = None
+    if feature_layers:
+        features = jnp.take_along_axis(feats, result.path_slots[:, :, None, None], axis=1)  # [B, D+1, n, E]
+    return TargetPass(result=result, cache=cache, features=features, top_ids=top_ids, top_logits=top_logits)
 
 
 def speculative_round(params, cfg: ModelConfig, drafter, state: LoopState, *, max_new_tokens: int | jax.Array,
