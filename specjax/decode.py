@@ -315,7 +315,7 @@ def verify_tree(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KV
     b, budget = tree.tokens.shape
     widths = (budget,) if widths is None else tuple(widths)
     active = jnp.ones((b,), bool) if active is None else active
-    walked = sampling.greedy or not rejection  # a walk needs one target token per slot, not the logits
+    walked = sampling.greedy or not rejection  # else chain rejection, which needs the logits
 
     def run(width, cache, tree, draft_probs):
         # Only the width-dependent work is in the branch (the forward and what reads its
@@ -326,13 +326,13 @@ def verify_tree(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KV
         logits, cache, feats = forward_tapped(params, cfg, block, node_positions(sub, cache.lengths),
                                               ancestor_mask(sub, max_depth), cache, feature_layers)
         pad = ((0, 0), (0, budget - width))
-        if sampling.greedy:  # greedy walk
-            out = jnp.pad(jnp.argmax(logits, axis=-1).astype(jnp.int32), pad)  # [B, N+1]; past width + 1: unread
-        elif walked:  # the lossless sampling walk: one sample of the processed target per slot
+        if sampling.greedy:  # greedy walk: the target's argmax per slot, [B, N+1] (past width + 1: unread)
+            out = jnp.pad(jnp.argmax(logits, axis=-1).astype(jnp.int32), pad)
+        elif rejection:  # the full width only (checked below): the result itself
+            out = chain_rejection(sub.tokens, draft_probs, logits, key, sampling.temperature, sampling.top_k,
+                                  sampling.top_p)
+        else:  # the lossless sampling walk: one sample of the processed target per slot
             out = jnp.pad(sample_targets(logits, key, sampling.temperature, sampling.top_k, sampling.top_p), pad)
-        else:
-            out = chain_rejection(tree.tokens, draft_probs, logits, key, sampling.temperature, sampling.top_k,
-                                  sampling.top_p)  # full width only (checked below)
         feats = jnp.pad(feats, pad + ((0, 0),) * (feats.ndim - 2)) if feature_layers else None  # [B, N+1, n, E]
         top_ids = top_logits = None
         if top_k:
