@@ -17,6 +17,8 @@ Groups:
            (Qwen3 target) on (2, 2) = one device; batch of 4 ragged prompts
   eagle3   `generate` with the EAGLE-3 dynamic tree (Qwen3 target)
   graft    `generate` with Graft over the EAGLE-3 stepper and its successor table (GPT-NeoX)
+  train    `specjax.train.loop.train` of a DFlash drafter (draft vocabulary of 24 ids) on (data=2, model=2)
+           and an EAGLE-3 drafter on (data=4, model=1): losses and updated params = one device
 
 The tiny models are random (numpy normal(0, 0.3) weights, norms 1 + noise) from
 `param_shapes`, so no JAX program is compiled to build them.
@@ -308,12 +310,54 @@ def graft_drafters():
     yield "Graft(EAGLE-3)", NEOX, graft, graft_params(random_params(eagle, 6), NEOX.vocab_size, 3, (0.3, 0.5))
 
 
+def check_train():
+    """The training loop on a mesh = on one device: 3 steps, every logged loss and every param leaf."""
+    import tempfile
+
+    from specjax.drafters.dflash import target_outer
+    from specjax.train import dflash as TD, eagle3 as TE
+    from specjax.train.loop import TrainSet, train
+    from specjax.train.vocab import vocab_tables
+
+    params = random_params(NEOX, 7)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(1, NEOX.vocab_size, (24, 16)).astype(np.int32)
+    mask = np.zeros((24, 16), bool)
+    mask[:, 4:] = True
+    dflash = DFlashConfig.for_target(NEOX, num_layers=1, target_layer_ids=(0, 2), block_size=4,
+                                     mask_token_id=NEOX.vocab_size - 1)
+    eagle = Eagle3Config.for_target(NEOX, target_layer_ids=(0, 1, 2))
+    cases = [("DFlash, 24-token draft vocabulary", dflash, TD.DFlashTrainConfig(steps=3, batch_size=8, anchors=4,
+                                                                               log_every=3), TD.make_step,
+              dflash.target_layer_ids, True, (2, 2)),
+             ("EAGLE-3", eagle, TE.Eagle3TrainConfig(steps=3, batch_size=8, ttt_steps=2, log_every=3), TE.make_step,
+              TE.feature_layers(eagle, NEOX), False, (4, 1))]
+    for name, dcfg, tc, make_step, layers, reduced, shape in cases:
+        ts = TrainSet.from_dense((NEOX, params), tokens, mask, layers, valid_rows=8)
+        vocab = vocab_tables(ts.response_token_counts(NEOX.vocab_size), 24) if reduced else None
+        outs = {}
+        for mesh_shape in (None, shape):
+            mesh = None if mesh_shape is None else S.make_mesh(*mesh_shape)
+            with tempfile.TemporaryDirectory() as d:
+                outs[mesh_shape] = train((NEOX, target_outer(params)), dcfg, ts, tc, d, step_factory=make_step,
+                                         vocab=vocab, mesh=mesh, progress=False)
+        ref_params, ref_log = outs[None]
+        got_params, got_log = outs[shape]
+        np.testing.assert_allclose([r["train_loss"] for r in got_log], [r["train_loss"] for r in ref_log],
+                                   rtol=1e-5)
+        np.testing.assert_allclose(got_log[-1]["valid_loss"], ref_log[-1]["valid_loss"], rtol=1e-5)
+        jax.tree.map(lambda x, y: np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-5),
+                     got_params, ref_params)
+        print(f"train {name} mesh {shape}: equal to one device (loss {got_log[-1]['train_loss']:.5f})", flush=True)
+
+
 GROUPS = {
     "layout": lambda: (check_layout(), check_no_weight_or_cache_is_gathered()),
     "ar": lambda: (check_generate_ar(), check_sampled_generate_ar()),
     "dflash": lambda: check_generate(dflash_drafters),
     "eagle3": lambda: check_generate(eagle3_drafters),
     "graft": lambda: check_generate(graft_drafters),
+    "train": check_train,
 }
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ import pytest
 import specjax
 
 PUBLIC_MODULES = ["specjax", "specjax.tree", "specjax.verify", "specjax.decode", "specjax.sampling", "specjax.ops",
-                  "specjax.numerics", "specjax.equality", "specjax.sharding", "specjax.models", "specjax.drafters",
+                  "specjax.numerics", "specjax.equality", "specjax.sharding", "specjax.draft_vocab", "specjax.models",
+                  "specjax.drafters",
                   "specjax.drafters.protocol", "specjax.drafters.ddtree", "specjax.drafters.ddtree_graft",
                   "specjax.drafters.dflash", "specjax.drafters.domino", "specjax.drafters.dynamic_tree",
                   "specjax.drafters.dynatree", "specjax.drafters.level_tree", "specjax.drafters.eagle3",

@@ -60,5 +60,13 @@ def test_generate_sharded_equals_one_device(group, four_devices):
     assert out.count(": identical") == {"dflash": 2, "eagle3": 1, "graft": 1}[group]
 
 
+def test_training_step_sharded_equals_one_device(four_devices):
+    """The drafter trainer with a mesh (batch on "data", the target head vocab-parallel on "model"):
+    DFlash with a draft vocabulary on (2, 2), EAGLE-3 on (4, 1): losses and params = one device."""
+    out = four_devices("train")
+    assert out.count("equal to one device") == 2
+
+
 GROUP_OF = {test_mesh_errors_and_the_spec_of_every_param_leaf.__name__: "layout",
-            test_generate_ar_sharded_equals_one_device.__name__: "ar"}
+            test_generate_ar_sharded_equals_one_device.__name__: "ar",
+            test_training_step_sharded_equals_one_device.__name__: "train"}

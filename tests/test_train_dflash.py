@@ -12,23 +12,24 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax.models import GPTNeoXConfig, init_params
-from specjax.models.dflash import DFlashConfig
+from specjax.drafters.dflash import anchored_hidden, target_outer
+from specjax.models import init_params, load_checkpoint
+from specjax.models.model import project_to_vocab
 from specjax.train import dflash as T
+from specjax.train.loop import export, train
+from specjax.train.vocab import vocab_tables
 from tests.tiny_models import perturbed
-
-TARGET = GPTNeoXConfig(vocab_size=24, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, rotary_dim=4,
-                       eos_token_ids=(0,))
-TARGET_PARAMS = perturbed(init_params(TARGET, jax.random.key(0)), 1, 0.5)
-DRAFTER = DFlashConfig.for_target(TARGET, num_layers=1, target_layer_ids=(0, 1), block_size=4, mask_token_id=23)
+from tests.train_fixtures import DRAFTER, TARGET, TARGET_PARAMS, dense_data, trainset
 
 
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(0)
-    prompts = [rng.integers(1, 23, rng.integers(2, 6)).tolist() for _ in range(24)]
-    return T.make_dataset((TARGET, TARGET_PARAMS), prompts, seq_len=20, max_new_tokens=12, batch_size=12,
-                          sampled_fraction=0.5, progress=False)
+    return dense_data()
+
+
+def run(tc, out, **kw):
+    return train((TARGET, target_outer(TARGET_PARAMS)), DRAFTER, trainset(DRAFTER.target_layer_ids), tc, out,
+                 step_factory=T.make_step, progress=False, **kw)
 
 
 def test_dataset_is_the_targets_own_answers(data):
@@ -57,13 +58,74 @@ def test_anchors_follow_the_recipe():
         assert np.all(np.diff(a[b][v[b]]) > 0)  # ascending, without replacement
 
 
-def test_training_reduces_loss_and_resumes_exactly(data, tmp_path):
+def test_training_reduces_loss_and_resumes_bit_exactly(tmp_path):
     tc = T.DFlashTrainConfig(steps=6, batch_size=4, anchors=4, gamma=2.0, lr=3e-3, log_every=3, ckpt_every=3)
-    params, log = T.train((TARGET, TARGET_PARAMS), DRAFTER, data, tc, tmp_path / "a", valid_rows=8)
-    T.train((TARGET, TARGET_PARAMS), DRAFTER, data, tc, tmp_path / "b", valid_rows=8, stop_after=2)  # interrupted
-    # resuming with the full schedule: the checkpoint holds params + AdamW state + step
-    resumed, _ = T.train((TARGET, TARGET_PARAMS), DRAFTER, data, tc, tmp_path / "b", resume=True, valid_rows=8)
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6), params, resumed)
+    params, _ = run(tc, tmp_path / "a")
+    run(tc, tmp_path / "b", stop_after=2)  # interrupted
+    # resuming with the full schedule: the checkpoint holds params + AdamW state + step; batches and
+    # anchors are functions of (seed, step): the same bits as the uninterrupted run
+    resumed, _ = run(tc, tmp_path / "b", resume=True)
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), params, resumed)
     longer = dataclasses.replace(tc, steps=60, log_every=30, ckpt_every=60)
-    _, log = T.train((TARGET, TARGET_PARAMS), DRAFTER, data, longer, tmp_path / "c", valid_rows=8)
+    _, log = run(longer, tmp_path / "c")
     assert log[-1]["train_loss"] < 0.8 * log[0]["train_loss"], log
+
+
+def test_block_loss_over_a_draft_vocabulary_equals_a_numpy_reference():
+    """With a draft vocabulary of K < V ids, the loss is the weighted CE of the softmax over those K
+    columns of the full logits, over labels inside it; a label outside counts as a miss in acc and tau."""
+    ts = trainset(DRAFTER.target_layer_ids)
+    batch = ts.batch(np.arange(6))
+    touter = target_outer(TARGET_PARAMS)
+    counts = ts.response_token_counts(TARGET.vocab_size)
+    vocab = vocab_tables(counts, 10)
+    dparams = perturbed(init_params(DRAFTER, jax.random.key(2)), 3, 0.3)
+    feats, tokens, mask = (jnp.asarray(batch["features"], jnp.float32), jnp.asarray(batch["tokens"]),
+                           jnp.asarray(batch["loss_mask"]))
+    anchors, valid = T.draw_anchors(jax.random.key(1), mask, 4)
+    loss, metrics = T.block_loss(dparams, DRAFTER, touter, TARGET, feats, tokens, mask, anchors, valid, 2.0, vocab)
+    full = np.asarray(project_to_vocab(touter, TARGET, anchored_hidden(dparams, DRAFTER, touter, TARGET, feats, tokens,
+                                                                       anchors, valid)[:, :, 1:]), np.float64)
+    ids = np.asarray(vocab.ids)
+    assert len(ids) == 10 and set(np.argsort(-counts, kind="stable")[:9]) <= set(ids.tolist())
+    toks, m, a, v = (np.asarray(x) for x in (tokens, mask, anchors, valid))
+    num, den, hits, cnt, prefixes = 0.0, 0.0, np.zeros(3), np.zeros(3), []
+    for r in range(toks.shape[0]):
+        for j in range(a.shape[1]):
+            if not v[r, j]:
+                continue
+            correct = []
+            for i in range(3):  # draft i + 1 of the block predicts x_{a + 1 + i}
+                pos = a[r, j] + 1 + i
+                if pos >= toks.shape[1] or not m[r, pos]:
+                    correct.append(False)
+                    continue
+                z = full[r, j, i, ids]
+                logp = z - z.max() - np.log(np.exp(z - z.max()).sum())
+                label = toks[r, pos]
+                cnt[i] += 1
+                if label in ids:
+                    num += -np.exp(-i / 2.0) * logp[list(ids).index(label)]
+                    den += np.exp(-i / 2.0)
+                correct.append(bool(label in ids and ids[z.argmax()] == label))
+                hits[i] += correct[-1]
+            prefixes.append(1 + int(np.cumprod(correct).sum()))
+    np.testing.assert_allclose(float(loss), num / den, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(metrics["acc"]), hits / np.maximum(cnt, 1), rtol=1e-6)
+    np.testing.assert_allclose(float(metrics["tau"]), np.mean(prefixes), rtol=1e-6)
+
+
+def test_training_with_a_draft_vocabulary_exports_its_ids(tmp_path):
+    """A K-token run learns, resumes only with the same vocabulary, and the export carries the ids."""
+    ts = trainset(DRAFTER.target_layer_ids)
+    vocab = vocab_tables(ts.response_token_counts(TARGET.vocab_size), 12, always=(0,))
+    tc = T.DFlashTrainConfig(steps=30, batch_size=4, anchors=4, gamma=2.0, lr=3e-3, log_every=15, ckpt_every=15)
+    params, log = run(tc, tmp_path / "v", vocab=vocab)
+    assert log[-1]["train_loss"] < log[0]["train_loss"], log
+    with pytest.raises(ValueError, match="another draft vocabulary"):
+        run(tc, tmp_path / "v", resume=True)
+    export(tmp_path / "exp", DRAFTER, params, {"note": "test"}, vocab.ids)
+    from specjax.draft_vocab import draft_vocab_ids
+
+    cfg, loaded = load_checkpoint(tmp_path / "exp")
+    assert cfg == DRAFTER and np.array_equal(np.asarray(draft_vocab_ids(loaded)), np.asarray(vocab.ids))

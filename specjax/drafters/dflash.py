@@ -22,6 +22,11 @@ Chain DFlash (the DFlash paper's decoding, `DFlashDrafter`): draft token i = arg
 row i (argmax also at T > 0, as the reference); verified by the greedy walk at T = 0 and
 by the lossless sampling walk at T > 0 (never min(1, p/q) with marginals).
 
+A draft vocabulary in the params (`specjax.draft_vocab`: params["draft_vocab"]["ids"])
+restricts `block_logits` to its K columns of the target's head (the rest EXCLUDED_LOGIT; the
+columns are gathered once, by `init`), so chain DFlash, DDTree, Domino and Graft on top of it
+draft only those tokens.
+
 Shapes: B batch, C = block_size pending context slots, K kv heads, D head dim, n tapped
 layers, E hidden, V vocab, W anchors per training sequence.
 """
@@ -35,11 +40,12 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from specjax.draft_vocab import draft_head, draft_vocab_ids, split_draft_vocab, vocab_logits, weights_dtype
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.models.cache import KVCache, commit, init_cache
 from specjax.models.dflash import DFlashConfig
 from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots
-from specjax.models.model import ModelConfig, embed_tokens, merge_module, project_to_vocab
+from specjax.models.model import ModelConfig, embed_tokens, merge_module
 from specjax.tree import chain_tree
 
 __all__ = [
@@ -52,7 +58,7 @@ __all__ = [
 
 
 def _outer(params: dict, cfg: DFlashConfig):
-    return merge_module(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"})
+    return merge_module(cfg, "Outer", {k: v for k, v in split_draft_vocab(params)[0].items() if k != "layers"})
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))  # eager callers: one compile per shape
@@ -135,6 +141,8 @@ class DFlashState:
       pending: [B, C, n, E] target features (params dtype) of last round's root + accepted path, waiting
         to be written into the context by the next drafter forward; rows >= pending_n are padding.
       pending_n: int32[B] how many pending rows are real (the last round's kept tokens; 0 once written).
+      draft_head: [E, K] the target head's columns of the drafter's draft vocabulary (`specjax.draft_vocab`),
+        gathered once by `init`; None with the full vocabulary.
     """
 
     params: dict
@@ -142,6 +150,7 @@ class DFlashState:
     cache: KVCache
     pending: jax.Array
     pending_n: jax.Array
+    draft_head: jax.Array | None = None
 
 
 def block_hidden(cfg: DFlashConfig, target_cfg: ModelConfig, state: DFlashState, root: jax.Array,
@@ -172,9 +181,12 @@ def block_hidden(cfg: DFlashConfig, target_cfg: ModelConfig, state: DFlashState,
 def block_logits(cfg: DFlashConfig, target_cfg: ModelConfig, state: DFlashState, root: jax.Array,
                  active: jax.Array | None = None, block_size: int | None = None):
     """(logits f32[B, L, V], state): `block_hidden` through the target's LM head, rows 1 .. L
-    (L = block_size - 1): row i - 1 of the logits predicts the token at position root + i."""
+    (L = block_size - 1): row i - 1 of the logits predicts the token at position root + i.
+    With a draft vocabulary in the drafter's params only its K columns are computed
+    (`specjax.draft_vocab.vocab_logits`; the others are EXCLUDED_LOGIT)."""
     hidden, state = block_hidden(cfg, target_cfg, state, root, active, block_size)
-    return project_to_vocab(state.target_params, target_cfg, hidden[:, 1:]), state
+    ids = draft_vocab_ids(state.params)
+    return vocab_logits(state.target_params, target_cfg, hidden[:, 1:], ids, state.draft_head), state
 
 
 # ============================================================================ training view
@@ -197,7 +209,7 @@ def anchored_hidden(params: dict, cfg: DFlashConfig, target_params: dict, target
     b, s = tokens.shape
     w = anchors.shape[1]
     pos = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
-    cache = init_draft_cache(cfg, b, s + w * bs, jax.tree.leaves(params)[0].dtype)
+    cache = init_draft_cache(cfg, b, s + w * bs, weights_dtype(params))
     cache = write_region(cache, *context_kv(params, cfg, features, pos))
     first = jnp.take_along_axis(tokens, anchors, axis=1)  # [B, W]
     block = jnp.concatenate([first[..., None], jnp.full((b, w, bs - 1), cfg.mask_token_id, jnp.int32)], axis=2)
@@ -284,13 +296,14 @@ class DFlashDrafter:
         if context is None or context.features is None:
             raise ValueError("DFlash reads the target: init needs the prompt's target features (PromptContext)")
         b = tokens.shape[0]
-        dtype = jax.tree.leaves(params)[0].dtype
+        dtype = weights_dtype(params)
         cache = init_draft_cache(self.cfg, b, self.cache_slots(tokens.shape[1], max_new_tokens), dtype)
         cache = ingest_context(params, self.cfg, cache, context.features.astype(dtype), prompt_lengths)
         feat = context.features.shape[2:]
         return DFlashState(params=params, target_params=context.target_params, cache=cache,
                            pending=jnp.zeros((b, self.pending_width) + feat, dtype),
-                           pending_n=jnp.zeros((b,), jnp.int32))
+                           pending_n=jnp.zeros((b,), jnp.int32),
+                           draft_head=draft_head(context.target_params, self.target_cfg, draft_vocab_ids(params)))
 
     def block_logits(self, state: DFlashState, root, active=None):
         """(logits f32[B, L, V], state): the drafter's marginals for the block after `root`."""

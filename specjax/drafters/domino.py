@@ -22,6 +22,9 @@ at least as often (the notebook reports both).
 `use_head=False` drafts from the base logits alone with the same weights (Table 4 of the
 paper; with the paper's alignment it is exactly chain DFlash on the backbone).
 
+A draft vocabulary in the params (`specjax.draft_vocab`) restricts both the base logits and
+the correction (the columns of W_2) to its K tokens; every other token keeps EXCLUDED_LOGIT.
+
 Shapes: B batch, K drafts per round, E hidden, d_s GRU width, V vocabulary.
 """
 
@@ -32,13 +35,14 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from specjax.draft_vocab import add_to_columns, draft_vocab_ids, vocab_logits
 from specjax.drafters.dflash import DFlashDrafter, DFlashState, block_hidden
 from specjax.models.domino import DominoConfig
-from specjax.models.model import embed_tokens, project_to_vocab
+from specjax.models.model import embed_tokens
 from specjax.tree import chain_tree
 
 __all__ = [
-    "correction", "DominoDrafter", "draft_rows", "gru_cell", "head_mask", "rollout", "sampler",
+    "correction", "DominoDrafter", "draft_rows", "draft_vocab_head", "gru_cell", "head_mask", "rollout", "sampler",
     "teacher_forced_logits", "VERIFY_RULES",
 ]
 
@@ -61,10 +65,20 @@ def gru_cell(head: dict, e: jax.Array, h: jax.Array) -> jax.Array:
 
 
 def correction(head: dict, rows: jax.Array, s: jax.Array) -> jax.Array:
-    """W_2 SiLU(W_1 [rows ; s]): rows [..., E], s [..., d_s] -> f32[..., V]."""
+    """W_2 SiLU(W_1 [rows ; s]): rows [..., E], s [..., d_s] -> f32[..., V] (f32[..., K] for a
+    `draft_vocab_head`)."""
     x = jnp.concatenate([rows.astype(jnp.float32), s.astype(jnp.float32)], axis=-1)
     u = jax.nn.silu(x @ head["w1"]["kernel"].astype(jnp.float32))
     return u @ head["w2"]["kernel"].astype(jnp.float32)
+
+
+def draft_vocab_head(params: dict) -> tuple[dict, jax.Array | None]:
+    """(the head, ids int32[K] of the params' draft vocabulary or None): with a draft vocabulary,
+    W_2 keeps only its K columns [r, K], cut once here rather than in every draft step."""
+    head, ids = params["head"], draft_vocab_ids(params)
+    if ids is None:
+        return head, None
+    return {**head, "w2": {"kernel": jnp.take(head["w2"]["kernel"], ids, axis=1)}}, ids
 
 
 def draft_rows(cfg: DominoConfig, hidden: jax.Array) -> jax.Array:
@@ -84,8 +98,10 @@ def teacher_forced_logits(cfg: DominoConfig, params: dict, touter: dict, tcfg, r
 
     rows [..., K, E], base f32[..., K, V]; inputs int32[..., K] = (y_0 = root, y_1, ..., y_{K-1}).
     Returns f32[..., K, V]: L_i = base_i + mask_i W_2 SiLU(W_1 [rows_i ; s_i]), s_i the GRU
-    state after inputs 1 .. i. Equal to `rollout` with the same tokens forced (tests C3)."""
-    head = params["head"]
+    state after inputs 1 .. i. Equal to `rollout` with the same tokens forced (tests C3). With a
+    draft vocabulary in `params` the correction goes to its columns only (base then holds
+    EXCLUDED_LOGIT elsewhere: `specjax.draft_vocab.vocab_logits`)."""
+    head, ids = draft_vocab_head(params)
     emb = embed_tokens(touter, tcfg, inputs)  # [..., K, E]
     h0 = jnp.zeros(inputs.shape[:-1] + (cfg.gru_hidden,), jnp.float32)
 
@@ -95,7 +111,7 @@ def teacher_forced_logits(cfg: DominoConfig, params: dict, touter: dict, tcfg, r
 
     _, states = jax.lax.scan(step, h0, jnp.moveaxis(emb, -2, 0))  # [K, ..., d_s]
     states = jnp.moveaxis(states, 0, -2)
-    return base + head_mask(cfg, use_head)[:, None] * correction(head, rows, states)
+    return add_to_columns(base, head_mask(cfg, use_head)[:, None] * correction(head, rows, states), ids)
 
 
 def rollout(cfg: DominoConfig, params: dict, touter: dict, tcfg, rows: jax.Array, base: jax.Array, root: jax.Array,
@@ -104,8 +120,9 @@ def rollout(cfg: DominoConfig, params: dict, touter: dict, tcfg, rows: jax.Array
 
     rows [B, K, E], base f32[B, K, V], root int32[B]; pick(logits f32[B, V], i, key) ->
     int32[B] chooses draft i + 1 (argmax, a sample, or a forced token); keys [K] one PRNG
-    key per draft. The GRU starts from 0 on `root` (module docstring, step 2)."""
-    head = params["head"]
+    key per draft. The GRU starts from 0 on `root` (module docstring, step 2). With a draft
+    vocabulary in `params` the correction is computed and added on its columns only."""
+    head, ids = draft_vocab_head(params)
     mask = head_mask(cfg, use_head)
     b = root.shape[0]
 
@@ -115,7 +132,7 @@ def rollout(cfg: DominoConfig, params: dict, touter: dict, tcfg, rows: jax.Array
         logits = base_i
         if use_head:  # static: head off drafts from the base logits without running the GRU at all
             h = gru_cell(head, embed_tokens(touter, tcfg, prev), h)
-            logits = logits + mask[i] * correction(head, row, h)
+            logits = add_to_columns(logits, mask[i] * correction(head, row, h), ids)
         tok = pick(logits, i, key).astype(jnp.int32)
         return (h, tok), (tok, logits)
 
@@ -190,7 +207,8 @@ class DominoDrafter(DFlashDrafter):
         target's LM head over the K draft rows in one matmul (pending context committed)."""
         hidden, state = block_hidden(self.cfg, self.target_cfg, state, root, active, self.block)
         rows = draft_rows(self.cfg, hidden)
-        return rows, project_to_vocab(state.target_params, self.target_cfg, rows), state
+        ids = draft_vocab_ids(state.params)
+        return rows, vocab_logits(state.target_params, self.target_cfg, rows, ids, state.draft_head), state
 
     def propose(self, state: DFlashState, root, active, key, sampling):
         rows, base, state = self.base_logits(state, root, active)

@@ -22,6 +22,9 @@ fc(f_t); step j >= 1 feeds every row its own step j - 1 output with token x_{t+1
 position t + j, attending to step-0 keys of rows <= t and to its own keys of steps 1..j:
 the attention pattern a depth-j chain node sees at inference (tested equal).
 
+A draft vocabulary in the params (`specjax.draft_vocab`, EAGLE-3's d2t idea over the target's
+own head) restricts `logits_of` to its K columns, so the tree drafts only those tokens.
+
 Shapes: B batch, C = max_depth + 1 pending rows, n tapped layers, E hidden, V vocab.
 """
 
@@ -33,12 +36,13 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from specjax.draft_vocab import draft_head, draft_vocab_ids, split_draft_vocab, vocab_logits, weights_dtype
 from specjax.drafters.dflash import target_outer
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.models.cache import KVCache, commit, init_cache
 from specjax.models.eagle3 import Eagle3Config
 from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots
-from specjax.models.model import ModelConfig, embed_tokens, merge_module, project_to_vocab
+from specjax.models.model import ModelConfig, embed_tokens, merge_module
 
 __all__ = ["Eagle3State", "Eagle3Stepper", "eagle3_drafter", "draft_step", "fuse", "logits_of", "unrolled_hidden",
            "target_outer"]
@@ -48,7 +52,7 @@ __all__ = ["Eagle3State", "Eagle3Stepper", "eagle3_drafter", "draft_step", "fuse
 
 
 def _outer(params: dict, cfg: Eagle3Config):
-    return merge_module(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"})
+    return merge_module(cfg, "Outer", {k: v for k, v in split_draft_vocab(params)[0].items() if k != "layers"})
 
 
 def fuse(params: dict, cfg: Eagle3Config, features: jax.Array) -> jax.Array:
@@ -56,9 +60,12 @@ def fuse(params: dict, cfg: Eagle3Config, features: jax.Array) -> jax.Array:
     return _outer(params, cfg).fuse(features)
 
 
-def logits_of(params: dict, cfg: Eagle3Config, target_params: dict, target_cfg: ModelConfig, hidden: jax.Array):
-    """Draft logits f32[..., V] = the target's LM head over the drafter's final norm of `hidden`."""
-    return project_to_vocab(target_params, target_cfg, _outer(params, cfg).norm(hidden))
+def logits_of(params: dict, cfg: Eagle3Config, target_params: dict, target_cfg: ModelConfig, hidden: jax.Array,
+              head: jax.Array | None = None):
+    """Draft logits f32[..., V] = the target's LM head over the drafter's final norm of `hidden`;
+    with a draft vocabulary in `params` only its K columns (the others EXCLUDED_LOGIT,
+    `specjax.draft_vocab.vocab_logits`; `head`: those columns [E, K] gathered beforehand)."""
+    return vocab_logits(target_params, target_cfg, _outer(params, cfg).norm(hidden), draft_vocab_ids(params), head)
 
 
 def draft_step(params: dict, cfg: Eagle3Config, target_params: dict, target_cfg: ModelConfig, g: jax.Array,
@@ -101,6 +108,8 @@ class Eagle3State:
         a_{j+1}); the last real row's token is the root, filled in by `start`.
       pending_n: int32[B] how many pending rows are real (1 after the prefill; the kept tokens of the
         last round after `observe`; 0 once committed).
+      draft_head: [E, K] the target head's columns of the drafter's draft vocabulary (`specjax.draft_vocab`),
+        gathered once by `init`; None with the full vocabulary.
     """
 
     params: dict
@@ -109,6 +118,7 @@ class Eagle3State:
     pending: jax.Array
     pending_tokens: jax.Array
     pending_n: jax.Array
+    draft_head: jax.Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +154,7 @@ class Eagle3Stepper:
             raise ValueError("EAGLE-3 reads the target: init needs the prompt's target features (PromptContext)")
         b, t = tokens.shape
         c = max_depth + 1
-        dtype = jax.tree.leaves(params)[0].dtype
+        dtype = weights_dtype(params)
         # committed rows <= the target's committed length <= T + M - 1; then max(C, region) scratch slots
         cache = init_draft_cache(self.cfg, b, t + max_new_tokens + max(c, region) + 1, dtype)
         features = context.features.astype(dtype)
@@ -157,7 +167,8 @@ class Eagle3Stepper:
         last = jnp.take_along_axis(features, (prompt_lengths - 1)[:, None, None, None], axis=1)  # [B, 1, n, E]
         pending = jnp.zeros((b, c) + features.shape[2:], dtype).at[:, :1].set(last)
         return Eagle3State(params=params, target_params=context.target_params, cache=cache, pending=pending,
-                           pending_tokens=jnp.zeros((b, c), jnp.int32), pending_n=jnp.ones((b,), jnp.int32))
+                           pending_tokens=jnp.zeros((b, c), jnp.int32), pending_n=jnp.ones((b,), jnp.int32),
+                           draft_head=draft_head(context.target_params, self.target_cfg, draft_vocab_ids(params)))
 
     def start(self, state: Eagle3State, root, active):
         b, c = state.pending_tokens.shape
@@ -172,7 +183,7 @@ class Eagle3Stepper:
         hidden = jnp.take_along_axis(out, last[:, None, None], axis=1)[:, 0]  # [B, E] the root's state
         n = jnp.where(active, state.pending_n, 0)
         cache = commit(cache, jnp.broadcast_to(j, (b, c)), n)
-        logits = logits_of(state.params, self.cfg, state.target_params, self.target_cfg, hidden)
+        logits = logits_of(state.params, self.cfg, state.target_params, self.target_cfg, hidden, state.draft_head)
         return logits, hidden, state.replace(cache=cache, pending_n=state.pending_n - n)
 
     def step(self, state: Eagle3State, tokens, carried, depth, region_offset, mask):
@@ -181,7 +192,7 @@ class Eagle3Stepper:
         positions = jnp.broadcast_to(state.cache.lengths[:, None] - 1 + depth, (b, w)).astype(jnp.int32)
         out, cache = draft_step(state.params, self.cfg, state.target_params, self.target_cfg, carried, tokens,
                                 positions, mask, state.cache, region_offset)
-        logits = logits_of(state.params, self.cfg, state.target_params, self.target_cfg, out)
+        logits = logits_of(state.params, self.cfg, state.target_params, self.target_cfg, out, state.draft_head)
         return logits, out, state.replace(cache=cache)
 
     def observe(self, state: Eagle3State, verified: Verified, node_slots) -> Eagle3State:
@@ -216,7 +227,7 @@ def unrolled_hidden(params: dict, cfg: Eagle3Config, target_params: dict, target
     through `draft_step`, the decoding function.
     """
     b, s = tokens.shape
-    cache = init_draft_cache(cfg, b, steps * s, jax.tree.leaves(params)[0].dtype)
+    cache = init_draft_cache(cfg, b, steps * s, weights_dtype(params))
     t = jnp.arange(s)
     region = jnp.arange(steps * s)
     g = fuse(params, cfg, features)

@@ -12,7 +12,9 @@ Architecture (EAGLE-3, PAPER_NOTES section 4; [code:EAGLE traineagle3/cnets.py])
   * final `norm` (RMSNorm), then the *target's* frozen LM head (shared by reference, not
     stored; logits = W_lm norm(out)), and the target's frozen token embedding. The
     reference trains its own head over a reduced 32k draft vocabulary (d2t map); specjax
-    keeps the full vocabulary and the target's head [choice], so E and V are the target's.
+    keeps the target's head [choice], so E and V are the target's; an optional draft
+    vocabulary (`specjax.draft_vocab`, params["draft_vocab"]["ids"], saved as the tensor
+    `draft_vocab.ids`) restricts drafting to K columns of that head.
 
 Pairing (what makes the drafter's rows line up with the target): the row of committed
 position t reads (f_t, token x_{t+1}) at rotary position t and predicts x_{t+2}; a tree node
@@ -61,8 +63,8 @@ class Eagle3Config(TargetBound):
     high layers (`default_target_layer_ids`).
 
     Fields:
-      vocab_size: V, the target's vocabulary (the target's embedding and LM head are shared; no
-        reduced draft vocabulary).
+      vocab_size: V, the target's vocabulary (the target's embedding and LM head are shared; a
+        reduced draft vocabulary lives in the params, not here: `specjax.draft_vocab`).
       hidden_size: E, = the target's hidden size (the attention input is 2E: token embedding ; g).
       num_heads: query heads of the decoder layer.
       num_kv_heads: key/value heads (GQA: divides num_heads).

@@ -10,6 +10,11 @@ then are read with torch's `weights_only=True`).
 
 `save_checkpoint` writes the same layout back (config.json + model.safetensors), so a
 params pytree round-trips and the directory loads in transformers.
+
+Drafters that project with their target's LM head (DFlash, Domino, EAGLE-3: `TargetBound`
+configs) may carry a reduced draft vocabulary, params["draft_vocab"]["ids"] int32[K]
+(`specjax.draft_vocab`); it is saved as the optional int32 tensor `draft_vocab.ids` and
+loaded back when present (absent: the full vocabulary).
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ import ml_dtypes
 import numpy as np
 
 from specjax.models.model import ModelConfig, config_from_hf, family, param_shapes
+from specjax.models.target_bound import TargetBound
+
+DRAFT_VOCAB_TENSOR = "draft_vocab.ids"  # optional int32[K]: a drafter's draft vocabulary (`specjax.draft_vocab`)
 
 
 class CheckpointError(ValueError):
@@ -131,6 +139,20 @@ def raise_on_mismatch(error: type[Exception], what: str, missing: list, unexpect
         raise error(f"{what}: " + " | ".join(problems))
 
 
+def check_draft_vocab_ids(ids, vocab_size: int, error: type[Exception] = ValueError) -> np.ndarray:
+    """A draft vocabulary's token ids as int32[K]: raises `error` naming the problem unless they are
+    K >= 1 integers, strictly increasing (sorted, no repeats) and inside the vocabulary [0, vocab_size)."""
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
+        raise error(f"draft vocabulary ids must be a non-empty 1-D integer array, got {arr.dtype}{list(arr.shape)}")
+    if arr.min() < 0 or arr.max() >= vocab_size:
+        raise error(f"draft vocabulary ids must lie in [0, {vocab_size}) (the target's vocabulary), got "
+                    f"min {arr.min()}, max {arr.max()}")
+    if np.any(np.diff(arr) <= 0):
+        raise error("draft vocabulary ids must be sorted ascending without repeats (use np.unique)")
+    return arr.astype(np.int32)
+
+
 def _get(tree: dict, path: tuple[str, ...]):
     for p in path:
         tree = tree[p]
@@ -157,6 +179,7 @@ def params_from_tensors(cfg: ModelConfig, tensors: dict[str, np.ndarray], dtype=
     outer_maps, layer_maps = fam.param_maps(cfg)
     shapes = param_shapes(cfg, dtype)
     remaining = dict(tensors)
+    draft_ids = remaining.pop(DRAFT_VOCAB_TENSOR, None) if isinstance(cfg, TargetBound) else None
     missing, bad_shapes, params = [], [], {}
 
     def take(key: str, expected_ours: tuple[int, ...], transform):
@@ -190,7 +213,11 @@ def params_from_tensors(cfg: ModelConfig, tensors: dict[str, np.ndarray], dtype=
                       f"unexpected tensors (not in the {cfg.model_type} key map)")
     if jax.tree.structure(params) != jax.tree.structure(shapes):
         raise CheckpointError("internal error: key map does not cover every parameter")  # a bug in a key map
-    return jax.tree.map(lambda a, s: jnp.asarray(a, dtype=s.dtype), params, shapes)
+    params = jax.tree.map(lambda a, s: jnp.asarray(a, dtype=s.dtype), params, shapes)
+    if draft_ids is not None:  # never cast to the params' dtype
+        ids = check_draft_vocab_ids(draft_ids, cfg.vocab_size, CheckpointError)
+        params["draft_vocab"] = {"ids": jnp.asarray(ids)}
+    return params
 
 
 def load_checkpoint(directory: str | os.PathLike, dtype=jnp.float32, allow_pickle: bool = False):
@@ -209,6 +236,11 @@ def tensors_from_params(cfg: ModelConfig, params: dict, dtype=None) -> dict[str,
         stacked = np.asarray(_get(params["layers"], m.path))
         for i in range(cfg.num_layers):
             out[m.hf_key.format(i=i)] = cast(m.transform.to_hf(stacked[i]))
+    if "draft_vocab" in params:  # int32 whatever `dtype`
+        if not isinstance(cfg, TargetBound):
+            raise ValueError(f"params carry a draft vocabulary, but a {cfg.model_type} model has no shared LM head to "
+                             f"restrict (only DFlash, Domino and EAGLE-3 drafters do)")
+        out[DRAFT_VOCAB_TENSOR] = check_draft_vocab_ids(params["draft_vocab"]["ids"], cfg.vocab_size)
     return out
 
 

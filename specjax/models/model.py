@@ -18,6 +18,7 @@ decoding and tree verification are all this function with different masks.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Union
 
@@ -103,7 +104,7 @@ def param_shapes(cfg: ModelConfig, dtype=jnp.float32) -> dict:
     return jax.eval_shape(lambda: init_params(cfg, jax.random.key(0), dtype))
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "feature_layers"))  # eager calls: one compile per shape
+@functools.partial(jax.jit, static_argnames=("cfg", "feature_layers", "with_logits"))  # one compile per shape
 def forward_tapped(
     params: dict,
     cfg: ModelConfig,
@@ -113,6 +114,7 @@ def forward_tapped(
     cache: KVCache,
     feature_layers: tuple[int, ...] = (),
     region_offset: int | jax.Array = 0,
+    with_logits: bool = True,
 ):
     """`forward` that also returns the outputs of chosen decoder layers (the features a
     drafter reads from the target): always (logits, cache, features).
@@ -122,7 +124,7 @@ def forward_tapped(
     Only those layers are kept: each is written into a [n, B, T, E] carry inside the
     layer scan when its layer runs, never a stack of all L + 1 layers.
     Returns (logits f32[B, T, V], cache, features [B, T, n, E] in the params' dtype);
-    with no layers requested features has n = 0.
+    with no layers requested features has n = 0; `with_logits=False` skips the LM head (logits None).
     """
     check_feature_layers(cfg, feature_layers)
     outer = _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"})
@@ -146,8 +148,27 @@ def forward_tapped(
     (x, k, v, features), _ = jax.lax.scan(
         layer, (embeddings, cache.k, cache.v, features), (params["layers"], jnp.arange(cfg.num_layers))
     )
-    logits = outer.logits(x)
+    logits = outer.logits(x) if with_logits else None
     return logits, KVCache(k=k, v=v, lengths=cache.lengths), jnp.moveaxis(features, 0, 2)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "feature_layers"))
+def layer_features(params: dict, cfg: ModelConfig, tokens: jax.Array, feature_layers: tuple[int, ...]) -> jax.Array:
+    """The chosen layers' outputs for whole sequences, as `forward_tapped` taps them: a causal
+    forward of int32[B, S] from position 0 that runs only the layers up to max(feature_layers)
+    and no LM head (what a feature cache stores). Returns [B, S, n, E] in the params' dtype."""
+    check_feature_layers(cfg, feature_layers)
+    if not feature_layers:
+        raise ValueError("layer_features needs at least one feature layer")
+    b, s = tokens.shape
+    run = max(feature_layers) + 1
+    short_cfg = dataclasses.replace(cfg, num_layers=run)
+    short = {**params, "layers": jax.tree.map(lambda x: x[:run], params["layers"])}
+    positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
+    cache = init_cache(short_cfg, b, s, jax.tree.leaves(params)[0].dtype)
+    _, _, feats = forward_tapped(short, short_cfg, tokens, positions, causal_mask(b, s), cache, feature_layers,
+                                 with_logits=False)
+    return feats
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
@@ -189,6 +210,11 @@ def check_feature_layers(cfg: ModelConfig, layers: tuple[int, ...]) -> None:
 def embed_tokens(params: dict, cfg: ModelConfig, tokens: jax.Array) -> jax.Array:
     """The token embedding alone: int32[B, T] -> [B, T, E] (what a drafter shares with its target)."""
     return _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"}).embed_tokens(tokens)
+
+
+def final_norm(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
+    """The target's final norm alone: [..., E] -> [..., E] (`project_to_vocab` of it is the logits)."""
+    return _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"}).final_norm(hidden)
 
 
 def project_to_vocab(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
@@ -271,5 +297,6 @@ def prefill(params, cfg: ModelConfig, tokens: jax.Array, prompt_lengths: jax.Arr
 __all__ = [
     "ModelConfig", "KVCache", "init_cache", "commit", "config_from_hf", "init_params", "param_shapes",
     "forward", "forward_tapped", "forward_jit", "prefill", "prefill_tapped", "causal_mask",
-    "pad_prompts", "family", "embed_tokens", "project_to_vocab", "check_feature_layers",
+    "pad_prompts", "family", "embed_tokens", "final_norm", "project_to_vocab", "layer_features",
+    "check_feature_layers",
 ]

@@ -1,13 +1,11 @@
-"""Training a DFlash drafter for a target (PAPER_NOTES 1.5; SpecForge's recipe at small scale).
+"""Training a DFlash drafter for a target (DFlash, arXiv 2602.06036, §3.3; SpecForge's recipe at small scale).
 
-Data (`make_dataset`): real prompts from the registry datasets' *train* splits (never the
-evaluation prompts), each answered by the target itself (`generate_ar`: greedy, plus a
-`sampled_fraction` at temperature 1), so the drafter learns the target's distribution.
-Sequences are prompt + response, right padded to `seq_len`; the loss mask covers the
-response tokens. Saved as `data.npz` + the exact recipe (`data.json`) in the run directory.
+Data: the target's own answers to training prompts (`specjax.train.data`, resumable shards;
+`make_dataset` below is the in-memory version for small runs and tests), with the tapped
+layers' features computed once (`specjax.train.features`); the loop is `specjax.train.loop`.
 
 One training step (`make_step`, jitted), per sequence x_0..x_{S-1} with loss mask m:
-  1. target forward (no gradient) -> features of the drafter's tapped layers, every position;
+  1. the features of the drafter's tapped layers at every position, read from the batch;
   2. anchors: W positions drawn uniformly without replacement from
      {a : m_a = 1 and m_{a+1} = 1} (re-drawn every step), sorted; rows with fewer valid
      positions pad with invalid anchors;
@@ -15,20 +13,17 @@ One training step (`make_step`, jitted), per sequence x_0..x_{S-1} with loss mas
      decoding functions themselves): block j = [x_{a_j}, m, ..., m] sees context features
      of positions < a_j only and its own block bidirectionally;
   4. same-position labels: block row k predicts x_{a_j + k} (k >= 1), valid iff in range and
-     m = 1 there; loss = sum_k w_k CE / sum_k w_k over valid labels, w_k = exp(-(k-1)/gamma).
-AdamW + linear warm-up + cosine decay + global-norm clipping (optax). The target's
-embedding and LM head are frozen (they are not in the drafter's params at all).
+     m = 1 there; loss = sum_k w_k CE / sum_k w_k over valid labels, w_k = exp(-(k-1)/gamma);
+     with a reduced draft vocabulary (`specjax.train.vocab`) the logits are the K columns
+     only and a label outside them leaves the CE (and counts as a miss).
+The target's embedding and LM head are frozen (they are not in the drafter's params at all).
 Logged: loss, per-position accuracy, and the training-time tau estimate
 (1 + the length of the all-correct prefix of each block, averaged over valid anchors).
-Checkpoints every `ckpt_every` steps (`--resume`); `export` writes the float16 drafter
-directory + `recipe.json` (data and training recipe, measured numbers).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import pathlib
 import time
 
 import jax
@@ -36,40 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from specjax.drafters.dflash import anchored_hidden, target_outer
-from specjax.models import causal_mask, forward_tapped, init_cache, save_checkpoint
+from specjax.drafters.dflash import anchored_hidden
 from specjax.models.dflash import DFlashConfig
-from specjax.models.model import project_to_vocab
-
-
-@dataclasses.dataclass(frozen=True)
-class DrafterTrainConfig:
-    """The optimisation and logging fields every drafter's training shares (`train`, `make_optimizer`):
-    AdamW with linear warm-up from 0, then cosine decay, after global-norm clipping (optax).
-
-    Fields:
-      steps: optimiser steps in total (the schedule's length; a resumed run continues to it).
-      batch_size: sequences per step (one epoch = len(train) // batch_size steps, reshuffled per epoch).
-      lr: peak learning rate, reached after the warm-up.
-      warmup_frac: fraction of `steps` spent in the linear warm-up (at least 1 step).
-      min_lr_ratio: the cosine decay's final learning rate as a fraction of lr (0 = decay to 0).
-      weight_decay: AdamW's decoupled weight decay (0 = plain Adam).
-      clip: global gradient-norm clipping threshold.
-      log_every: steps between held-out evaluations / log records (also the train-loss averaging window).
-      ckpt_every: steps between checkpoints (one is also written at the last step of a call).
-      seed: seeds the drafter's init, the batch order and the per-step keys (e.g. anchor draws).
-    """
-
-    steps: int = 1200
-    batch_size: int = 8
-    lr: float = 1e-3
-    warmup_frac: float = 0.04
-    min_lr_ratio: float = 0.0
-    weight_decay: float = 0.0
-    clip: float = 1.0
-    log_every: int = 50
-    ckpt_every: int = 200
-    seed: int = 0
+from specjax.train.loop import DrafterTrainConfig
+from specjax.train.vocab import labels_in_vocab, subset_logits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,156 +136,72 @@ def block_labels(tokens: jax.Array, loss_mask: jax.Array, anchors: jax.Array, va
     return labels, ok
 
 
-def weighted_block_ce(logits: jax.Array, labels: jax.Array, ok: jax.Array, valid: jax.Array, gamma: float):
-    """Position-decayed cross entropy of per-draft logits f32[B, W, L, V] against labels [B, W, L]:
-    (loss = sum_i w_i CE_i / sum_i w_i over valid labels, w_i = exp(-(i-1)/gamma) (w_1 = 1),
-    metrics {"acc": f32[L] per-position top-1 accuracy, "tau": mean over valid anchors of
-    1 + the all-correct prefix length})."""
+def weighted_block_ce(logits: jax.Array, labels: jax.Array, ok: jax.Array, valid: jax.Array, gamma: float,
+                      vocab=None):
+    """Position-decayed cross entropy of per-draft logits f32[B, W, L, C] against target-id labels [B, W, L]
+    (C = V, or K with a draft vocabulary `vocab`: a label outside it is no class, so it leaves the CE
+    and counts as a miss): (loss = sum_i w_i CE_i / sum_i w_i over valid in-vocabulary labels,
+    w_i = exp(-(i-1)/gamma) (w_1 = 1), metrics {"acc": f32[L] per-position top-1 accuracy over valid
+    labels, "tau": mean over valid anchors of 1 + the all-correct prefix length})."""
+    cls, known = labels_in_vocab(labels, vocab)
     logp = jax.nn.log_softmax(logits, axis=-1)
-    ce = -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
+    ce = -jnp.take_along_axis(logp, cls[..., None], axis=-1)[..., 0]
     w = jnp.exp(-jnp.arange(labels.shape[-1], dtype=jnp.float32) / gamma)
-    weight = w * ok
+    weight = w * (ok & known)
     loss = jnp.sum(ce * weight) / jnp.maximum(jnp.sum(weight), 1.0)
-    correct = (jnp.argmax(logits, axis=-1) == labels) & ok
+    correct = (jnp.argmax(logits, axis=-1) == cls) & ok & known
     acc = jnp.sum(correct, axis=(0, 1)) / jnp.maximum(jnp.sum(ok, axis=(0, 1)), 1)
     prefix = jnp.sum(jnp.cumprod(correct, axis=-1), axis=-1)  # [B, W]
     tau = jnp.sum(jnp.where(valid, prefix + 1, 0)) / jnp.maximum(jnp.sum(valid), 1)
     return loss, {"acc": acc, "tau": tau}
 
 
-def block_loss(dparams, dcfg: DFlashConfig, touter, tcfg, features, tokens, loss_mask, anchors, valid, gamma: float):
+def block_loss(dparams, dcfg: DFlashConfig, touter, tcfg, features, tokens, loss_mask, anchors, valid, gamma: float,
+               vocab=None):
     """Weighted same-position cross entropy of the drafter's blocks; returns (loss, metrics)
     (`weighted_block_ce`: per-position accuracy and the training-time tau estimate)."""
     hidden = anchored_hidden(dparams, dcfg, touter, tcfg, features, tokens, anchors, valid)  # [B, W, bs, E]
-    logits = project_to_vocab(touter, tcfg, hidden[:, :, 1:])  # [B, W, L, V]
+    logits = subset_logits(touter, tcfg, hidden[:, :, 1:], vocab)  # [B, W, L, C]
     labels, ok = block_labels(tokens, loss_mask, anchors, valid, dcfg.block_size - 1)
-    return weighted_block_ce(logits, labels, ok, valid, gamma)
+    return weighted_block_ce(logits, labels, ok, valid, gamma, vocab)
 
 
-def target_features(tparams, tcfg, dcfg: DFlashConfig, tokens):
-    """Features [B, S, n, E] of the drafter's tapped layers (a causal target forward, no gradient)."""
-    b, s = tokens.shape
-    pos = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
-    _, _, feats = forward_tapped(tparams, tcfg, tokens, pos, causal_mask(b, s),
-                                 init_cache(tcfg, b, s, jax.tree.leaves(tparams)[0].dtype), dcfg.target_layer_ids)
-    return jax.lax.stop_gradient(feats)
-
-
-def make_optimizer(tc: DFlashTrainConfig):
-    warmup = max(1, int(tc.warmup_frac * tc.steps))
-    schedule = optax.warmup_cosine_decay_schedule(0.0, tc.lr, warmup, max(tc.steps, warmup + 1),
-                                                  end_value=tc.lr * tc.min_lr_ratio)
-    opt = optax.chain(optax.clip_by_global_norm(tc.clip), optax.adamw(schedule, weight_decay=tc.weight_decay))
-    return opt, schedule
+def feature_layers(dcfg) -> tuple[int, ...]:
+    """The target layers a DFlash / Domino step reads, in the drafter's order."""
+    return tuple(dcfg.target_layer_ids)
 
 
 def make_step(dcfg, tcfg, opt, tc: DFlashTrainConfig):
+    """(step, evaluate) with `specjax.train.loop`'s contract (anchors re-drawn from the step's key)."""
+
+    def loss_at(p, touter, batch, vocab, key):
+        feats = batch["features"].astype(jnp.float32)
+        anchors, valid = draw_anchors(key, batch["loss_mask"], tc.anchors)
+        return block_loss(p, dcfg, touter, tcfg, feats, batch["tokens"], batch["loss_mask"], anchors, valid,
+                          tc.gamma, vocab)
+
     @jax.jit
-    def step(dparams, opt_state, tparams, tokens, loss_mask, key, step_index):
-        feats = target_features(tparams, tcfg, dcfg, tokens)
-        anchors, valid = draw_anchors(key, loss_mask, tc.anchors)
-
-        def loss(p):
-            return block_loss(p, dcfg, target_outer(tparams), tcfg, feats, tokens, loss_mask, anchors, valid, tc.gamma)
-
-        (value, metrics), grads = jax.value_and_grad(loss, has_aux=True)(dparams)
+    def step(dparams, opt_state, touter, batch, vocab, key, step_index):
+        (value, metrics), grads = jax.value_and_grad(loss_at, has_aux=True)(dparams, touter, batch, vocab, key)
         updates, opt_state = opt.update(grads, opt_state, dparams)
         return optax.apply_updates(dparams, updates), opt_state, value, metrics
 
-    @jax.jit
-    def evaluate(dparams, tparams, tokens, loss_mask, key):
-        feats = target_features(tparams, tcfg, dcfg, tokens)
-        anchors, valid = draw_anchors(key, loss_mask, tc.anchors)
-        return block_loss(dparams, dcfg, target_outer(tparams), tcfg, feats, tokens, loss_mask, anchors, valid,
-                          tc.gamma)
-
-    return step, evaluate
+    return step, jax.jit(loss_at)
 
 
-# ============================================================================ loop
-
-
-def init_norm_from_target(dparams: dict, tparams: dict) -> dict:
-    """Start the drafter's final RMSNorm at the target's final RMSNorm weight ([choice]; the
-    reference initialises it to 1). The shared LM head was trained on the target's normed
-    states: a unit-weight norm gives real models (SmolLM2: initial loss ~60 nats) huge
+def init_norm_from_target(touter: dict):
+    """`init` for the loop: start the drafter's final RMSNorm at the target's final RMSNorm weight
+    ([choice]; the reference initialises it to 1). The shared LM head was trained on the target's
+    normed states: a unit-weight norm gives real models (SmolLM2: initial loss ~60 nats) huge
     logits. Targets with a LayerNorm (GPT-NeoX) keep the unit init."""
-    final = tparams.get("final_norm", {})
-    if set(final) != {"weight"} or final["weight"].shape != dparams["norm"]["weight"].shape:
-        return dparams
-    return {**dparams, "norm": {"weight": jnp.asarray(final["weight"], dparams["norm"]["weight"].dtype)}}
+    def init(dparams: dict) -> dict:
+        final = touter.get("final_norm", {})
+        if set(final) != {"weight"} or final["weight"].shape != dparams["norm"]["weight"].shape:
+            return dparams
+        return {**dparams, "norm": {"weight": jnp.asarray(final["weight"], dparams["norm"]["weight"].dtype)}}
+
+    return init
 
 
-def train(target, dcfg: DFlashConfig, data: dict, tc: DFlashTrainConfig, out: str | pathlib.Path,
-          resume: bool = False, valid_rows: int = 64, stop_after: int | None = None,
-          step_factory=None) -> tuple[dict, list]:
-    """Train a drafter for `target` = (cfg, params) on `data` (make_dataset); returns (params, log).
-
-    `step_factory(dcfg, tcfg, opt, tc) -> (step, evaluate)` builds the jitted update
-    step(dparams, opt_state, tparams, tokens, loss_mask, key, step_index) and evaluation
-    evaluate(dparams, tparams, tokens, loss_mask, key) (default: DFlash's `make_step`;
-    EAGLE-3 and Domino pass their own), metrics {"acc": f32[L], "tau": scalar, any other
-    scalars (logged as valid_<name>)}.
-
-    The last `valid_rows` sequences are held out for the periodic evaluation. `stop_after`:
-    run at most that many steps in this call, then checkpoint and return (a time-boxed run;
-    `resume=True` continues on the same schedule, batches and anchors: batch and anchor draws
-    are pure functions of (seed, step))."""
-    from specjax.train.lm import _progress, init_or_resume, save_state
-
-    tcfg, tparams = target
-    dcfg.check_target(tcfg)
-    out = pathlib.Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    ckpt = out / "ckpt"
-    tokens, mask = data["tokens"], data["loss_mask"]
-    train_tok, train_mask = tokens[:-valid_rows], mask[:-valid_rows]
-    val_tok, val_mask = jnp.asarray(tokens[-valid_rows:]), jnp.asarray(mask[-valid_rows:])
-    opt, schedule = make_optimizer(tc)
-    dparams, opt_state, start, log = init_or_resume(ckpt, dcfg, opt, tc.seed, resume)
-    if start == 0:
-        dparams = init_norm_from_target(dparams, tparams)
-    n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams)))
-    print(f"drafter: {n_params:,} params, {dcfg}; {len(train_tok)} train / {valid_rows} valid sequences", flush=True)
-    step_fn, eval_fn = (step_factory or make_step)(dcfg, tcfg, opt, tc)
-    bar = _progress(tc.steps, start)
-    recent, t0 = [], time.time()
-    n = len(train_tok)
-    end = tc.steps if stop_after is None else min(tc.steps, start + stop_after)
-    for s in range(start, end):
-        rng = np.random.default_rng([tc.seed, s // max(1, n // tc.batch_size)])
-        perm = rng.permutation(n)
-        j = (s % max(1, n // tc.batch_size)) * tc.batch_size
-        rows = perm[j:j + tc.batch_size]
-        key = jax.random.fold_in(jax.random.key(tc.seed), s)
-        dparams, opt_state, loss, metrics = step_fn(dparams, opt_state, tparams, jnp.asarray(train_tok[rows]),
-                                                    jnp.asarray(train_mask[rows]), key, jnp.int32(s))
-        recent = (recent + [float(loss)])[-tc.log_every:]
-        bar.update(1)
-        bar.set_postfix_str(f"loss {np.mean(recent):.3f} tau {float(metrics['tau']):.2f}", refresh=False)
-        done = s + 1
-        if done % tc.log_every == 0 or done == tc.steps:
-            vloss, vm = eval_fn(dparams, tparams, val_tok, val_mask, jax.random.key(12345))
-            rec = {"step": done, "train_loss": float(np.mean(recent)), "valid_loss": float(vloss),
-                   "valid_tau_estimate": float(vm["tau"]), "valid_acc": [round(float(a), 4) for a in vm["acc"]],
-                   "lr": float(schedule(done)), "seconds": round(time.time() - t0, 1),
-                   **{f"valid_{k}": round(float(v), 4) for k, v in vm.items() if k not in ("acc", "tau")}}
-            log.append(rec)
-            bar.write(json.dumps(rec))
-        if done % tc.ckpt_every == 0 or done in (tc.steps, end):
-            save_state(ckpt, dcfg, dparams, opt_state, done, tc, log)
-    bar.close()
-    return dparams, log
-
-
-def export(directory: str | pathlib.Path, dcfg: DFlashConfig, dparams, recipe: dict) -> pathlib.Path:
-    """float16 drafter checkpoint (config.json + model.safetensors) + recipe.json."""
-    directory = pathlib.Path(directory)
-    save_checkpoint(directory, dcfg, dparams, dtype=np.float16)
-    (directory / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
-    return directory
-
-
-__all__ = ["DrafterTrainConfig", "DFlashTrainConfig", "choose_mask_token", "make_dataset", "draw_anchors",
-           "block_labels", "weighted_block_ce", "block_loss",
-           "target_features", "make_optimizer", "make_step", "train", "export"]
+__all__ = ["DFlashTrainConfig", "choose_mask_token", "make_dataset", "draw_anchors", "block_labels",
+           "weighted_block_ce", "block_loss", "feature_layers", "make_step", "init_norm_from_target"]

@@ -1,8 +1,9 @@
-"""Training a Domino drafter: backbone + head jointly, base-anchored curriculum (PAPER_NOTES 2.3).
+"""Training a Domino drafter: backbone + head jointly, base-anchored curriculum (Domino, §4.2 and App. A.1).
 
-Data, anchors, the training mask and the loop are DFlash's (`specjax.train.dflash`): the
-same target-regenerated sequences, W random anchors per sequence, the backbone under the
-training mask (`anchored_hidden`, the decoding functions). Per block at anchor a:
+Data, anchors, the training mask are DFlash's (`specjax.train.dflash`), the loop is
+`specjax.train.loop`: the same target-regenerated sequences and cached features, W random
+anchors per sequence, the backbone under the training mask (`anchored_hidden`, the decoding
+functions). Per block at anchor a:
   * base logits: the target's LM head on the K draft rows (`draft_rows`: rows 1 .. B-1 for
     the paper's alignment, 0 .. B-1 for shifted labels); labels x_{a+1} .. x_{a+K} either way;
   * final logits: base + the head's correction with the GRU fed
@@ -26,12 +27,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from specjax.drafters.dflash import anchored_hidden, target_outer
+from specjax.drafters.dflash import anchored_hidden
 from specjax.drafters.domino import draft_rows, rollout, teacher_forced_logits
 from specjax.models.domino import DominoConfig
 from specjax.models.model import project_to_vocab
-from specjax.train.dflash import (DFlashTrainConfig, block_labels, draw_anchors, target_features,
-                                  weighted_block_ce)
+from specjax.train.dflash import DFlashTrainConfig, block_labels, draw_anchors, weighted_block_ce
 
 PREFIXES = ("tf", "ttt")
 
@@ -100,24 +100,26 @@ def domino_loss(dparams, dcfg: DominoConfig, touter, tcfg, features, tokens, los
 
 
 def make_step(dcfg: DominoConfig, tcfg, opt, tc: DominoTrainConfig):
-    """(step, evaluate) for `specjax.train.dflash.train`; evaluate's loss is L_final."""
+    """(step, evaluate) with `specjax.train.loop`'s contract; evaluate's loss is L_final."""
 
-    def loss_at(p, tparams, tokens, loss_mask, key, lam):
-        feats = target_features(tparams, tcfg, dcfg, tokens)
-        anchors, valid = draw_anchors(key, loss_mask, tc.anchors)
-        return domino_loss(p, dcfg, target_outer(tparams), tcfg, feats, tokens, loss_mask, anchors, valid, lam, tc)
+    def loss_at(p, touter, batch, vocab, key, lam):
+        if vocab is not None:
+            raise ValueError("Domino training does not take a reduced draft vocabulary yet: its head's "
+                             "correction is a full-vocabulary low-rank matrix (train without --draft-vocab)")
+        anchors, valid = draw_anchors(key, batch["loss_mask"], tc.anchors)
+        return domino_loss(p, dcfg, touter, tcfg, batch["features"].astype(jnp.float32), batch["tokens"],
+                           batch["loss_mask"], anchors, valid, lam, tc)
 
     @jax.jit
-    def step(dparams, opt_state, tparams, tokens, loss_mask, key, step_index):
+    def step(dparams, opt_state, touter, batch, vocab, key, step_index):
         lam = curriculum_lambda(step_index, tc)
-        (value, metrics), grads = jax.value_and_grad(loss_at, has_aux=True)(dparams, tparams, tokens, loss_mask,
-                                                                             key, lam)
+        (value, metrics), grads = jax.value_and_grad(loss_at, has_aux=True)(dparams, touter, batch, vocab, key, lam)
         updates, opt_state = opt.update(grads, opt_state, dparams)
         return optax.apply_updates(dparams, updates), opt_state, value, metrics
 
     @jax.jit
-    def evaluate(dparams, tparams, tokens, loss_mask, key):
-        _, metrics = loss_at(dparams, tparams, tokens, loss_mask, key, 0.0)
+    def evaluate(dparams, touter, batch, vocab, key):
+        _, metrics = loss_at(dparams, touter, batch, vocab, key, 0.0)
         return metrics["loss_final"], metrics
 
     return step, evaluate

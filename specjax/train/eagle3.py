@@ -1,20 +1,21 @@
-"""Training an EAGLE-3 drafter with the training-time test (PAPER_NOTES section 4).
+"""Training an EAGLE-3 drafter with the training-time test (EAGLE-3, arXiv 2503.01840, §3).
 
-Data: the DFlash recipe exactly (`specjax.train.dflash.make_dataset`: train-split prompts
-answered by the target itself), so both drafters of a target learn from the same sequences.
+Data: the DFlash recipe exactly (`specjax.train.data` shards and their feature cache), so every
+drafter of a target learns from the same sequences; the loop is `specjax.train.loop`.
 
 One step (`make_step`, jitted), per sequence x_0..x_{S-1} with loss mask m:
-  1. target forward (no gradient) -> features of the tapped layers f_t and the target's
-     logits z_t (its distribution of x_{t+1}) at every position;
+  1. from the batch's cached features: the tapped layers f_t, and the target's logits z_t (its
+     distribution of x_{t+1}) = the head on the final-normed output of the last layer (cached too);
   2. the drafter unrolled `ttt_steps` times on its own states (`unrolled_hidden`, the
      decoding functions): step j, row t predicts x_{t+2+j};
   3. loss_j = sum over rows with m_{t+2+j} = 1 of CE(softmax(z_{t+1+j}), q_j(. | row t)) /
      their number (soft labels: the target's distribution, as the reference), total =
      sum_j 0.8^j loss_j (the reference's step weights). Token inputs are the data's tokens
      (= the target's own outputs), the states are the drafter's: that is the "test".
+     With a reduced draft vocabulary (`specjax.train.vocab`), both distributions are over its K
+     columns (the reference's `target_p[..., t2d]`), renormalised.
 Logged: loss, per-step top-1 agreement with the target's argmax, and the training-time tau
 estimate (1 + the all-correct prefix over the unrolled steps, averaged over valid rows).
-The loop, checkpoints, `--resume` and export are DFlash's (`specjax.train.dflash.train`).
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from specjax.drafters.dflash import target_outer
-from specjax.drafters.eagle3 import logits_of, unrolled_hidden
-from specjax.train.dflash import DrafterTrainConfig
-from specjax.models import causal_mask, forward_tapped, init_cache
+from specjax.drafters.eagle3 import unrolled_hidden
 from specjax.models.eagle3 import Eagle3Config
+from specjax.models.model import final_norm, merge_module
+from specjax.train.loop import DrafterTrainConfig
+from specjax.train.vocab import subset_logits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,21 +49,25 @@ class Eagle3TrainConfig(DrafterTrainConfig):
     step_decay: float = 0.8
 
 
-def target_view(tparams, tcfg, dcfg: Eagle3Config, tokens):
-    """(features [B, S, n, E], target logits f32[B, S, V]) of a causal target forward, no gradient."""
-    b, s = tokens.shape
-    pos = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
-    logits, _, feats = forward_tapped(tparams, tcfg, tokens, pos, causal_mask(b, s),
-                                      init_cache(tcfg, b, s, jax.tree.leaves(tparams)[0].dtype), dcfg.target_layer_ids)
-    return jax.lax.stop_gradient(feats), jax.lax.stop_gradient(logits)
+def feature_layers(dcfg: Eagle3Config, tcfg) -> tuple[int, ...]:
+    """The layers a step reads: the drafter's tapped layers, then the target's last layer (its logits)."""
+    return tuple(dcfg.target_layer_ids) + (tcfg.num_layers - 1,)
+
+
+def draft_logits(dparams, dcfg: Eagle3Config, touter, tcfg, hidden, vocab=None):
+    """The drafter's logits of its states: the target's head (K columns with a draft vocabulary)
+    on the drafter's own final norm."""
+    norm = merge_module(dcfg, "Outer", {k: v for k, v in dparams.items() if k != "layers"}).norm
+    return subset_logits(touter, tcfg, norm(hidden), vocab)
 
 
 def ttt_loss(dparams, dcfg: Eagle3Config, touter, tcfg, features, target_logits, tokens, loss_mask, steps: int,
-             decay: float):
-    """The training-time-test loss (module docstring): (loss, {"acc": f32[steps], "tau": scalar})."""
+             decay: float, vocab=None):
+    """The training-time-test loss (module docstring): (loss, {"acc": f32[steps], "tau": scalar}).
+    target_logits: f32[B, S, C], the target's logits over the same C columns as the drafter's."""
     b, s = tokens.shape
     hidden = unrolled_hidden(dparams, dcfg, touter, tcfg, features, tokens, steps)  # [J, B, S, E]
-    logp = jax.nn.log_softmax(logits_of(dparams, dcfg, touter, tcfg, hidden), axis=-1)  # [J, B, S, V]
+    logp = jax.nn.log_softmax(draft_logits(dparams, dcfg, touter, tcfg, hidden, vocab), axis=-1)  # [J, B, S, C]
     t = jnp.arange(s)
     target_p = jax.nn.softmax(target_logits, axis=-1)  # [B, S, V], once: step j reads rows shifted by 1 + j
     target_top = jnp.argmax(target_logits, axis=-1)  # [B, S]
@@ -85,31 +90,33 @@ def ttt_loss(dparams, dcfg: Eagle3Config, touter, tcfg, features, target_logits,
 
 
 def make_step(dcfg: Eagle3Config, tcfg, opt, tc: Eagle3TrainConfig):
-    """(step, evaluate) with the signatures `specjax.train.dflash.train` drives (the key is unused:
-    every row is a training example, no anchors are drawn)."""
+    """(step, evaluate) with `specjax.train.loop`'s contract (the key is unused: every row is a
+    training example, no anchors are drawn)."""
+    n = len(dcfg.target_layer_ids)
 
-    def loss_at(p, tparams, tokens, loss_mask):
-        feats, zl = target_view(tparams, tcfg, dcfg, tokens)
-        return ttt_loss(p, dcfg, target_outer(tparams), tcfg, feats, zl, tokens, loss_mask, tc.ttt_steps,
-                        tc.step_decay)
+    def loss_at(p, touter, batch, vocab, key):
+        feats = batch["features"].astype(jnp.float32)  # [B, S, n + 1, E]: tapped layers, then the last
+        target_logits = subset_logits(touter, tcfg, final_norm(touter, tcfg, feats[:, :, n]), vocab)
+        return ttt_loss(p, dcfg, touter, tcfg, feats[:, :, :n], jax.lax.stop_gradient(target_logits),
+                        batch["tokens"], batch["loss_mask"], tc.ttt_steps, tc.step_decay, vocab)
 
     @jax.jit
-    def step(dparams, opt_state, tparams, tokens, loss_mask, key, step_index):
-        (value, metrics), grads = jax.value_and_grad(loss_at, has_aux=True)(dparams, tparams, tokens, loss_mask)
+    def step(dparams, opt_state, touter, batch, vocab, key, step_index):
+        (value, metrics), grads = jax.value_and_grad(loss_at, has_aux=True)(dparams, touter, batch, vocab, key)
         updates, opt_state = opt.update(grads, opt_state, dparams)
         return optax.apply_updates(dparams, updates), opt_state, value, metrics
 
     evaluate_chunk = jax.jit(loss_at)
 
-    def evaluate(dparams, tparams, tokens, loss_mask, key):
+    def evaluate(dparams, touter, batch, vocab, key):
         """Mean over chunks of `batch_size` rows: [rows, S, V] logits for every unrolled step of a
         whole validation set do not fit in memory for a real vocabulary."""
-        n = tc.batch_size
-        parts = [evaluate_chunk(dparams, tparams, tokens[i:i + n], loss_mask[i:i + n])
-                 for i in range(0, len(tokens) - n + 1, n)] or [evaluate_chunk(dparams, tparams, tokens, loss_mask)]
+        m, rows = tc.batch_size, len(batch["tokens"])
+        parts = [evaluate_chunk(dparams, touter, jax.tree.map(lambda x: x[i:i + m], batch), vocab, key)
+                 for i in range(0, rows - m + 1, m)] or [evaluate_chunk(dparams, touter, batch, vocab, key)]
         return jax.tree.map(lambda *xs: sum(xs) / len(xs), *parts)
 
     return step, evaluate
 
 
-__all__ = ["Eagle3TrainConfig", "target_view", "ttt_loss", "make_step"]
+__all__ = ["Eagle3TrainConfig", "feature_layers", "draft_logits", "ttt_loss", "make_step"]

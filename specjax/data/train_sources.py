@@ -1,0 +1,162 @@
+"""Training prompts: every train-split prompt the offline assets give, and the evaluation set they must avoid.
+
+A drafter learns the target's answers to *training* prompts (`specjax.train.data`); these are
+the sources, each a list of :class:`TrainPrompt` (user messages, fed through the target's chat
+template when it has one):
+
+=================  =======  =====================================================================
+source             size     the user message
+=================  =======  =====================================================================
+``sharegpt``       ~15.9k   first user turn of a ShareGPT conversation of the ``train`` split
+``wiki``           ~9.0k    "Tell me about <title>." for a Wikipedia opening of the ``train`` split
+``math``           4,500    a MATH competition problem: MATH's test set (5,000, seven subjects)
+                            *minus* every problem of MATH-500 (its evaluation subset)
+``code``           ~2.0k    "Complete this Python function" + an OLMES basic-skills stub
+=================  =======  =====================================================================
+
+Nothing here is an evaluation prompt: :func:`evaluation_texts` lists every prompt specjax
+evaluates on (GSM8K, MATH-500, HumanEval, MBPP, MT-Bench both turns, and the ``valid`` /
+``test`` splits of ShareGPT and Wikipedia), normalised, and :func:`training_prompts` drops any
+training prompt whose normalised text equals one of them or contains a benchmark prompt
+(tested over the committed data shards in ``tests/test_train_data.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from specjax.data.assets import fetch
+from specjax.data.prompts import (_jsonl, _normalise, gsm8k_prompts, humaneval_prompts, math500_prompts,
+                                  mbpp_prompts, mtbench_prompts, sharegpt_prompts, wiki_articles, wiki_prompts)
+
+__all__ = ["TrainPrompt", "SOURCES", "DEFAULT_WEIGHTS", "source_prompts", "training_prompts", "evaluation_texts",
+           "is_evaluation_text"]
+
+MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
+                 "prealgebra", "precalculus")
+
+
+@dataclass(frozen=True)
+class TrainPrompt:
+    """One training prompt.
+
+    Fields:
+      source: the source it comes from (a key of SOURCES).
+      key: its document id in that source (title, conversation id, subject/index, stub id).
+      text: the user message.
+    """
+
+    source: str
+    key: str
+    text: str
+
+
+def _sharegpt() -> list[TrainPrompt]:
+    return [TrainPrompt("sharegpt", p.id, p.prompt) for p in sharegpt_prompts("train")]
+
+
+def _wiki() -> list[TrainPrompt]:
+    return [TrainPrompt("wiki", a["title"], f"Tell me about {a['title']}.") for a in wiki_articles()
+            if a["split"] == "train"]
+
+
+def _math() -> list[TrainPrompt]:
+    held_out = {_normalise(p.prompt) for p in math500_prompts()}
+    out = []
+    for subject in MATH_SUBJECTS:
+        for r in _jsonl(fetch(f"math_{subject}")):
+            problem = r["doc"]["problem"]
+            if _normalise(problem) not in held_out:
+                out.append(TrainPrompt("math", f"{subject}/{r['doc']['index']}", problem))
+    return out
+
+
+def _code() -> list[TrainPrompt]:
+    seen, out = set(), []
+    for r in _jsonl(fetch("basic_skills_coding")):
+        doc = r["doc"]
+        if doc["id"] in seen:  # one request per answer choice: keep the stub once
+            continue
+        seen.add(doc["id"])
+        out.append(TrainPrompt("code", str(doc["id"]), "Complete this Python function:\n\n```python\n"
+                               f"{doc['question'].rstrip()}\n```"))
+    return out
+
+
+SOURCES = {"sharegpt": _sharegpt, "wiki": _wiki, "math": _math, "code": _code}
+# Mixture weights [choice]: four of the six evaluation sets are math or code, so they get more
+# than their share of the pool; a source that runs out drops out of the draw.
+DEFAULT_WEIGHTS = {"sharegpt": 0.4, "math": 0.3, "wiki": 0.15, "code": 0.15}
+
+
+@functools.lru_cache(maxsize=None)
+def source_prompts(source: str) -> tuple[TrainPrompt, ...]:
+    """All prompts of one source, evaluation texts removed (see module doc)."""
+    if source not in SOURCES:
+        raise ValueError(f"unknown training source {source!r}; choose from {sorted(SOURCES)}")
+    return tuple(p for p in SOURCES[source]() if not is_evaluation_text(p.text))
+
+
+def training_prompts(weights: dict[str, float] | None = None, seed: int = 0) -> list[TrainPrompt]:
+    """Every prompt of the weighted sources in one seeded order: each position draws a source with
+    probability proportional to its weight (among those not yet exhausted) and takes that source's
+    next prompt of a seeded shuffle. A pure function of (weights, seed, the assets)."""
+    weights = dict(DEFAULT_WEIGHTS if weights is None else weights)
+    rng = np.random.default_rng(seed)
+    queues = {}
+    for name in sorted(weights):
+        items = list(source_prompts(name))
+        queues[name] = [items[i] for i in rng.permutation(len(items))]
+    heads = {name: 0 for name in queues}
+    order = []
+    while True:
+        live = [n for n in sorted(queues) if heads[n] < len(queues[n]) and weights[n] > 0]
+        if not live:
+            return order
+        p = np.array([weights[n] for n in live], float)
+        name = live[int(rng.choice(len(live), p=p / p.sum()))]
+        order.append(queues[name][heads[name]])
+        heads[name] += 1
+
+
+_WINDOW = 8  # words: a training prompt that holds a benchmark prompt's first 8 words is dropped
+
+
+@functools.lru_cache(maxsize=None)
+def _evaluation() -> tuple[frozenset, frozenset]:
+    benchmarks = [p.prompt for f in (gsm8k_prompts, math500_prompts, humaneval_prompts, mbpp_prompts)
+                  for p in f()]
+    benchmarks += [t for p in mtbench_prompts() for t in p.turns]
+    held_out = [p.prompt for split in ("valid", "test") for f in (sharegpt_prompts, wiki_prompts) for p in f(split)]
+    exact = frozenset(_normalise(t) for t in benchmarks + held_out)
+    # A benchmark prompt pasted inside a longer training prompt (a GSM8K question in a ShareGPT
+    # turn) is caught by its first words; held-out ShareGPT / wiki openings are matched exactly.
+    openings = frozenset(tuple(w[:_WINDOW]) for w in (_normalise(t).split() for t in benchmarks)
+                         if len(w) >= _WINDOW)
+    return exact, openings
+
+
+def evaluation_texts() -> frozenset:
+    """Normalised (whitespace-collapsed, casefolded) text of every evaluation prompt."""
+    return _evaluation()[0]
+
+
+def is_evaluation_text(text: str) -> bool:
+    """True iff `text` is an evaluation prompt, or holds the first 8 words of a benchmark prompt (normalised)."""
+    exact, openings = _evaluation()
+    norm = _normalise(text)
+    if norm in exact:
+        return True
+    words = norm.split()
+    return any(tuple(words[i:i + _WINDOW]) in openings for i in range(len(words) - _WINDOW + 1))
+
+
+def dump_prompts(prompts: Iterable[TrainPrompt]) -> str:
+    """JSON lines of prompts (what a data shard records next to its tokens)."""
+    return "".join(json.dumps({"source": p.source, "key": p.key, "text": p.text}, ensure_ascii=False) + "\n"
+                   for p in prompts)

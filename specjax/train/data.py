@@ -1,0 +1,350 @@
+"""Generated training data: the target answers training prompts; token shards with a manifest, resumable.
+
+    python -m specjax.train data --target smollm2-135m --out specjax/zoo/data/smollm2-135m --tokens 500000
+
+A drafter learns the target's own distribution, so its training text is the target's answers
+(DFlash / EAGLE-3 / Domino all regenerate responses with the target). The prompts are
+`specjax.data.train_sources.training_prompts` (ShareGPT, wiki, MATH minus MATH-500, code
+stubs; never an evaluation prompt), in one seeded order; each goes through the target's chat
+template when it has one, cut to `max_prompt_tokens`. Generation is the jitted AR loop in
+batches of `batch_size`; every `round(1 / sampled_fraction)`-th batch samples at temperature 1,
+the rest are greedy; a row stops at the target's EOS (kept) or after `max_new_tokens`.
+
+On disk (`out/`):
+  manifest.json            recipe, target (name, params sha256), cursor (prompts consumed), totals,
+                           and per shard: file, sha256, sequences, prompt / response tokens,
+                           temperature, seconds, response tokens / s
+  shard-NNNNN.npz          tokens int32[sum of lengths] (prompt + response of each sequence, concatenated),
+                           offsets int64[n + 1], prompt_lengths int32[n], temperature f32[n],
+                           prompt_index int32[n] (position in the prompt order)
+  shard-NNNNN.prompts.jsonl  the user messages of the shard's sequences (source, key, text)
+
+A shard and then the manifest are written atomically after every `shard_batches` batches, so
+an interrupted run loses at most one shard's work; re-running the same command continues at the
+manifest's cursor (a different recipe in the same directory is refused). Shards are small
+(int32, compressed): commit them; nobody has to generate them twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import pathlib
+import time
+from typing import Callable
+
+import jax
+import numpy as np
+
+from specjax.data.train_sources import DEFAULT_WEIGHTS, SOURCES, TrainPrompt, dump_prompts, training_prompts
+
+__all__ = ["DataRecipe", "PromptEncoder", "TokenShards", "params_sha256", "encode_prompt", "load_target",
+           "add_arguments", "run", "generate_shards", "load_shards"]
+
+MANIFEST = "manifest.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class DataRecipe:
+    """What a data directory holds; a resumed run must have the same recipe.
+
+    Fields:
+      target: target name (`zoo`, `smollm2-135m` or a checkpoint directory).
+      weights: source -> mixture weight (`specjax.data.train_sources.DEFAULT_WEIGHTS`), as sorted pairs.
+      seed: seeds the prompt order and the sampled batches' keys.
+      max_new_tokens: response tokens per sequence at most.
+      max_prompt_tokens: templated prompt tokens at most (the user message is cut to fit).
+      batch_size: sequences generated together (one jitted call).
+      sampled_fraction: fraction of batches sampled at temperature 1 (the rest greedy).
+      chat: whether prompts go through the target's chat template.
+    """
+
+    target: str
+    weights: tuple[tuple[str, float], ...] = tuple(sorted(DEFAULT_WEIGHTS.items()))
+    seed: int = 0
+    max_new_tokens: int = 256
+    max_prompt_tokens: int = 192
+    batch_size: int = 128
+    sampled_fraction: float = 0.25
+    chat: bool = True
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["weights"] = dict(self.weights)
+        return d
+
+
+def params_sha256(params) -> str:
+    """sha256 over the target's parameter leaves (path, dtype, shape, bytes): names the exact weights."""
+    h = hashlib.sha256()
+    for path, leaf in sorted(jax.tree_util.tree_flatten_with_path(params)[0], key=lambda kv: str(kv[0])):
+        arr = np.asarray(leaf)
+        h.update(f"{jax.tree_util.keystr(path)}|{arr.dtype}|{arr.shape}".encode())
+        h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptEncoder:
+    """How a target turns a user message into prompt ids.
+
+    Fields:
+      template: text -> the whole prompt's ids (the chat template applied, or the plain text).
+      body: text -> the message's own ids (no template, no special tokens).
+      decode: ids -> text.
+      chat: whether `template` applies a chat template (False: it is `body`).
+    """
+
+    template: Callable[[str], list[int]]
+    body: Callable[[str], list[int]]
+    decode: Callable[[list[int]], str]
+    chat: bool = False
+
+
+def encode_prompt(enc: PromptEncoder, text: str, max_tokens: int) -> list[int] | None:
+    """Prompt ids of one user message, the message cut from its end until the whole fits
+    `max_tokens`; None when even an 8-token message does not fit."""
+    out = enc.template(text)
+    if len(out) <= max_tokens:
+        return out
+    body = enc.body(text)
+    keep = max_tokens - (len(out) - len(body)) - 2  # 2: a cut can re-tokenise at its edge
+    if keep < 8:
+        return None
+    out = enc.template(enc.decode(body[:keep]))
+    return out if len(out) <= max_tokens else None
+
+
+def load_target(name: str, chat: bool = True):
+    """(cfg, params, PromptEncoder, reserved special ids) of `zoo`, `smollm2-135m` or an HF checkpoint directory
+    (a directory's or the zoo's tokenizer has no chat template: plain text, `enc.chat` False)."""
+    if name == "smollm2-135m":
+        from specjax.data.assets import fetch
+        from specjax.models.gguf import load_gguf
+
+        cfg, params, tok = load_gguf(fetch("smollm2_135m_instruct_q4_1"))
+        body = (lambda t: tok.encode(t, add_special_tokens=False))
+        template = ((lambda t: tok.encode(tok.apply_chat_template([{"role": "user", "content": t}]),
+                                          add_special_tokens=False)) if chat else body)
+        reserved = tuple(i for i in range(cfg.vocab_size) if tok.tokenizer.id_to_token(i).startswith("<|"))
+        return cfg, params, PromptEncoder(template, body, tok.decode, chat), reserved
+    if name == "zoo":
+        from specjax import zoo
+
+        cfg, params, tok = zoo.load("tiny-neox-target")
+        reserved = (zoo.EOS_ID,)
+    else:
+        from tokenizers import Tokenizer
+
+        from specjax.models import load_checkpoint
+
+        cfg, params = load_checkpoint(name)
+        tok = Tokenizer.from_file(str(pathlib.Path(name) / "tokenizer.json"))
+        reserved = tuple(cfg.eos_token_ids)
+    body = (lambda t: tok.encode(t, add_special_tokens=False).ids)
+    return cfg, params, PromptEncoder(body, body, tok.decode), reserved
+
+
+def _atomic_write(path: pathlib.Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _read_manifest(out: pathlib.Path, recipe: DataRecipe, target_sha: str) -> dict:
+    path = out / MANIFEST
+    if not path.exists():
+        return {"recipe": recipe.to_json(), "target": {"name": recipe.target, "params_sha256": target_sha},
+                "cursor": 0, "skipped_prompts": 0, "shards": []}
+    manifest = json.loads(path.read_text())
+    if manifest["recipe"] != recipe.to_json():
+        raise ValueError(f"{path} was generated with another recipe:\n  {manifest['recipe']}\nnot\n  "
+                         f"{recipe.to_json()}\nuse another --out directory, or the same options")
+    if manifest["target"]["params_sha256"] != target_sha:
+        raise ValueError(f"{path} was generated by other target weights (params sha256 "
+                         f"{manifest['target']['params_sha256'][:12]}..., these are {target_sha[:12]}...)")
+    return manifest
+
+
+def _totals(manifest: dict) -> dict:
+    shards = manifest["shards"]
+    secs = sum(s["seconds"] for s in shards)
+    resp = sum(s["response_tokens"] for s in shards)
+    return {"sequences": sum(s["sequences"] for s in shards), "prompt_tokens": sum(s["prompt_tokens"] for s in shards),
+            "response_tokens": resp, "seconds": round(secs, 1),
+            "response_tokens_per_s": round(resp / secs, 1) if secs else None}
+
+
+def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | pathlib.Path, *, response_tokens: int,
+                    shard_batches: int = 4, progress: bool = True) -> dict:
+    """Generate until the directory holds >= `response_tokens` response tokens (or the prompts run out);
+    returns the manifest. target: (cfg, params); enc: the target's `PromptEncoder`."""
+    from tqdm.auto import tqdm
+
+    from specjax.decode import generate_ar
+    from specjax.models import pad_prompts
+    from specjax.sampling import Sampling
+
+    cfg, params = target
+    if recipe.chat != enc.chat:
+        raise ValueError(f"the recipe says chat={recipe.chat} but the prompt encoder "
+                         f"{'applies' if enc.chat else 'has no'} chat template: make them agree")
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = _read_manifest(out, recipe, params_sha256(params))
+    order: list[TrainPrompt] = training_prompts(dict(recipe.weights), recipe.seed)
+    every = int(round(1 / recipe.sampled_fraction)) if recipe.sampled_fraction > 0 else 0
+    have = _totals(manifest)["response_tokens"]
+    bar = tqdm(total=response_tokens, initial=min(have, response_tokens), unit="tok", disable=not progress,
+               desc="response tokens", smoothing=0.1)
+    while have < response_tokens and manifest["cursor"] < len(order):
+        start = manifest["cursor"]
+        n = min(shard_batches * recipe.batch_size, len(order) - start)  # whole batches per shard
+        chunk = list(range(start, start + n))
+        encoded = {i: encode_prompt(enc, order[i].text, recipe.max_prompt_tokens) for i in chunk}
+        kept = [i for i in chunk if encoded[i]]
+        kept.sort(key=lambda i: len(encoded[i]))  # similar lengths per batch: less padded prefill
+        t0 = time.time()
+        seqs, plens, temps, index = [], [], [], []
+        for b0 in range(0, len(kept), recipe.batch_size):
+            rows = kept[b0:b0 + recipe.batch_size]
+            batch_no = (start // recipe.batch_size) + b0 // recipe.batch_size
+            width = -(-max(len(encoded[i]) for i in rows) // 64) * 64  # a few padded widths: a few compiles
+            toks, lens = pad_prompts([encoded[i] for i in rows], min(width, recipe.max_prompt_tokens))
+            sampled = bool(every) and batch_no % every == every - 1
+            res = generate_ar(params, cfg, toks, lens, recipe.max_new_tokens,
+                              sampling=Sampling(temperature=1.0) if sampled else Sampling(),
+                              key=jax.random.key(recipe.seed * 1_000_003 + batch_no),
+                              cache_slots=toks.shape[1] + recipe.max_new_tokens)
+            gen, num = np.asarray(res.tokens), np.asarray(res.num_tokens)
+            for r, i in enumerate(rows):
+                seqs.append(np.asarray(encoded[i] + gen[r, :num[r]].tolist(), np.int32))
+                plens.append(len(encoded[i]))
+                temps.append(1.0 if sampled else 0.0)
+                index.append(i)
+            bar.update(int(num.sum()))
+        seconds = time.time() - t0
+        lengths = np.array([len(s) for s in seqs], np.int64)
+        arrays = {"tokens": np.concatenate(seqs) if seqs else np.zeros(0, np.int32),
+                  "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+                  "prompt_lengths": np.asarray(plens, np.int32), "temperature": np.asarray(temps, np.float32),
+                  "prompt_index": np.asarray(index, np.int32)}
+        name = f"shard-{len(manifest['shards']):05d}"
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        _atomic_write(out / f"{name}.npz", buf.getvalue())
+        _atomic_write(out / f"{name}.prompts.jsonl", dump_prompts(order[i] for i in index).encode())
+        response = int(lengths.sum() - sum(plens))
+        manifest["shards"].append({
+            "file": f"{name}.npz", "prompts_file": f"{name}.prompts.jsonl",
+            "sha256": hashlib.sha256(buf.getvalue()).hexdigest(), "prompt_range": [start, start + n],
+            "sequences": len(seqs), "prompt_tokens": int(sum(plens)), "response_tokens": response,
+            "sampled_sequences": int(sum(t > 0 for t in temps)), "seconds": round(seconds, 1),
+            "response_tokens_per_s": round(response / seconds, 1),
+            "machine": f"{jax.devices()[0].platform} x{os.cpu_count()} cores"})
+        manifest["cursor"] = start + n
+        manifest["skipped_prompts"] += n - len(kept)
+        manifest["totals"] = _totals(manifest)
+        _atomic_write(out / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode())
+        have = manifest["totals"]["response_tokens"]
+        bar.set_postfix_str(f"{manifest['totals']['response_tokens_per_s']} tok/s, {len(manifest['shards'])} shards")
+    bar.close()
+    return manifest
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenShards:
+    """A data directory's sequences, verified against the manifest's sha256s.
+
+    Fields:
+      tokens: int32[total] every sequence's prompt + response, concatenated.
+      offsets: int64[n + 1]: sequence i is tokens[offsets[i]:offsets[i + 1]].
+      prompt_lengths: int32[n]; the response (the loss region) follows the prompt.
+      temperature: f32[n] the temperature it was generated at.
+      manifest: the directory's manifest.
+    """
+
+    tokens: np.ndarray
+    offsets: np.ndarray
+    prompt_lengths: np.ndarray
+    temperature: np.ndarray
+    manifest: dict
+
+    def __len__(self) -> int:
+        return len(self.prompt_lengths)
+
+
+def load_shards(directory: str | pathlib.Path) -> TokenShards:
+    """All shards of a data directory, concatenated (sha256-checked; a mismatch names the shard)."""
+    directory = pathlib.Path(directory)
+    path = directory / MANIFEST
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: generate the data first (python -m specjax.train data ...)")
+    manifest = json.loads(path.read_text())
+    toks, offs, plens, temps, base = [], [np.zeros(1, np.int64)], [], [], 0
+    for shard in manifest["shards"]:
+        raw = (directory / shard["file"]).read_bytes()
+        if hashlib.sha256(raw).hexdigest() != shard["sha256"]:
+            raise ValueError(f"{directory / shard['file']}: sha256 differs from {path}; regenerate or restore it")
+        with np.load(io.BytesIO(raw)) as z:
+            toks.append(z["tokens"])
+            offs.append(z["offsets"][1:] + base)
+            base += int(z["offsets"][-1])
+            plens.append(z["prompt_lengths"])
+            temps.append(z["temperature"])
+    cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
+    return TokenShards(tokens=cat(toks, np.int32), offsets=np.concatenate(offs), prompt_lengths=cat(plens, np.int32),
+                       temperature=cat(temps, np.float32), manifest=manifest)
+
+
+def add_arguments(ap) -> None:
+    """The flags of `python -m specjax.train data`, each with its help and default."""
+    d = DataRecipe(target="smollm2-135m")
+    ap.add_argument("--target", default=d.target, help="zoo | smollm2-135m | HF checkpoint directory "
+                    "(default: %(default)s)")
+    ap.add_argument("--out", required=True, help="data directory (manifest.json + shards); an existing one is "
+                    "continued")
+    ap.add_argument("--tokens", type=int, default=500_000, help="generate until it holds this many response tokens "
+                    "(default: %(default)s)")
+    ap.add_argument("--seed", type=int, default=d.seed, help="prompt order and sampling keys (default: %(default)s)")
+    ap.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="response tokens per prompt at "
+                    "most (default: %(default)s)")
+    ap.add_argument("--max-prompt-tokens", type=int, default=d.max_prompt_tokens, help="templated prompt tokens at "
+                    "most (default: %(default)s)")
+    ap.add_argument("--batch-size", type=int, default=d.batch_size, help="sequences per generate call "
+                    "(default: %(default)s)")
+    ap.add_argument("--sampled-fraction", type=float, default=d.sampled_fraction, help="fraction of batches "
+                    "sampled at T = 1 (default: %(default)s)")
+    ap.add_argument("--no-chat", action="store_true", help="plain prompts, no chat template")
+    ap.add_argument("--shard-batches", type=int, default=4, help="batches per shard: the unit of resumption "
+                    "(default: %(default)s)")
+    ap.add_argument("--weights", default=",".join(f"{k}={v}" for k, v in sorted(DEFAULT_WEIGHTS.items())),
+                    help="source mixture, name=weight,... (default: %(default)s)")
+
+
+def run(ap, args) -> None:
+    """Generate (or continue generating) a data directory from parsed flags."""
+    for name, value in (("--tokens", args.tokens), ("--max-new-tokens", args.max_new_tokens),
+                        ("--max-prompt-tokens", args.max_prompt_tokens), ("--batch-size", args.batch_size),
+                        ("--shard-batches", args.shard_batches)):
+        if value < 1:
+            ap.error(f"{name} must be >= 1, got {value}")
+    if not 0 <= args.sampled_fraction <= 1:
+        ap.error(f"--sampled-fraction must be in [0, 1], got {args.sampled_fraction}")
+    try:
+        weights = tuple(sorted((k, float(v)) for k, v in (kv.split("=") for kv in args.weights.split(","))))
+    except ValueError:
+        ap.error(f"--weights must look like sharegpt=0.4,math=0.3, got {args.weights!r}")
+    unknown = sorted(set(dict(weights)) - set(SOURCES))
+    if unknown:
+        ap.error(f"--weights names unknown sources {unknown}; choose from {sorted(SOURCES)}")
+    cfg, params, enc, _ = load_target(args.target, chat=not args.no_chat)
+    recipe = DataRecipe(target=args.target, weights=weights, seed=args.seed, max_new_tokens=args.max_new_tokens,
+                        max_prompt_tokens=args.max_prompt_tokens, batch_size=args.batch_size,
+                        sampled_fraction=args.sampled_fraction, chat=enc.chat)
+    manifest = generate_shards((cfg, params), enc, recipe, args.out, response_tokens=args.tokens,
+                               shard_batches=args.shard_batches)
+    print(json.dumps(manifest["totals"]))

@@ -1,0 +1,306 @@
+"""The drafter trainer every drafter kind shares: batches from cached features, resumable, observable, sharded.
+
+    trainset = TrainSet.from_directories(data_dir, cache_dir, layers, seq_len=448)
+    dparams, log = train((tcfg, touter), dcfg, trainset, tc, "runs/x", step_factory=make_step)
+
+A step never runs the target's layers: the features it reads (`specjax.train.features`) were
+computed once, so a step costs the drafter's forward / backward and the (reduced) LM head only.
+`touter` is the target's embedding, final norm and LM head (`target_outer`), frozen.
+
+Step contract (`step_factory(dcfg, tcfg, opt, tc) -> (step, evaluate)`, both jitted):
+  step(dparams, opt_state, touter, batch, vocab, key, step_index) -> (dparams, opt_state, loss, metrics)
+  evaluate(dparams, touter, batch, vocab, key) -> (loss, metrics)
+batch: {"tokens" int32[B, S], "loss_mask" bool[B, S] (the response), "features" f16[B, S, n, E]};
+vocab: None (the full vocabulary) or a `DraftVocabTables` (`specjax.train.vocab`); metrics:
+{"acc": f32[L], "tau": scalar, other scalars}.
+
+Determinism: the batch of step s is a pure function of (seed, s) (an epoch permutation seeded
+with (seed, epoch)), every step key is fold_in(key(seed), s), and a checkpoint holds params,
+optimiser state, the step, the log and the wall seconds so far; so a run stopped at any
+checkpoint and resumed ends bit-exactly where an uninterrupted run ends (tested).
+
+Several devices: with `mesh` (`specjax.sharding.make_mesh`), batches are placed with the batch
+axis on "data", the frozen target head vocab-parallel on "model" (`shard_params`), the drafter
+and optimiser state replicated; the same jitted step runs (XLA inserts the collectives).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import platform
+import shutil
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from specjax.models import init_params, load_checkpoint, save_checkpoint
+from specjax.train.data import TokenShards, load_shards
+from specjax.train.features import FeatureCache, compute_features, data_sha256, open_feature_cache
+
+__all__ = ["DrafterTrainConfig", "TrainSet", "make_optimizer", "train", "export", "save_state", "load_state",
+           "machine"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DrafterTrainConfig:
+    """The optimisation and logging fields every drafter's training shares (`train`, `make_optimizer`):
+    AdamW with linear warm-up from 0, then cosine decay, after global-norm clipping (optax).
+
+    Fields:
+      steps: optimiser steps in total (the schedule's length; a resumed run continues to it).
+      batch_size: sequences per step (one epoch = len(train) // batch_size steps, reshuffled per epoch).
+      lr: peak learning rate, reached after the warm-up.
+      warmup_frac: fraction of `steps` spent in the linear warm-up (at least 1 step).
+      min_lr_ratio: the cosine decay's final learning rate as a fraction of lr (0 = decay to 0).
+      weight_decay: AdamW's decoupled weight decay (0 = plain Adam).
+      clip: global gradient-norm clipping threshold.
+      log_every: steps between held-out evaluations / log records (also the train-loss averaging window).
+      ckpt_every: steps between checkpoints (one is also written at the last step of a call).
+      seed: seeds the drafter's init, the batch order and the per-step keys (e.g. anchor draws).
+    """
+
+    steps: int = 1200
+    batch_size: int = 8
+    lr: float = 1e-3
+    warmup_frac: float = 0.04
+    min_lr_ratio: float = 0.0
+    weight_decay: float = 0.0
+    clip: float = 1.0
+    log_every: int = 50
+    ckpt_every: int = 200
+    seed: int = 0
+
+
+def make_optimizer(tc: DrafterTrainConfig):
+    """(optax optimiser, learning-rate schedule) of the config (class docstring)."""
+    warmup = max(1, int(tc.warmup_frac * tc.steps))
+    schedule = optax.warmup_cosine_decay_schedule(0.0, tc.lr, warmup, max(tc.steps, warmup + 1),
+                                                  end_value=tc.lr * tc.min_lr_ratio)
+    opt = optax.chain(optax.clip_by_global_norm(tc.clip), optax.adamw(schedule, weight_decay=tc.weight_decay))
+    return opt, schedule
+
+
+# ============================================================================ data
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSet:
+    """Sequences (prompt + the target's response) with their cached target features.
+
+    Fields:
+      shards: the sequences (`TokenShards`: flat tokens, offsets, prompt lengths).
+      features: their features (`FeatureCache`, memory-mapped or in memory).
+      layers: the feature layers a batch carries, in the drafter's order.
+      seq_len: S, the padded batch width (longer sequences are cut to their first S tokens).
+      valid_rows: the last `valid_rows` sequences are held out for evaluation.
+    """
+
+    shards: TokenShards
+    features: FeatureCache
+    layers: tuple[int, ...]
+    seq_len: int
+    valid_rows: int = 64
+
+    def __post_init__(self):
+        if len(self.shards) <= self.valid_rows:
+            raise ValueError(f"{len(self.shards)} sequences leave nothing to train on after {self.valid_rows} "
+                             f"held-out rows: generate more data or lower valid_rows")
+        self.features.gather(self.layers, np.zeros(0, np.int64), np.zeros(0, np.int64), 1)  # layers present?
+
+    @classmethod
+    def from_directories(cls, data_dir, cache_dir, layers: tuple[int, ...], *, seq_len: int, valid_rows: int = 64,
+                         target_sha: str | None = None) -> "TrainSet":
+        """A data directory (`specjax.train.data`) with its feature cache (`specjax.train.features`)."""
+        shards = load_shards(data_dir)
+        cache = open_feature_cache(cache_dir, target_sha=target_sha, data_sha=data_sha256(shards))
+        return cls(shards, cache, tuple(layers), seq_len, valid_rows)
+
+    @classmethod
+    def from_dense(cls, target, tokens: np.ndarray, loss_mask: np.ndarray, layers: tuple[int, ...],
+                   valid_rows: int = 64) -> "TrainSet":
+        """Dense right-padded sequences int32[N, S] whose loss mask marks each response (one run of
+        True after the prompt), features computed now in memory. target: (cfg, params)."""
+        tokens, loss_mask = np.asarray(tokens), np.asarray(loss_mask, bool)
+        has = loss_mask.any(axis=1)
+        first = np.where(has, loss_mask.argmax(axis=1), tokens.shape[1])
+        last = np.where(has, tokens.shape[1] - loss_mask[:, ::-1].argmax(axis=1), tokens.shape[1])
+        flat = np.concatenate([tokens[i, :last[i]] for i in range(len(tokens))]).astype(np.int32)
+        offsets = np.concatenate([[0], np.cumsum(last)]).astype(np.int64)
+        shards = TokenShards(tokens=flat, offsets=offsets, prompt_lengths=first.astype(np.int32),
+                             temperature=np.zeros(len(tokens), np.float32), manifest={"shards": []})
+        return cls(shards, compute_features(target, shards, tuple(sorted(set(layers)))), tuple(layers),
+                   tokens.shape[1], valid_rows)
+
+    @property
+    def num_train(self) -> int:
+        return len(self.shards) - self.valid_rows
+
+    def rows_at(self, step: int, batch_size: int, seed: int) -> np.ndarray:
+        """The training rows of step `step`: slice of the seeded permutation of its epoch."""
+        per_epoch = max(1, self.num_train // batch_size)
+        perm = np.random.default_rng([seed, step // per_epoch]).permutation(self.num_train)
+        j = (step % per_epoch) * batch_size
+        return perm[j:j + batch_size]
+
+    def batch(self, rows: np.ndarray) -> dict:
+        """{"tokens" int32[B, S], "loss_mask" bool[B, S], "features" f16[B, S, n, E]} of sequence rows."""
+        s = self.seq_len
+        starts = self.shards.offsets[rows]
+        lengths = np.minimum(self.shards.offsets[rows + 1] - starts, s)
+        tokens = np.zeros((len(rows), s), np.int32)
+        mask = np.zeros((len(rows), s), bool)
+        for b, (a, n, p) in enumerate(zip(starts, lengths, self.shards.prompt_lengths[rows])):
+            tokens[b, :n] = self.shards.tokens[a:a + n]
+            mask[b, p:n] = True
+        return {"tokens": tokens, "loss_mask": mask,
+                "features": self.features.gather(self.layers, starts, lengths, s)}
+
+    def valid_batch(self) -> dict:
+        return self.batch(np.arange(self.num_train, len(self.shards)))
+
+    def response_token_counts(self, vocab_size: int) -> np.ndarray:
+        """int64[V]: how often each id occurs in the training rows' responses (the draft vocabulary's ranking)."""
+        counts = np.zeros(vocab_size, np.int64)
+        for i in range(self.num_train):
+            a, b = self.shards.offsets[i], self.shards.offsets[i + 1]
+            counts += np.bincount(self.shards.tokens[a + self.shards.prompt_lengths[i]:b], minlength=vocab_size)
+        return counts
+
+
+# ============================================================================ checkpoints
+
+
+def save_state(ckpt: pathlib.Path, cfg, params, opt_state, step: int, tc, log: list, seconds: float,
+               vocab_ids: np.ndarray | None = None) -> None:
+    """Atomically replace `ckpt` with the drafter (safetensors), optimiser state, step, log, wall seconds."""
+    tmp = ckpt.with_name(ckpt.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_checkpoint(tmp, cfg, jax.device_get(params))
+    np.savez(tmp / "opt_state.npz", *[np.asarray(x) for x in jax.tree.leaves(opt_state)])
+    if vocab_ids is not None:
+        np.save(tmp / "draft_vocab_ids.npy", np.asarray(vocab_ids, np.int32))
+    (tmp / "state.json").write_text(json.dumps({"step": step, "train_config": dataclasses.asdict(tc), "log": log,
+                                                "seconds": round(seconds, 1)}))
+    shutil.rmtree(ckpt, ignore_errors=True)
+    os.replace(tmp, ckpt)
+
+
+def load_state(ckpt: pathlib.Path, opt_state_template):
+    """(cfg, params, opt_state, step, log, seconds, draft vocab ids or None) of a checkpoint."""
+    cfg, params = load_checkpoint(ckpt, jnp.float32)
+    with np.load(ckpt / "opt_state.npz") as z:
+        leaves = [z[f"arr_{i}"] for i in range(len(z.files))]
+    template = jax.tree.leaves(opt_state_template)
+    if len(leaves) != len(template):
+        raise ValueError(f"{ckpt}: optimizer state has {len(leaves)} leaves, expected {len(template)}")
+    opt_state = jax.tree.unflatten(jax.tree.structure(opt_state_template),
+                                   [jnp.asarray(a, t.dtype) for a, t in zip(leaves, template)])
+    state = json.loads((ckpt / "state.json").read_text())
+    ids_file = ckpt / "draft_vocab_ids.npy"
+    ids = np.load(ids_file) if ids_file.exists() else None
+    return cfg, params, opt_state, state["step"], state.get("log", []), state.get("seconds", 0.0), ids
+
+
+def machine() -> dict:
+    """Where a run ran: platform, device kind and count, CPU cores."""
+    d = jax.devices()[0]
+    return {"platform": d.platform, "device_kind": d.device_kind, "devices": jax.device_count(),
+            "cpu_cores": os.cpu_count(), "processor": platform.processor() or platform.machine()}
+
+
+# ============================================================================ loop
+
+
+def _place(tree, mesh, spec):
+    if mesh is None:
+        return jax.tree.map(jnp.asarray, tree)
+    return jax.device_put(tree, NamedSharding(mesh, spec))
+
+
+def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | pathlib.Path, *, step_factory,
+          vocab=None, resume: bool = False, stop_after: int | None = None, mesh=None, init=None,
+          progress: bool = True) -> tuple[dict, list]:
+    """Train a drafter; returns (params, log). target: (tcfg, touter) — the target's config and its
+    outer params (`target_outer`: embedding, final norm, LM head); vocab: a `DraftVocabTables` or None.
+
+    `stop_after`: run at most that many steps in this call, then checkpoint and return; `resume`
+    continues from out/ckpt (same schedule, batches and keys: bit-exact). `init(dparams) ->
+    dparams` adjusts a fresh drafter (e.g. its final norm from the target's). `mesh`: see the
+    module docstring. Logs a record every `log_every` steps (train loss, held-out loss, τ
+    estimate, per-position accuracy, lr, seconds) and shows a progress bar with the ETA."""
+    from tqdm.auto import tqdm
+
+    from specjax.sharding import replicate, shard_params
+
+    tcfg, touter = target
+    dcfg.check_target(tcfg)
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt = out / "ckpt"
+    opt, schedule = make_optimizer(tc)
+    dparams = init_params(dcfg, jax.random.key(tc.seed), jnp.float32)
+    opt_state = opt.init(dparams)
+    start, log, seconds_before = 0, [], 0.0
+    vocab_ids = None if vocab is None else np.asarray(vocab.ids)
+    if resume and ckpt.exists():
+        saved_cfg, dparams, opt_state, start, log, seconds_before, saved_ids = load_state(ckpt, opt_state)
+        if saved_cfg != dcfg:
+            raise ValueError(f"{ckpt} holds a drafter with config {saved_cfg}, not the requested {dcfg}")
+        if (saved_ids is None) != (vocab_ids is None) or (saved_ids is not None
+                                                          and not np.array_equal(saved_ids, vocab_ids)):
+            raise ValueError(f"{ckpt} was trained with another draft vocabulary; resume with the same --draft-vocab")
+    elif init is not None:
+        dparams = init(dparams)
+    if mesh is not None:
+        dparams, opt_state = replicate(dparams, mesh), replicate(opt_state, mesh)
+        touter = shard_params(touter, tcfg, mesh)
+        vocab = None if vocab is None else replicate(vocab, mesh)
+    n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams)))
+    step_fn, eval_fn = step_factory(dcfg, tcfg, opt, tc)
+    valid = _place(trainset.valid_batch(), mesh, PartitionSpec("data"))
+    end = tc.steps if stop_after is None else min(tc.steps, start + stop_after)
+    bar = tqdm(total=tc.steps, initial=start, unit="step", disable=not progress, mininterval=10, smoothing=0.05)
+    bar.write(f"drafter: {n_params:,} params; {trainset.num_train} train / {trainset.valid_rows} held-out sequences; "
+              f"steps {start} -> {end} of {tc.steps}")
+    recent, t0, last_tau = [], time.time(), float("nan")
+    for s in range(start, end):
+        batch = _place(trainset.batch(trainset.rows_at(s, tc.batch_size, tc.seed)), mesh, PartitionSpec("data"))
+        key = jax.random.fold_in(jax.random.key(tc.seed), s)
+        dparams, opt_state, loss, metrics = step_fn(dparams, opt_state, touter, batch, vocab, key, jnp.int32(s))
+        recent = (recent + [float(loss)])[-tc.log_every:]
+        bar.update(1)
+        bar.set_postfix_str(f"loss {np.mean(recent):.3f} tau {float(metrics['tau']):.2f} valid tau {last_tau:.2f}",
+                            refresh=False)
+        done = s + 1
+        if done % tc.log_every == 0 or done == tc.steps:
+            vloss, vm = eval_fn(dparams, touter, valid, vocab, jax.random.key(12345))
+            last_tau = float(vm["tau"])
+            rec = {"step": done, "train_loss": round(float(np.mean(recent)), 5), "valid_loss": round(float(vloss), 5),
+                   "valid_tau_estimate": round(last_tau, 4), "valid_acc": [round(float(a), 4) for a in vm["acc"]],
+                   "lr": float(schedule(done)), "seconds": round(seconds_before + time.time() - t0, 1),
+                   **{f"valid_{k}": round(float(v), 4) for k, v in vm.items() if k not in ("acc", "tau")}}
+            log.append(rec)
+            bar.write(json.dumps(rec))
+        if done % tc.ckpt_every == 0 or done == end:
+            save_state(ckpt, dcfg, dparams, opt_state, done, tc, log, seconds_before + time.time() - t0, vocab_ids)
+    bar.close()
+    return jax.device_get(dparams), log
+
+
+def export(directory: str | pathlib.Path, dcfg, dparams, recipe: dict, vocab_ids=None) -> pathlib.Path:
+    """float16 drafter checkpoint (config.json + model.safetensors, with the draft vocabulary's ids
+    when it has one) + recipe.json."""
+    from specjax.draft_vocab import with_draft_vocab
+
+    directory = pathlib.Path(directory)
+    params = dparams if vocab_ids is None else with_draft_vocab(dparams, np.asarray(vocab_ids, np.int32))
+    save_checkpoint(directory, dcfg, params, dtype=np.float16)
+    (directory / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
+    return directory

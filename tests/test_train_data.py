@@ -1,0 +1,70 @@
+"""Generated training data (specjax.train.data, specjax.data.train_sources): resumable shards, a
+refused recipe change, and the committed SmolLM2 shards share no prompt with any evaluation set."""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from specjax.data.prompts import (_normalise, gsm8k_prompts, humaneval_prompts, math500_prompts, mbpp_prompts,
+                                  mtbench_prompts, sharegpt_prompts, wiki_prompts)
+from specjax.train.data import DataRecipe, generate_shards, load_shards, load_target
+
+COMMITTED = pathlib.Path(__file__).parent.parent / "specjax" / "zoo" / "data" / "smollm2-135m-instruct"
+pytestmark = pytest.mark.registry  # the prompt sources and evaluation sets are registry assets
+
+
+def _stable(manifest: dict) -> dict:
+    """The manifest without what depends on the machine's speed."""
+    drop = {"seconds", "response_tokens_per_s", "machine"}
+    return {**{k: v for k, v in manifest.items() if k not in ("shards", "totals")},
+            "shards": [{k: v for k, v in s.items() if k not in drop} for s in manifest["shards"]]}
+
+
+def test_generation_resumes_where_it_stopped_and_refuses_another_recipe(tmp_path):
+    cfg, params, enc, _ = load_target("zoo")
+    recipe = DataRecipe(target="zoo", max_new_tokens=8, max_prompt_tokens=24, batch_size=8, chat=False)
+    whole = generate_shards((cfg, params), enc, recipe, tmp_path / "a", response_tokens=150, shard_batches=1,
+                            progress=False)
+    generate_shards((cfg, params), enc, recipe, tmp_path / "b", response_tokens=60, shard_batches=1, progress=False)
+    resumed = generate_shards((cfg, params), enc, recipe, tmp_path / "b", response_tokens=150, shard_batches=1,
+                              progress=False)  # continues at the cursor
+    assert len(whole["shards"]) >= 3 and _stable(resumed) == _stable(whole)
+    for s in whole["shards"]:
+        assert (tmp_path / "a" / s["file"]).read_bytes() == (tmp_path / "b" / s["file"]).read_bytes()
+    data = load_shards(tmp_path / "b")
+    assert len(data) == whole["totals"]["sequences"]
+    responses = np.diff(data.offsets) - data.prompt_lengths
+    assert responses.sum() == whole["totals"]["response_tokens"] and (responses <= 8).all()
+    with pytest.raises(ValueError, match="another recipe"):
+        generate_shards((cfg, params), enc, DataRecipe(target="zoo", max_new_tokens=9, max_prompt_tokens=24,
+                                                        batch_size=8, chat=False), tmp_path / "a", response_tokens=10)
+    (tmp_path / "a" / whole["shards"][0]["file"]).write_bytes(b"broken")
+    with pytest.raises(ValueError, match="sha256 differs"):
+        load_shards(tmp_path / "a")
+
+
+def _evaluation_prompts() -> tuple[set, list]:
+    """Every evaluation prompt, normalised: (all of them, the benchmark ones long enough to search for)."""
+    bench = [p.prompt for f in (gsm8k_prompts, math500_prompts, humaneval_prompts, mbpp_prompts) for p in f()]
+    bench += [t for p in mtbench_prompts() for t in p.turns]
+    held = [p.prompt for s in ("valid", "test") for f in (sharegpt_prompts, wiki_prompts) for p in f(s)]
+    return {_normalise(t) for t in bench + held}, sorted({_normalise(t) for t in bench if len(t) >= 40})
+
+
+def test_the_committed_shards_share_no_prompt_with_any_evaluation_set():
+    """Brute force, independent of the generator's own filter: no training prompt equals an evaluation
+    prompt (GSM8K, MATH-500, HumanEval, MBPP, MT-Bench, ShareGPT / wiki valid + test) or contains a
+    benchmark prompt; the shards' checksums hold, and the data is the issue's size."""
+    manifest = json.loads((COMMITTED / "manifest.json").read_text())
+    data = load_shards(COMMITTED)  # sha256 of every shard
+    exact, bench = _evaluation_prompts()
+    texts = [json.loads(line)["text"] for s in manifest["shards"]
+             for line in (COMMITTED / s["prompts_file"]).read_text().splitlines()]
+    assert len(texts) == len(data) == manifest["totals"]["sequences"]
+    for text in texts:
+        norm = _normalise(text)
+        assert norm not in exact, text
+        assert not any(b in norm for b in bench if len(b) <= len(norm)), text
+    assert manifest["totals"]["response_tokens"] >= 500_000
