@@ -101,3 +101,28 @@ def test_cli_trains_and_exports_a_loadable_domino_drafter(tmp_path):
     assert recipe["train_config"]["prefix"] == "ttt" and recipe["train_config"]["lambda0"] == 0.0
     assert len(recipe["log"]) == 2 and recipe["compute"]["steps"] == 2
     assert recipe["measured_tau"]["prompts"] == 2 and recipe["measured_tau"]["tau_mean"] >= 1.0
+
+
+def test_a_draft_vocabulary_trains_on_its_columns_of_the_full_logits():
+    """With a K-id draft vocabulary, the teacher-forced base and final logits are the full-vocabulary
+    ones on those K columns (W_2 cut to them), and the loss trains (gradients reach the kept columns)."""
+    from specjax.train.vocab import vocab_tables
+
+    ts = trainset(DRAFTER.target_layer_ids)
+    batch = ts.batch(np.arange(4))
+    dparams = perturbed(init_params(DRAFTER, jax.random.key(3)), 4, 0.3)
+    tokens, mask = jnp.asarray(batch["tokens"]), jnp.asarray(batch["loss_mask"])
+    feats = jnp.asarray(batch["features"], jnp.float32)
+    anchors, valid = TD.draw_anchors(jax.random.key(5), mask, 3)
+    vocab = vocab_tables(ts.response_token_counts(TARGET.vocab_size), 9)
+    touter = target_outer(TARGET_PARAMS)
+    full = T.block_logits_pair(dparams, DRAFTER, touter, TARGET, feats, tokens, anchors, valid, "tf")
+    cut = T.block_logits_pair(dparams, DRAFTER, touter, TARGET, feats, tokens, anchors, valid, "tf", vocab)
+    ids = np.asarray(vocab.ids)
+    for f, c in zip(full, cut):
+        np.testing.assert_allclose(np.asarray(c), np.asarray(f)[..., ids], rtol=1e-5, atol=1e-5)
+    tc = T.DominoTrainConfig(gamma=2.0)
+    grads = jax.grad(lambda p: T.domino_loss(p, DRAFTER, touter, TARGET, feats, tokens, mask, anchors, valid, 0.2,
+                                             tc, vocab)[0])(dparams)
+    w2 = np.asarray(grads["head"]["w2"]["kernel"])
+    assert np.abs(w2[:, ids]).sum() > 0 and not np.delete(w2, ids, axis=1).any()

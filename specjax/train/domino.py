@@ -15,6 +15,7 @@ functions). Per block at anchor a:
   * L = (1 - lambda_t) L_final + lambda_t L_base, lambda_t = clip(lambda_0 (1 - t / (rho T)), 0, 1)
     (`curriculum_lambda`; lambda_0 = 1, rho = 1 as the released config; lambda_0 = 0 is the
     no-curriculum ablation). At lambda = 1 the head gets exactly zero gradient.
+With a draft vocabulary (`specjax.train.vocab`) base and correction are its K columns only.
 Logged per evaluation: valid loss = L_final, valid_loss_base, valid_tau_base (the backbone
 alone) next to valid_tau_estimate (with the head); lambda is a function of the step.
 """
@@ -30,8 +31,8 @@ import optax
 from specjax.drafters.dflash import anchored_hidden
 from specjax.drafters.domino import draft_rows, rollout, teacher_forced_logits
 from specjax.models.domino import DominoConfig
-from specjax.models.model import project_to_vocab
 from specjax.train.dflash import DFlashTrainConfig, block_labels, draw_anchors, weighted_block_ce
+from specjax.train.vocab import subset_logits
 
 PREFIXES = ("tf", "ttt")
 
@@ -69,32 +70,40 @@ def curriculum_lambda(step, tc: DominoTrainConfig) -> jax.Array:
 
 
 def block_logits_pair(dparams, dcfg: DominoConfig, touter, tcfg, features, tokens, anchors, valid,
-                      prefix: str = "tf"):
-    """(base, final) f32[B, W, K, V] of every anchored block (module docstring)."""
+                      prefix: str = "tf", vocab=None):
+    """(base, final) f32[B, W, K, C] of every anchored block (module docstring); C = V, or the K
+    columns of a draft vocabulary `vocab` (`specjax.train.vocab`: the head's W_2 cut to them)."""
     b, s = tokens.shape
     hidden = anchored_hidden(dparams, dcfg, touter, tcfg, features, tokens, anchors, valid)  # [B, W, bs, E]
     rows = draft_rows(dcfg, hidden)  # [B, W, K, E]
-    base = project_to_vocab(touter, tcfg, rows)
+    base = subset_logits(touter, tcfg, rows, vocab)
+    if vocab is not None:  # the correction over the same columns; gradients reach W_2's kept columns
+        head = dparams["head"]
+        dparams = {**dparams, "head": {**head, "w2": {"kernel": jnp.take(head["w2"]["kernel"], vocab.ids, axis=1)}}}
     k = dcfg.num_draft_positions
     inputs = jnp.take_along_axis(tokens[:, None, :], jnp.minimum(anchors[..., None] + jnp.arange(k), s - 1), axis=2)
     if prefix == "tf":
         return base, teacher_forced_logits(dcfg, dparams, touter, tcfg, rows, base, inputs)
     w = anchors.shape[1]
     flat = lambda x: x.reshape((b * w,) + x.shape[2:])  # noqa: E731
-    pick = lambda logits, i, key: jax.lax.stop_gradient(jnp.argmax(logits, axis=-1))  # noqa: E731
+
+    def pick(logits, i, key):  # the block's own argmax draft, as a token id (a column of the draft vocabulary)
+        best = jax.lax.stop_gradient(jnp.argmax(logits, axis=-1))
+        return best if vocab is None else vocab.ids[best]
+
     _, final = rollout(dcfg, dparams, touter, tcfg, flat(rows), flat(base), flat(inputs[..., 0]), pick,
                        jax.random.split(jax.random.key(0), k))
     return base, final.reshape(base.shape)
 
 
 def domino_loss(dparams, dcfg: DominoConfig, touter, tcfg, features, tokens, loss_mask, anchors, valid, lam,
-                tc: DominoTrainConfig):
+                tc: DominoTrainConfig, vocab=None):
     """(L = (1 - lam) L_final + lam L_base, metrics): acc/tau of the final logits, tau_base,
-    loss_final, loss_base."""
-    base, final = block_logits_pair(dparams, dcfg, touter, tcfg, features, tokens, anchors, valid, tc.prefix)
+    loss_final, loss_base (over a draft vocabulary's columns when `vocab` is given)."""
+    base, final = block_logits_pair(dparams, dcfg, touter, tcfg, features, tokens, anchors, valid, tc.prefix, vocab)
     labels, ok = block_labels(tokens, loss_mask, anchors, valid, dcfg.num_draft_positions)
-    l_final, m_final = weighted_block_ce(final, labels, ok, valid, tc.gamma)
-    l_base, m_base = weighted_block_ce(base, labels, ok, valid, tc.gamma)
+    l_final, m_final = weighted_block_ce(final, labels, ok, valid, tc.gamma, vocab)
+    l_base, m_base = weighted_block_ce(base, labels, ok, valid, tc.gamma, vocab)
     loss = (1.0 - lam) * l_final + lam * l_base
     return loss, {**m_final, "tau_base": m_base["tau"], "loss_final": l_final, "loss_base": l_base}
 
@@ -103,12 +112,9 @@ def make_step(dcfg: DominoConfig, tcfg, opt, tc: DominoTrainConfig):
     """(step, evaluate) with `specjax.train.loop`'s contract; evaluate's loss is L_final."""
 
     def loss_at(p, touter, batch, vocab, key, lam):
-        if vocab is not None:
-            raise ValueError("Domino training does not take a reduced draft vocabulary yet: its head's "
-                             "correction is a full-vocabulary low-rank matrix (train without --draft-vocab)")
         anchors, valid = draw_anchors(key, batch["loss_mask"], tc.anchors)
         return domino_loss(p, dcfg, touter, tcfg, batch["features"].astype(jnp.float32), batch["tokens"],
-                           batch["loss_mask"], anchors, valid, lam, tc)
+                           batch["loss_mask"], anchors, valid, lam, tc, vocab)
 
     @jax.jit
     def step(dparams, opt_state, touter, batch, vocab, key, step_index):

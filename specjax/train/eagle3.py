@@ -106,17 +106,7 @@ def make_step(dcfg: Eagle3Config, tcfg, opt, tc: Eagle3TrainConfig):
         updates, opt_state = opt.update(grads, opt_state, dparams)
         return optax.apply_updates(dparams, updates), opt_state, value, metrics
 
-    evaluate_chunk = jax.jit(loss_at)
-
-    def evaluate(dparams, touter, batch, vocab, key):
-        """Mean over chunks of `batch_size` rows: [rows, S, V] logits for every unrolled step of a
-        whole validation set do not fit in memory for a real vocabulary."""
-        m, rows = tc.batch_size, len(batch["tokens"])
-        parts = [evaluate_chunk(dparams, touter, jax.tree.map(lambda x: x[i:i + m], batch), vocab, key)
-                 for i in range(0, rows - m + 1, m)] or [evaluate_chunk(dparams, touter, batch, vocab, key)]
-        return jax.tree.map(lambda *xs: sum(xs) / len(xs), *parts)
-
-    return step, evaluate
+    return step, jax.jit(loss_at)
 
 
 __all__ = ["Eagle3TrainConfig", "feature_layers", "draft_logits", "ttt_loss", "make_step"]

@@ -9,7 +9,8 @@ computed once, so a step costs the drafter's forward / backward and the (reduced
 
 Step contract (`step_factory(dcfg, tcfg, opt, tc) -> (step, evaluate)`, both jitted):
   step(dparams, opt_state, touter, batch, vocab, key, step_index) -> (dparams, opt_state, loss, metrics)
-  evaluate(dparams, touter, batch, vocab, key) -> (loss, metrics)
+  evaluate(dparams, touter, batch, vocab, key) -> (loss, metrics)  (the loop averages it over chunks
+    of batch_size held-out rows: a whole held-out set's logits need not fit in memory)
 batch: {"tokens" int32[B, S], "loss_mask" bool[B, S] (the response), "features" f16[B, S, n, E]};
 vocab: None (the full vocabulary) or a `DraftVocabTables` (`specjax.train.vocab`); metrics:
 {"acc": f32[L], "tau": scalar, other scalars}.
@@ -224,6 +225,16 @@ def _place(tree, mesh, spec):
     return jax.device_put(tree, NamedSharding(mesh, spec))
 
 
+def _evaluate(eval_fn, dparams, touter, valid: dict, vocab, rows: int, mesh):
+    """(loss, metrics) averaged over chunks of `rows` held-out sequences (the logits of a whole
+    held-out set at once, [rows, W, L, V], need not fit in memory); one fixed key."""
+    n = len(valid["tokens"])
+    parts = [eval_fn(dparams, touter, _place({k: v[i:i + rows] for k, v in valid.items()}, mesh, PartitionSpec("data")),
+                     vocab, jax.random.key(12345))
+             for i in range(0, max(n - rows, 0) + 1, rows)]  # whole chunks (all rows when fewer than one)
+    return jax.tree.map(lambda *xs: sum(xs) / len(xs), *parts)
+
+
 def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | pathlib.Path, *, step_factory,
           vocab=None, resume: bool = False, stop_after: int | None = None, mesh=None, init=None,
           progress: bool = True) -> tuple[dict, list]:
@@ -264,7 +275,7 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
         vocab = None if vocab is None else replicate(vocab, mesh)
     n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams)))
     step_fn, eval_fn = step_factory(dcfg, tcfg, opt, tc)
-    valid = _place(trainset.valid_batch(), mesh, PartitionSpec("data"))
+    valid = trainset.valid_batch()
     end = tc.steps if stop_after is None else min(tc.steps, start + stop_after)
     bar = tqdm(total=tc.steps, initial=start, unit="step", disable=not progress, mininterval=10, smoothing=0.05)
     bar.write(f"drafter: {n_params:,} params; {trainset.num_train} train / {trainset.valid_rows} held-out sequences; "
@@ -280,7 +291,7 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
                             refresh=False)
         done = s + 1
         if done % tc.log_every == 0 or done == tc.steps:
-            vloss, vm = eval_fn(dparams, touter, valid, vocab, jax.random.key(12345))
+            vloss, vm = _evaluate(eval_fn, dparams, touter, valid, vocab, tc.batch_size, mesh)
             last_tau = float(vm["tau"])
             rec = {"step": done, "train_loss": round(float(np.mean(recent)), 5), "valid_loss": round(float(vloss), 5),
                    "valid_tau_estimate": round(last_tau, 4), "valid_acc": [round(float(a), 4) for a in vm["acc"]],
