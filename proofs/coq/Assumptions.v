@@ -1,7 +1,8 @@
 (* Assumptions.v -- no claim of its own: prints what each main theorem depends on.
    `make proofs` fails unless every line says "Closed under the global context"
    (nothing assumed, not even what the standard library may assume). *)
-From Specjax Require Import GreedyWalk GraftCoverage DDTreeSurrogate DDTreeOrder ChainRejection.
+From Specjax Require Import GreedyWalk GraftCoverage DDTreeSurrogate DDTreeOrder ChainRejection
+  SamplingWalk.
 
 Print Assumptions greedy_walk_lossless.
 Print Assumptions greedy_walk_progress.
@@ -25,3 +26,10 @@ Print Assumptions uniqueness_of_the_order.
 Print Assumptions chain_rejection_exact.
 Print Assumptions chain_rejection_stream.
 Print Assumptions residual_zero_no_rejection.
+Print Assumptions sampling_walk_law.
+Print Assumptions possible_spec.
+Print Assumptions sampling_walk_expectation.
+Print Assumptions sampling_walk_total.
+Print Assumptions sampling_walk_stream.
+Print Assumptions walk_expected_accepted.
+Print Assumptions walk_expected_accepted_full.
