@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -92,6 +93,19 @@ def smollm2(chat: bool = True):
     return cfg, params, encode, tok.decode
 
 
+def _tokenizer(directory: str):
+    """The `tokenizers` tokenizer of a --checkpoint directory: its tokenizer.json, checked before any
+    weight is read (the CLI encodes the prompts and decodes the output with it)."""
+    from tokenizers import Tokenizer
+
+    path = Path(directory) / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"--checkpoint {directory} has no tokenizer.json: the CLI needs it to encode the "
+                                f"prompts and decode the output (save the model's tokenizer there: "
+                                f"tokenizer.save_pretrained(dir) in transformers)")
+    return Tokenizer.from_file(str(path))
+
+
 def _load(args):
     """(cfg, params, encode, decode, draft LM (cfg, params) or None, {"dflash": .., "eagle3": .., "domino": ..} drafters
     reading the target ((cfg, params) or None each), prompt text)."""
@@ -102,10 +116,8 @@ def _load(args):
         return (cfg, params, encode, decode, None, _readers(args, "smollm2-135m"),
                 args.prompt or "The capital of France is")
     if args.checkpoint:
-        from tokenizers import Tokenizer
-
+        tok = _tokenizer(args.checkpoint)
         cfg, params = load_checkpoint(args.checkpoint)
-        tok = Tokenizer.from_file(f"{args.checkpoint}/tokenizer.json")
         draft = load_checkpoint(args.draft) if args.draft else None
         return (cfg, params, lambda t: tok.encode(t).ids, tok.decode, draft, _readers(args, None),
                 args.prompt or "The")
@@ -244,12 +256,10 @@ def _bench_models(args):
         target, draft, names = (cfg, params), None, ("smollm2-135m-instruct (Q4_1 GGUF)", None)
         readers = _readers(args, "smollm2-135m")
     elif args.checkpoint:
-        from tokenizers import Tokenizer
-
         from specjax.models import load_checkpoint
 
+        tok = _tokenizer(args.checkpoint)
         target = load_checkpoint(args.checkpoint)
-        tok = Tokenizer.from_file(f"{args.checkpoint}/tokenizer.json")
         draft = load_checkpoint(args.draft) if args.draft else None
         names, encode = (args.checkpoint, args.draft), (lambda t: tok.encode(t).ids)
         readers = _readers(args, None)

@@ -33,11 +33,12 @@ from flax import struct
 from typing import Any
 
 from specjax.drafters.protocol import PromptContext, Verified
+from specjax.inputs import check_generate_args, validate_prompts
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache
 from specjax.models.model import ModelConfig, _prefill_unchecked, forward, forward_tapped, prefill_tapped
 from specjax.ops import device_widths, switch_on_width
 from specjax.ops import top_k as top_k_op
-from specjax.numerics import DEFAULT_PRECISION, check_precision, decode_compiler_options, matmul_scope
+from specjax.numerics import DEFAULT_PRECISION, decode_compiler_options, matmul_scope
 from specjax.sampling import Sampling
 from specjax.sharding import init_cache_on, mesh_of, replicate
 from specjax.tree import Tree, ancestor_mask, node_positions, tree_depth
@@ -149,11 +150,11 @@ def generate_ar(
     params,
     cfg: ModelConfig,
     tokens: jax.Array,
-    prompt_lengths: jax.Array,
-    max_new_tokens: int,
+    prompt_lengths: jax.Array | None = None,
+    max_new_tokens: int | None = None,
     *,
     cache_slots: int | None = None,
-    eos_ids: tuple[int, ...] | None = None,
+    eos_ids: tuple[int, ...] | int | None = None,
     sampling: Sampling = Sampling(),
     key: jax.Array | None = None,
     pad_id: int = 0,
@@ -163,9 +164,11 @@ def generate_ar(
 ) -> GenerateOutput:
     """Plain autoregressive generation: the baseline every speculative method must match.
 
-    tokens: int32[B, T] right-padded prompts; prompt_lengths: int32[B]. Generates up to
+    tokens: int32[B, T] right-padded prompts; prompt_lengths: int32[B] (or, with prompt_lengths
+    None, a list of token lists or one prompt: `specjax.inputs.as_prompt_batch`). Generates up to
     `max_new_tokens` per row, stopping a row at its first token in `eos_ids` (default:
-    the config's EOS ids; pass () to never stop). The cache holds `cache_slots`
+    the config's EOS ids; pass () to never stop; an int is a set of one). `key` (a PRNG key) is
+    required when `sampling` samples (temperature > 0). The cache holds `cache_slots`
     (default T + max(max_new_tokens, reserve_new_tokens)) slots per row.
     `reserve_new_tokens` (>= max_new_tokens) compiles the program for that many new tokens
     and stops it after `max_new_tokens`: calls that differ only in `max_new_tokens` (e.g. a
@@ -173,13 +176,11 @@ def generate_ar(
     specjax's precision policy (`specjax.numerics`; default full float32 on every backend).
     Errors are raised before compiling.
     """
-    check_precision(matmul_precision)
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    tokens, prompt_lengths, eos_ids = check_generate_args("generate_ar", cfg, tokens, prompt_lengths, max_new_tokens,
+                                                          eos_ids, sampling, key, pad_id, matmul_precision)
     b, t = tokens.shape
     buffer = max(max_new_tokens, reserve_new_tokens or 0)
     slots = cache_slots if cache_slots is not None else t + buffer
-    validate_prompts(tokens, prompt_lengths, cfg.vocab_size)
     check_capacity(np.zeros(b), t + max_new_tokens, slots, what="prompt + max_new_tokens")
     dtype = cache_dtype or jax.tree.leaves(params)[0].dtype
     # Sharded inputs (`specjax.sharding`): allocate the cache in its shards, not whole on one device.
@@ -511,34 +512,18 @@ def cache_sizes(drafter, prompt_width: int, max_new_tokens: int, reserve_new_tok
     return prompt_width + reserve + max(drafter.budget, drafter.max_depth), reserve
 
 
-def validate_prompts(tokens, prompt_lengths, vocab_size: int) -> None:
-    """Every row needs 1..T prompt tokens, each a valid id (an out-of-range id would embed as
-    NaN). Reads the prompts with an explicit `device_get` (allowed under
-    `jax.transfer_guard("disallow")`), once, before anything runs."""
-    tokens, lengths = (np.asarray(x) for x in jax.device_get((tokens, prompt_lengths)))
-    width = tokens.shape[1]
-    if tokens.ndim != 2 or lengths.shape != tokens.shape[:1]:
-        raise ValueError(f"tokens must be int32[B, T] and prompt_lengths int32[B], got {tokens.shape}, {lengths.shape}")
-    if lengths.min() < 1 or lengths.max() > width:
-        raise ValueError(f"prompt_lengths must lie in [1, {width}] (the padded prompt width), got {lengths.tolist()}")
-    used = np.arange(width)[None] < lengths[:, None]
-    bad = tokens[used][(tokens[used] < 0) | (tokens[used] >= vocab_size)]
-    if bad.size:
-        raise ValueError(f"prompt token ids {sorted(set(bad.tolist()))[:8]} are outside the vocabulary [0, {vocab_size})")
-
-
 def generate(
     params,
     cfg: ModelConfig,
     drafter,
     draft_params,
     tokens: jax.Array,
-    prompt_lengths: jax.Array,
-    max_new_tokens: int,
+    prompt_lengths: jax.Array | None = None,
+    max_new_tokens: int | None = None,
     *,
     sampling: Sampling = Sampling(),
     key: jax.Array | None = None,
-    eos_ids: tuple[int, ...] | None = None,
+    eos_ids: tuple[int, ...] | int | None = None,
     pad_id: int = 0,
     reserve_new_tokens: int | None = None,
     matmul_precision: str = DEFAULT_PRECISION,
@@ -547,8 +532,9 @@ def generate(
 
     params/cfg: the target; drafter: a drafter object (static); draft_params: its
     pytree (draft LM params, or None); tokens int32[B, T] right-padded prompts with
-    prompt_lengths int32[B]. Greedy (default) output equals `generate_ar` token for
-    token; with sampling it is distributed as `generate_ar` with the same `Sampling`.
+    prompt_lengths int32[B] (other prompt forms, `eos_ids` and `key`: as `generate_ar`). Greedy
+    (default) output equals `generate_ar` token for token; with sampling (a key required) it is
+    distributed as `generate_ar` with the same `Sampling`.
     Returns tokens int32[B, max_new_tokens], num_tokens, the target cache and RoundStats.
     All checks happen here, before compiling; nothing in the call transfers to the host.
     `reserve_new_tokens` (>= max_new_tokens) compiles the generation (caches, buffers) for
@@ -557,11 +543,9 @@ def generate(
     `matmul_precision`: specjax's precision policy for every forward of the target and the
     drafter (`specjax.numerics`; default full float32 on any backend).
     """
-    check_precision(matmul_precision)
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    tokens, prompt_lengths, eos_ids = check_generate_args("generate", cfg, tokens, prompt_lengths, max_new_tokens,
+                                                          eos_ids, sampling, key, pad_id, matmul_precision)
     drafter.validate(cfg)
-    validate_prompts(tokens, prompt_lengths, cfg.vocab_size)
     # Worst case: an active row has committed < T + M - 1 tokens and writes its N + 1 pending
     # slots; a finished row has committed exactly P + num_tokens - 1 <= T + M - 1 and keeps
     # writing (uncommitted) pending slots while other rows run: T + M + N slots cover both

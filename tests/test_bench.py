@@ -165,6 +165,24 @@ def test_warm_up_fills_the_table_and_leaves_the_method_unchanged(pair):
         harness.warm_up(parse_method("chain4", DRAFT), target, PROMPTS[:1], max_new_tokens=4)
 
 
+@pytest.mark.parametrize("spec", ["ar", "chain2"])
+def test_sampling_runs_draw_with_a_fresh_key_per_call(pair, spec):
+    """At T > 0 every call of a method samples with its own key split from `seed` (a key is required
+    when sampling): the same prompt twice gives two samples, and the same seed the same ones."""
+    from specjax.sampling import Sampling
+
+    target, draft = pair
+    tokens, lengths = harness.prepare_prompts(PROMPTS[:1])[0]
+
+    def two_calls(seed):
+        run = harness._Runner(parse_method(spec, DRAFT), target, draft, Sampling(1.0), (), seed)
+        return [np.asarray(run(tokens, lengths, MAX_NEW, MAX_NEW).tokens) for _ in range(2)]
+
+    first, second = two_calls(0)
+    assert not np.array_equal(first, second)
+    np.testing.assert_array_equal(two_calls(0)[0], first)
+
+
 @pytest.mark.parametrize("spec, name, drafter", [
     ("ar", "ar", None),
     ("chain4", "chain4", ChainDrafter(DRAFT, 4)),

@@ -1,10 +1,12 @@
 """Checkpoint loading/saving: strict key maps, clear errors on bad input, round trips."""
 
+import copy
 import json
 import shutil
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -157,3 +159,27 @@ def test_bfloat16_round_trip(hf_checkpoint, tmp_path):
     assert json.loads((tmp_path / "config.json").read_text())["torch_dtype"] == "bfloat16"
     _, params2 = load_checkpoint(tmp_path, dtype=jnp.bfloat16)
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32)), params, params2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16], ids=["fp32", "fp16", "bf16"])
+def test_32_and_16_bit_checkpoints_load(dtype, hf_checkpoint, tmp_path):
+    """Saved in fp32 / fp16 / bf16 (the safetensors package, numpy arrays), read back in that dtype and
+    loaded as the params cast to it."""
+    _, directory = hf_checkpoint("llama_tied")
+    cfg, params = load_checkpoint(directory)
+    save_checkpoint(tmp_path, cfg, params, dtype=dtype)
+    assert {t.dtype for t in read_safetensors(tmp_path / "model.safetensors").values()} == {np.dtype(dtype)}
+    _, params2 = load_checkpoint(tmp_path)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a).astype(dtype).astype(np.float32),
+                                                            np.asarray(b)), params, params2)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16_bit_checkpoints_written_by_transformers_load(dtype, hf_checkpoint, tmp_path):
+    """A checkpoint torch's safetensors writer stored in fp16 / bf16 loads as the fp32 one cast to it."""
+    model, directory = hf_checkpoint("qwen2_bias")
+    copy.deepcopy(model).to(getattr(torch, dtype)).save_pretrained(tmp_path)
+    _, params = load_checkpoint(directory, dtype=jnp.dtype(dtype))
+    _, params16 = load_checkpoint(tmp_path, dtype=jnp.dtype(dtype))
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32)),
+                 params, params16)

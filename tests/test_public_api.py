@@ -14,6 +14,7 @@ import specjax
 
 PUBLIC_MODULES = ["specjax", "specjax.tree", "specjax.verify", "specjax.decode", "specjax.sampling", "specjax.ops",
                   "specjax.numerics", "specjax.equality", "specjax.sharding", "specjax.draft_vocab", "specjax.models",
+                  "specjax.inputs",
                   "specjax.drafters",
                   "specjax.drafters.protocol", "specjax.drafters.ddtree", "specjax.drafters.ddtree_graft",
                   "specjax.drafters.dflash", "specjax.drafters.domino", "specjax.drafters.dynamic_tree",

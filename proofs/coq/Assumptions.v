@@ -2,7 +2,7 @@
    `make proofs` fails unless every line says "Closed under the global context"
    (nothing assumed, not even what the standard library may assume). *)
 From Specjax Require Import GreedyWalk GraftCoverage DDTreeSurrogate DDTreeOrder ChainRejection
-  SamplingWalk.
+  SamplingWalk DDTreeSelect.
 
 Print Assumptions greedy_walk_lossless.
 Print Assumptions greedy_walk_progress.
@@ -33,3 +33,18 @@ Print Assumptions sampling_walk_total.
 Print Assumptions sampling_walk_stream.
 Print Assumptions walk_expected_accepted.
 Print Assumptions walk_expected_accepted_full.
+Print Assumptions lexb_spec.
+Print Assumptions first_n_prefixes_spec.
+Print Assumptions select_spec.
+Print Assumptions ranked_rq.
+Print Assumptions select_proposition2.
+Print Assumptions select_lemma1.
+Print Assumptions ddtree_optimal_expected_acceptance.
+Print Assumptions select_maximises_expected_acceptance.
+Print Assumptions prune_initial_segment.
+Print Assumptions prune_valid.
+Print Assumptions prune_loss.
+Print Assumptions lemma1_at_depth.
+Print Assumptions level_spec.
+Print Assumptions levels_select_spec.
+Print Assumptions select_levels_spec.

@@ -253,10 +253,15 @@ class _Runner:
     with `carry_over` (retrieval tables persist across requests: hot start) continues from the
     state the previous call left; `draft_params` is what the next call starts from."""
 
-    def __init__(self, method: Method, target, draft, sampling: Sampling, eos_ids: tuple[int, ...]):
+    def __init__(self, method: Method, target, draft, sampling: Sampling, eos_ids: tuple[int, ...], seed: int = 0):
         self.method, self.target, self.sampling, self.eos_ids = method, target, sampling, eos_ids
         self.draft_params = None if method.is_ar else (
             method.draft_params_override if method.draft_params_override is not None else draft[1])
+        self.key = None if sampling.greedy else jax.random.key(seed)
+
+    def _next_key(self):  # None when greedy, else a fresh key per call
+        self.key, sub = (None, None) if self.key is None else jax.random.split(self.key)
+        return sub
 
     def __call__(self, tokens, lengths, n, reserve):
         from specjax.decode import generate, generate_ar
@@ -266,10 +271,10 @@ class _Runner:
         # so the TTFT call (n = 1) runs the full call's compiled program and cache shapes.
         if self.method.is_ar:
             return generate_ar(params, cfg, tokens, lengths, n, eos_ids=self.eos_ids, sampling=self.sampling,
-                               reserve_new_tokens=reserve)
+                               key=self._next_key(), reserve_new_tokens=reserve)
         drafter = self.method.drafter
         out = generate(params, cfg, drafter, self.draft_params, tokens, lengths, n, sampling=self.sampling,
-                       eos_ids=self.eos_ids, reserve_new_tokens=reserve)
+                       key=self._next_key(), eos_ids=self.eos_ids, reserve_new_tokens=reserve)
         if getattr(drafter, "carry_over", None) is not None:
             self.draft_params = drafter.carry_over(self.draft_params, out.draft_state)
         return out
@@ -338,21 +343,22 @@ def _measure(runners, calls, max_new_tokens: int, warmup: int, ttft: bool, progr
 def run_benchmark(target, draft, prompts: list[list[int]], methods: list[Method | str], *, max_new_tokens: int,
                   prompt_width: int | None = None, warmup: int = 1, sampling: Sampling = GREEDY,
                   eos_ids: tuple[int, ...] = (), progress: bool = True, ttft: bool = True,
-                  batch: int = 1) -> list[MethodResult]:
+                  batch: int = 1, seed: int = 0) -> list[MethodResult]:
     """Benchmark `methods` (Method objects or specs, see `specjax.bench.methods`) on `prompts`.
 
     target / draft: (cfg, params) pairs (draft may be None for AR only); prompts: token id
     lists, the first `warmup` of them run and discarded. `batch`: prompts per generate call
     (consecutive prompts; len(prompts) and `warmup` must be multiples of it). The protocol
     and the metrics are in the module docstring; `ttft=False` skips the TTFT calls (and
-    their compiles): TTFT / TPOT are then None. Returns one MethodResult per method, in order.
+    their compiles): TTFT / TPOT are then None. `seed`: the PRNG seed of a sampling run (each
+    method draws every call with its own key split from it). Returns one MethodResult per method, in order.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     methods = resolve_methods(methods, draft)
     rows = prepare_prompts(prompts, prompt_width)
     check_batches(len(rows), warmup, batch)
-    runners = [(m, _Runner(m, target, draft, sampling, tuple(eos_ids))) for m in methods]
+    runners = [(m, _Runner(m, target, draft, sampling, tuple(eos_ids), seed)) for m in methods]
     runs = _measure(runners, group_batches(rows, batch), max_new_tokens, warmup // batch, ttft, progress)
 
     ar = next((m.name for m in methods if m.is_ar), None)

@@ -42,10 +42,11 @@ from flax import struct
 
 from specjax.draft_vocab import draft_head, draft_vocab_ids, split_draft_vocab, vocab_logits, weights_dtype
 from specjax.drafters.protocol import PromptContext, Verified
+from specjax.inputs import require_config
 from specjax.models.cache import KVCache, commit, init_cache
 from specjax.models.dflash import DFlashConfig
 from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots
-from specjax.models.model import ModelConfig, embed_tokens, merge_module
+from specjax.models.model import ModelConfig, check_params, embed_tokens, merge_module
 from specjax.tree import chain_tree
 
 __all__ = [
@@ -252,8 +253,10 @@ class DFlashDrafter:
     block_size: int | None = None
 
     target_topk = 0
+    config_class = DFlashConfig  # exactly (a DominoConfig is a DFlashConfig with a head: DominoDrafter's)
 
     def __post_init__(self):
+        require_config(type(self).__name__, self.cfg, self.config_class)
         if self.block_size is not None and self.block_size < 2:
             raise ValueError(f"DFlash block size must be >= 2 (the root + at least one mask token), got "
                              f"{self.block_size}")
@@ -295,6 +298,7 @@ class DFlashDrafter:
     def init(self, params, tokens, prompt_lengths, max_new_tokens: int, context: PromptContext | None = None):
         if context is None or context.features is None:
             raise ValueError("DFlash reads the target: init needs the prompt's target features (PromptContext)")
+        check_params(self.cfg, params, type(self).__name__)  # while tracing: before anything compiles
         b = tokens.shape[0]
         dtype = weights_dtype(params)
         cache = init_draft_cache(self.cfg, b, self.cache_slots(tokens.shape[1], max_new_tokens), dtype)

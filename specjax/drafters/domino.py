@@ -37,6 +37,7 @@ import jax.numpy as jnp
 
 from specjax.draft_vocab import add_to_columns, draft_vocab_ids, vocab_logits
 from specjax.drafters.dflash import DFlashDrafter, DFlashState, block_hidden
+from specjax.inputs import require_config
 from specjax.models.domino import DominoConfig
 from specjax.models.model import embed_tokens
 from specjax.tree import chain_tree
@@ -174,9 +175,10 @@ class DominoDrafter(DFlashDrafter):
     use_head: bool = True
     verify: str = "rejection"
 
+    config_class = DominoConfig
+
     def __post_init__(self):
-        if not isinstance(self.cfg, DominoConfig):
-            raise TypeError(f"DominoDrafter needs a DominoConfig, got {type(self.cfg).__name__}")
+        require_config("DominoDrafter", self.cfg, DominoConfig)  # before reading its fields
         if self.block_size not in (None, self.cfg.block_size):
             raise ValueError(f"Domino drafts with its trained block ({self.cfg.block_size}), got block_size "
                              f"{self.block_size}")

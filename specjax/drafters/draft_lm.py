@@ -25,8 +25,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from specjax.inputs import require_config
 from specjax.models.cache import KVCache, commit, init_cache
-from specjax.models.model import ModelConfig, _prefill_unchecked, forward
+from specjax.models.gpt_neox import GPTNeoXConfig
+from specjax.models.llama import LlamaConfig
+from specjax.models.model import ModelConfig, _prefill_unchecked, check_params, forward
 from specjax.tree import Tree
 from specjax.verify import WalkResult
 
@@ -55,7 +58,9 @@ class DraftLMState:
 
 
 def check_compatible(draft_cfg: ModelConfig, target_cfg: ModelConfig) -> None:
-    """Draft and target must share a vocabulary (same token ids): raise early otherwise."""
+    """The draft must be a causal LM (a GPT-NeoX or Llama config) sharing the target's vocabulary
+    (same token ids): raise early otherwise."""
+    require_config("a draft-LM drafter", draft_cfg, GPTNeoXConfig, LlamaConfig)
     if draft_cfg.vocab_size != target_cfg.vocab_size:
         raise ValueError(
             f"draft and target vocabularies differ: draft vocab_size={draft_cfg.vocab_size}, "
@@ -79,6 +84,7 @@ def init_state(draft_cfg, params, tokens, prompt_lengths, num_slots: int, budget
     """Prefill the draft cache with the prompts (traceable; called inside `generate`).
     `max_pending` (static): accepted tokens a round may leave unforwarded (1 for a pure draft
     tree, the walk's max depth when retrieved paths are grafted)."""
+    check_params(draft_cfg, params, "the draft LM")  # while tracing: before anything compiles
     b = tokens.shape[0]
     dtype = jax.tree.leaves(params)[0].dtype
     cache = init_cache(draft_cfg, b, num_slots, dtype)

@@ -39,10 +39,11 @@ from flax import struct
 from specjax.draft_vocab import draft_head, draft_vocab_ids, split_draft_vocab, vocab_logits, weights_dtype
 from specjax.drafters.dflash import target_outer
 from specjax.drafters.protocol import PromptContext, Verified
+from specjax.inputs import require_config
 from specjax.models.cache import KVCache, commit, init_cache
 from specjax.models.eagle3 import Eagle3Config
 from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots
-from specjax.models.model import ModelConfig, embed_tokens, merge_module
+from specjax.models.model import ModelConfig, check_params, embed_tokens, merge_module
 
 __all__ = ["Eagle3State", "Eagle3Stepper", "eagle3_drafter", "draft_step", "fuse", "logits_of", "unrolled_hidden",
            "target_outer"]
@@ -137,6 +138,7 @@ class Eagle3Stepper:
     target_cfg: ModelConfig
 
     def __post_init__(self):
+        require_config("the EAGLE-3 drafter (Eagle3Stepper, eagle3_drafter)", self.cfg, Eagle3Config)
         self.cfg.check_target(self.target_cfg)
 
     @property
@@ -152,6 +154,7 @@ class Eagle3Stepper:
              region: int, max_depth: int) -> Eagle3State:
         if context is None or context.features is None:
             raise ValueError("EAGLE-3 reads the target: init needs the prompt's target features (PromptContext)")
+        check_params(self.cfg, params, "the EAGLE-3 drafter")  # while tracing: before anything compiles
         b, t = tokens.shape
         c = max_depth + 1
         dtype = weights_dtype(params)

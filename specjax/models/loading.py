@@ -1,10 +1,13 @@
 """Load and save checkpoints in the Hugging Face layout, strictly.
 
 A checkpoint directory holds `config.json` and either `model.safetensors` or a sharded
-`model.safetensors.index.json` + shards. Loading maps every tensor through the
+`model.safetensors.index.json` + shards, read and written with the `safetensors` package
+(numpy arrays; bf16 as `ml_dtypes.bfloat16`). Loading maps every tensor through the
 architecture's explicit key map (`param_maps` in the model file), checks every shape,
-and raises `CheckpointError` naming the keys when a tensor is missing, unexpected,
-duplicated across shards or of the wrong shape. Pickled `pytorch_model.bin`
+and raises `CheckpointError` naming the file and the keys when a tensor is missing,
+unexpected (every one of them at once), duplicated across shards, of the wrong shape or
+dtype, and naming the file (and the tensor at fault) when a file is truncated, its header
+is not JSON or its offsets or a dtype are wrong, or config.json is not valid JSON. Pickled `pytorch_model.bin`
 checkpoints are refused unless the caller opts in with `allow_pickle=True` (and even
 then are read with torch's `weights_only=True`).
 
@@ -19,18 +22,24 @@ loaded back when present (absent: the full vocabulary).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import re
-import struct
+import types
+import typing
 from pathlib import Path
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
 
+from specjax.inputs import raise_on_mismatch
+from specjax.models.hf_config import UnsupportedConfigError
 from specjax.models.model import ModelConfig, config_from_hf, family, param_shapes
 from specjax.models.target_bound import TargetBound
 
@@ -38,62 +47,95 @@ DRAFT_VOCAB_TENSOR = "draft_vocab.ids"  # optional int32[K]: a drafter's draft v
 
 
 class CheckpointError(ValueError):
-    """The checkpoint does not match the architecture's key map."""
+    """The checkpoint does not match the architecture's key map, or a file of it cannot be read."""
 
 
-_DTYPES = {
-    "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
-    "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
-}
-_DTYPE_NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
+# Bytes per element of the safetensors dtypes, for naming the tensor a rejected header gets wrong.
+_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+             "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8}
 
 
 def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """All tensors of one .safetensors file as numpy arrays (memory-mapped, bf16 supported)."""
+    """All tensors of one .safetensors file as numpy arrays (the `safetensors` package; bf16 arrays
+    as `ml_dtypes.bfloat16`). A file the package rejects (truncated, a header that is not JSON or
+    whose offsets do not fit, an unknown dtype) raises CheckpointError naming the file and, where
+    one is at fault, the tensor."""
     path = Path(path)
+    try:
+        with safe_open(path, framework="numpy") as f:
+            return {name: _get_tensor(f, name, path) for name in f.keys()}
+    except SafetensorError as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file: {_header_problem(path) or e}") from e
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read it ({e.strerror or e})") from e
+
+
+def _get_tensor(f, name: str, path: Path) -> np.ndarray:
+    try:
+        return f.get_tensor(name)
+    except (SafetensorError, TypeError, ValueError) as e:  # a dtype numpy cannot hold (this package version)
+        raise CheckpointError(f"{path}: tensor {name!r} of dtype {f.get_slice(name).get_dtype()} cannot be read "
+                              f"as a numpy array: {e}") from e
+
+
+def _header_problem(path: Path) -> str:
+    """After the package rejected `path`: what in its header is wrong, naming the tensor ("" if nothing found)."""
+    size = path.stat().st_size
     with open(path, "rb") as f:
-        (header_len,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(header_len))
-    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_len)
-    out = {}
+        n = int.from_bytes(f.read(8), "little")
+        if size < 8 or n > size - 8:
+            return f"the header length field says {n} bytes but the file has {size} (truncated, or not safetensors)"
+        try:
+            header = json.loads(f.read(n))
+        except ValueError as e:
+            return f"its header is not valid JSON ({e})"
+    if not isinstance(header, dict):
+        return f"its header is a JSON {type(header).__name__}, not an object of tensors"
+    data, covered, past_end = size - 8 - n, 0, []
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        if info["dtype"] not in _DTYPES:
-            raise CheckpointError(f"{path.name}: tensor {name!r} has unsupported dtype {info['dtype']}")
-        start, end = info["data_offsets"]
-        out[name] = np.frombuffer(data[start:end], dtype=_DTYPES[info["dtype"]]).reshape(info["shape"])
-    return out
+        try:
+            dtype, shape, (start, end) = info["dtype"], [int(d) for d in info["shape"]], map(int, info["data_offsets"])
+        except (TypeError, KeyError, ValueError):
+            return f"tensor {name!r}: header entry {info!r} needs dtype, shape and data_offsets [start, end]"
+        if dtype not in _ITEMSIZE:
+            return f"tensor {name!r} has unknown dtype {dtype!r} (specjax reads {sorted(_ITEMSIZE)})"
+        need = math.prod(shape) * _ITEMSIZE[dtype]
+        if end - start != need:
+            return (f"tensor {name!r}: {dtype}{shape} needs {need} bytes but its data_offsets [{start}, {end}] "
+                    f"hold {end - start}")
+        past_end += [name] if end > data else []
+        covered = max(covered, end)
+    if past_end:
+        return f"truncated: the file holds {data} data bytes, tensors {past_end} lie past its end"
+    return f"the tensors cover {covered} data bytes but the file holds {data}" if covered != data else ""
 
 
 def write_safetensors(path: str | os.PathLike, tensors: dict[str, np.ndarray]) -> None:
-    """Write tensors to a .safetensors file (sorted keys, 8-byte aligned header)."""
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-    offset, blobs = 0, []
-    for name in sorted(tensors):
-        arr = np.ascontiguousarray(tensors[name])
-        blob = arr.tobytes()
-        header[name] = {"dtype": _DTYPE_NAMES[arr.dtype], "shape": list(arr.shape),
-                        "data_offsets": [offset, offset + len(blob)]}
-        offset += len(blob)
-        blobs.append(blob)
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for blob in blobs:
-            f.write(blob)
+    """Write tensors to a .safetensors file (the `safetensors` package; dtypes kept: int32 stays int32)."""
+    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, path, metadata={"format": "pt"})
+
+
+def _weights_source(directory: Path) -> Path:
+    """Where a directory's weights are: the shard index, else model.safetensors, else the directory itself."""
+    for name in ("model.safetensors.index.json", "model.safetensors"):
+        if (directory / name).exists():
+            return directory / name
+    return directory
 
 
 def read_tensors(directory: Path, allow_pickle: bool = False) -> dict[str, np.ndarray]:
     """Every tensor of a checkpoint directory; duplicates across shards raise."""
-    index = directory / "model.safetensors.index.json"
-    single = directory / "model.safetensors"
-    if index.exists():
-        weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
+    source = _weights_source(directory)
+    if source.name == "model.safetensors.index.json":
+        weight_map = _read_json(source).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{source}: needs a \"weight_map\" object (tensor name -> shard file)")
         tensors: dict[str, np.ndarray] = {}
         for shard in sorted(set(weight_map.values())):
+            if not (directory / shard).is_file():
+                raise CheckpointError(f"{source} maps tensors to {shard}, which is not in {directory}")
             for name, arr in read_safetensors(directory / shard).items():
                 if name in tensors:
                     raise CheckpointError(f"duplicate tensor {name!r}: found in more than one shard (again in {shard})")
@@ -102,10 +144,10 @@ def read_tensors(directory: Path, allow_pickle: bool = False) -> dict[str, np.nd
                 tensors[name] = arr
         missing = sorted(set(weight_map) - set(tensors))
         if missing:
-            raise CheckpointError(f"index lists tensors absent from the shards: {missing}")
+            raise CheckpointError(f"{source} lists tensors absent from the shards: {missing}")
         return tensors
-    if single.exists():
-        return read_safetensors(single)
+    if source.name == "model.safetensors":
+        return read_safetensors(source)
     pickled = sorted(directory.glob("pytorch_model*.bin"))
     if pickled:
         if not allow_pickle:
@@ -125,18 +167,15 @@ def read_tensors(directory: Path, allow_pickle: bool = False) -> dict[str, np.nd
     raise CheckpointError(f"no model.safetensors, model.safetensors.index.json or pytorch_model*.bin in {directory}")
 
 
-def raise_on_mismatch(error: type[Exception], what: str, missing: list, unexpected: list, bad_shapes: list[str],
-                      unexpected_label: str = "unexpected tensors") -> None:
-    """Raise `error` listing every missing, unexpected and wrongly shaped tensor at once."""
-    problems = []
-    if missing:
-        problems.append(f"missing tensors: {missing}")
-    if unexpected:
-        problems.append(f"{unexpected_label}: {unexpected}")
-    if bad_shapes:
-        problems.append("wrong shapes: " + "; ".join(bad_shapes))
-    if problems:
-        raise error(f"{what}: " + " | ".join(problems))
+def _read_json(path: Path) -> dict:
+    """A JSON object file of a checkpoint (config.json, the shard index); anything else raises CheckpointError."""
+    try:
+        value = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path} must hold a JSON object, got a JSON {type(value).__name__}")
+    return value
 
 
 def check_draft_vocab_ids(ids, vocab_size: int, error: type[Exception] = ValueError) -> np.ndarray:
@@ -170,17 +209,42 @@ def load_config(directory: str | os.PathLike) -> ModelConfig:
     path = Path(directory) / "config.json"
     if not path.exists():
         raise CheckpointError(f"no config.json in {directory}")
-    return config_from_hf(json.loads(path.read_text()))
+    hf = _read_json(path)
+    try:
+        cfg = config_from_hf(hf)
+    except UnsupportedConfigError as e:
+        raise UnsupportedConfigError(f"{path}: {e}") from None
+    except (KeyError, TypeError, ValueError) as e:  # a field missing, of the wrong type, or out of range
+        raise CheckpointError(f"{path}: invalid config ({type(e).__name__}: {e})") from e
+    _check_field_types(cfg, path)
+    return cfg
 
 
-def params_from_tensors(cfg: ModelConfig, tensors: dict[str, np.ndarray], dtype=jnp.float32) -> dict:
-    """Map HF-named tensors onto the params pytree of `cfg`, checking keys and shapes."""
+def _check_field_types(cfg, path: Path) -> None:
+    """Every scalar field of the config (int, float, bool, str, or None where allowed) holds that type:
+    a string where a number belongs would otherwise fail deep inside the first shape computation."""
+    hints = typing.get_type_hints(type(cfg))
+    for field in dataclasses.fields(cfg):
+        hint, value = hints[field.name], getattr(cfg, field.name)
+        allowed = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        if not all(t in (int, float, bool, str, type(None)) for t in allowed):
+            continue  # tuples and other structured fields: their parsers check them
+        if not isinstance(value, allowed) and not (float in allowed and isinstance(value, int)):
+            raise CheckpointError(f"{path}: invalid config: {field.name} = {value!r}, expected "
+                                  f"{' or '.join(t.__name__ for t in allowed)}")
+
+
+def params_from_tensors(cfg: ModelConfig, tensors: dict[str, np.ndarray], dtype=jnp.float32,
+                        source: str | os.PathLike | None = None) -> dict:
+    """Map HF-named tensors onto the params pytree of `cfg`, checking keys, shapes and dtypes (every
+    problem at once, as CheckpointError; `source`, the file they came from, prefixes the message)."""
     fam = family(cfg)
     outer_maps, layer_maps = fam.param_maps(cfg)
     shapes = param_shapes(cfg, dtype)
     remaining = dict(tensors)
     draft_ids = remaining.pop(DRAFT_VOCAB_TENSOR, None) if isinstance(cfg, TargetBound) else None
-    missing, bad_shapes, params = [], [], {}
+    missing, bad_shapes, bad_dtypes, params = [], [], [], {}
+    where = f"{source}: " if source is not None else ""
 
     def take(key: str, expected_ours: tuple[int, ...], transform):
         if key not in remaining:
@@ -190,6 +254,9 @@ def params_from_tensors(cfg: ModelConfig, tensors: dict[str, np.ndarray], dtype=
         want = transform.hf_shape(expected_ours)
         if tuple(arr.shape) != tuple(want):
             bad_shapes.append(f"{key}: checkpoint {tuple(arr.shape)} vs expected {tuple(want)}")
+            return np.zeros(expected_ours, np.float32)
+        if arr.dtype.kind in "biuc":  # weights are real floating point (f16, bf16, f32, f64, f8)
+            bad_dtypes.append(f"{key}: {arr.dtype}, expected a floating-point dtype")
             return np.zeros(expected_ours, np.float32)
         return transform.to_ours(np.asarray(arr, np.float32))
 
@@ -205,17 +272,20 @@ def params_from_tensors(cfg: ModelConfig, tensors: dict[str, np.ndarray], dtype=
         for key in ("lm_head.weight", "embed_out.weight"):
             if key in remaining:
                 if remaining[key].shape != embedding.shape or not np.array_equal(np.asarray(remaining[key], np.float32), embedding):
-                    raise CheckpointError(f"config ties embeddings but the checkpoint has a different {key!r}")
+                    raise CheckpointError(f"{where}config ties embeddings but the checkpoint has a different {key!r}")
                 remaining.pop(key)
     ignored = [re.compile(p) for p in fam.IGNORED_KEYS]
     unexpected = sorted(k for k in remaining if not any(p.fullmatch(k) for p in ignored))
-    raise_on_mismatch(CheckpointError, f"checkpoint does not match {cfg.model_type}", missing, unexpected, bad_shapes,
-                      f"unexpected tensors (not in the {cfg.model_type} key map)")
+    raise_on_mismatch(CheckpointError, f"{where}checkpoint does not match {cfg.model_type}", missing, unexpected,
+                      bad_shapes, f"unexpected tensors (not in the {cfg.model_type} key map)", bad_dtypes)
     if jax.tree.structure(params) != jax.tree.structure(shapes):
         raise CheckpointError("internal error: key map does not cover every parameter")  # a bug in a key map
     params = jax.tree.map(lambda a, s: jnp.asarray(a, dtype=s.dtype), params, shapes)
     if draft_ids is not None:  # never cast to the params' dtype
-        ids = check_draft_vocab_ids(draft_ids, cfg.vocab_size, CheckpointError)
+        try:
+            ids = check_draft_vocab_ids(draft_ids, cfg.vocab_size, CheckpointError)
+        except CheckpointError as e:
+            raise CheckpointError(f"{where}tensor {DRAFT_VOCAB_TENSOR!r}: {e}") from None
         params["draft_vocab"] = {"ids": jnp.asarray(ids)}
     return params
 
@@ -224,7 +294,7 @@ def load_checkpoint(directory: str | os.PathLike, dtype=jnp.float32, allow_pickl
     """Load a HF checkpoint directory. Returns (cfg, params) with params cast to `dtype`."""
     directory = Path(directory)
     cfg = load_config(directory)
-    return cfg, params_from_tensors(cfg, read_tensors(directory, allow_pickle), dtype)
+    return cfg, params_from_tensors(cfg, read_tensors(directory, allow_pickle), dtype, _weights_source(directory))
 
 
 def tensors_from_params(cfg: ModelConfig, params: dict, dtype=None) -> dict[str, np.ndarray]:

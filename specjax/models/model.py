@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from specjax.inputs import WrongConfigError, as_prompt_batch, check_positions, pad_prompts, raise_on_mismatch
 from specjax.models import dflash, domino, eagle3, gpt_neox, llama
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache
 from specjax.models.hf_config import UnsupportedConfigError
@@ -236,20 +237,6 @@ def causal_mask(batch_size: int, length: int) -> jax.Array:
     return jnp.broadcast_to(jnp.tril(jnp.ones((length, length), bool)), (batch_size, length, length))
 
 
-def pad_prompts(prompts: list[list[int]], length: int | None = None, pad_id: int = 0):
-    """Right-pad token lists to int32[B, T]; returns (tokens, prompt_lengths int32[B])."""
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("every prompt needs at least one token")
-    longest = max(len(p) for p in prompts)
-    length = longest if length is None else length
-    if longest > length:
-        raise ValueError(f"prompt of {longest} tokens is longer than the padded length {length}")
-    tokens = np.full((len(prompts), length), pad_id, np.int32)
-    for b, p in enumerate(prompts):
-        tokens[b, : len(p)] = p
-    return jnp.asarray(tokens), jnp.asarray([len(p) for p in prompts], jnp.int32)
-
-
 @functools.partial(jax.jit, static_argnames=("cfg", "feature_layers", "matmul_precision"), donate_argnames=("cache",))
 def prefill_tapped(params, cfg, tokens, prompt_lengths, cache, feature_layers: tuple[int, ...] = (),
                    matmul_precision: str | None = DEFAULT_PRECISION):
@@ -276,27 +263,58 @@ def _prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precis
     return logits, last, cache
 
 
-def prefill(params, cfg: ModelConfig, tokens: jax.Array, prompt_lengths: jax.Array, cache: KVCache, *,
-            matmul_precision: str = DEFAULT_PRECISION):
+def prefill(params, cfg: ModelConfig, tokens: jax.Array, prompt_lengths: jax.Array | None = None,
+            cache: KVCache | None = None, *, matmul_precision: str = DEFAULT_PRECISION):
     """Process right-padded prompts and commit each row's first prompt_lengths[b] tokens.
 
     tokens: int32[B, T]; prompt_lengths: int32[B] in [1, T]. Padding is handled by
     `lengths` alone: pad positions are written to scratch slots and never committed.
+    Also accepted (`specjax.inputs.as_prompt_batch`): a list of token lists (right-padded,
+    prompt_lengths None) or one prompt (1-D: a batch of 1). `cache`: `init_cache(cfg, B, slots)`.
     Returns (logits f32[B, T, V], logits of each row's last prompt token f32[B, V], cache).
     The input cache is donated (consumed): use the returned one. Raises ValueError
-    (before compiling) if the prompts do not fit in the cache.
+    (before compiling) if the prompts do not fit in the cache or the model's positions.
     """
+    if cache is None:
+        raise TypeError("prefill needs a cache: init_cache(cfg, batch, slots) with slots >= the padded prompt width")
+    tokens, prompt_lengths = as_prompt_batch(tokens, prompt_lengths)
     check_capacity(cache.lengths, tokens.shape[1], cache.num_slots, what="the prompt")
     lengths = np.asarray(prompt_lengths)
     if lengths.min() < 1 or lengths.max() > tokens.shape[1]:
         raise ValueError(f"prompt_lengths must lie in [1, {tokens.shape[1]}], got {lengths.tolist()}")
+    check_positions(getattr(cfg, "max_position_embeddings", None), int(np.max(np.asarray(cache.lengths) + lengths)))
     check_precision(matmul_precision)
-    return _prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precision=matmul_precision)
+    return _prefill_unchecked(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32),
+                              cache, matmul_precision=matmul_precision)
+
+
+@functools.lru_cache(maxsize=64)
+def _leaf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    flat, _ = jax.tree_util.tree_flatten_with_path(param_shapes(cfg))
+    return {jax.tree_util.keystr(path): tuple(leaf.shape) for path, leaf in flat}
+
+
+def check_params(cfg: ModelConfig, params, owner: str) -> None:
+    """Raise `WrongConfigError` unless `params` hold exactly the arrays of `cfg`'s params pytree
+    (names and shapes; a draft vocabulary aside), naming every difference: catches another
+    model's params (e.g. a Domino checkpoint's in a DFlash drafter) while tracing, before compiling."""
+    if not isinstance(params, dict):
+        raise WrongConfigError(f"{owner} needs the params of its {type(cfg).__name__} (load_checkpoint(dir) returns "
+                               f"(cfg, params)), got {type(params).__name__}")
+    want = _leaf_shapes(cfg)
+    flat, _ = jax.tree_util.tree_flatten_with_path({k: v for k, v in params.items() if k != "draft_vocab"})
+    got = {jax.tree_util.keystr(path): tuple(jnp.shape(leaf)) for path, leaf in flat}
+    bad = [f"{k}: {got[k]} vs expected {want[k]}" for k in sorted(set(got) & set(want)) if got[k] != want[k]]
+    hint = (" (a GRU 'head' is a Domino drafter's: use DominoDrafter with its DominoConfig)"
+            if any(k.startswith("['head']['w_ih']") for k in set(got) - set(want)) else "")
+    raise_on_mismatch(WrongConfigError, f"{owner} got params that do not fit its {type(cfg).__name__}: build the "
+                      f"drafter from the config load_checkpoint returned with them{hint}",
+                      sorted(set(want) - set(got)), sorted(set(got) - set(want)), bad, "unexpected params")
 
 
 __all__ = [
     "ModelConfig", "KVCache", "init_cache", "commit", "config_from_hf", "init_params", "param_shapes",
     "forward", "forward_tapped", "forward_jit", "prefill", "prefill_tapped", "causal_mask",
     "pad_prompts", "family", "embed_tokens", "final_norm", "project_to_vocab", "layer_features",
-    "check_feature_layers",
+    "check_feature_layers", "check_params",
 ]

@@ -1,0 +1,272 @@
+"""specjax's `select_tree` equals the selection that Coq computes and has proved correct
+(issue 39 item 4; proofs/coq/DDTreeSelect.v, rows DD2 and DD5 of proofs/README.md).
+
+`DDTreeSelect.select tbl V L N` is a Coq program (insertion sort of every prefix by the
+proved order `≺`, then the first N, mapped from ranks to tokens) about which
+DDTreeSelect.v proves `select_spec` (it is the first N prefixes of the order) and
+`select_proposition2` (valid, optimal). This test draws small random instances with
+rational marginals, evaluates `select` inside Coq with `Eval vm_compute`, and checks that
+`select_tree` (both methods) on the float32 log-probabilities of the same marginals returns
+the same prefixes, node for node, in the same order, with the same parents.
+
+Coq also runs its model of the levels algorithm (`select_levels`, equal to `select` by
+`select_levels_spec`). The Coq side is exact; the code compares float32 sums of
+logarithms. An instance is kept only if float32 compares every pair of prefixes as the
+exact products do (equal products that float32 also sees equal are kept: they exercise the
+tie rule). Needs `coqc`; uses the
+`.vo` files of `make proofs` when they are current, else compiles the modules it needs in a
+temporary directory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import pathlib
+import re
+import shutil
+import subprocess
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from specjax.drafters.ddtree import select_tree
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+COQ = ROOT / "proofs" / "coq"
+MODULE = "DDTreeSelect"
+SEED = 39
+# (L, V, N, want): depth 2-3, vocabulary 3-4, budgets from 1 to past the number of prefixes
+# (3+9 = 12). want "cut": the table is redrawn until the N-th and (N+1)-th largest q(u) are
+# equal, so that which prefixes are selected (not only their order) depends on the tie rule;
+# "parent": until two equally probable prefixes of one depth among the first N are ordered by
+# rule (3) (the parents' scores) otherwise than by their tokens.
+SHAPES = [(2, 3, 1, None), (2, 3, 5, "cut"), (2, 3, 13, None), (3, 3, 8, "cut"), (2, 4, 6, "parent"),
+          (3, 4, 8, "parent"), (3, 4, 3, "cut"), (3, 3, 7, "cut")]
+DENOMINATORS = (6, 8, 10, 12)
+
+
+def needed_modules() -> list[str]:
+    """The files of _CoqProject up to and including DDTreeSelect.v (its dependencies come first)."""
+    files = [f for f in (COQ / "_CoqProject").read_text().split() if f.endswith(".v")]
+    return files[: files.index(f"{MODULE}.v") + 1]
+
+
+def compiled_in_repo() -> bool:
+    """`make proofs` has compiled every needed module since its source last changed."""
+    for f in needed_modules():
+        src, vo = COQ / f, COQ / (f[:-2] + ".vo")
+        if not vo.is_file() or vo.stat().st_mtime < src.stat().st_mtime:
+            return False
+    return True
+
+
+def compile_copy(workdir: pathlib.Path) -> pathlib.Path:
+    """Compile the needed modules in a copy under workdir (the tree's proofs/coq is not touched)."""
+    lib = workdir / "coq"
+    lib.mkdir()
+    for f in needed_modules():
+        shutil.copy(COQ / f, lib / f)
+        res = subprocess.run(["coqc", "-Q", ".", "Specjax", f], cwd=lib, capture_output=True, text=True)
+        assert res.returncode == 0, f"coqc {f} failed:\n{res.stdout}\n{res.stderr}"
+    return lib
+
+
+# ---------------------------------------------------------------- instances
+
+
+def random_row(rng: np.random.Generator, vocab: int) -> list[Fraction]:
+    """vocab positive rationals with a small common denominator, summing to 1, in random token order."""
+    den = int(rng.choice(DENOMINATORS))
+    cuts = np.sort(rng.choice(np.arange(1, den), size=vocab - 1, replace=False))
+    parts = np.diff(np.concatenate([[0], cuts, [den]]))
+    return [Fraction(int(p), den) for p in rng.permutation(parts)]
+
+
+def float_log_q(table: list[list[Fraction]]) -> np.ndarray:
+    """f32[L, V]: what a drafter would hand to select_tree (log of the same marginals)."""
+    return np.array([[math.log(x) for x in row] for row in table], np.float32)
+
+
+def sign(a, b) -> int:
+    return int(a > b) - int(a < b)
+
+
+def all_prefixes(depth: int, vocab: int):
+    return [u for d in range(1, depth + 1) for u in itertools.product(range(vocab), repeat=d)]
+
+
+def float_agrees_with_exact(table: list[list[Fraction]]) -> bool:
+    """float32 sigma (accumulated depth by depth, as select_tree does) orders every pair of
+    prefixes, and every pair of tokens of a depth, as the exact q does (ties included)."""
+    lq = float_log_q(table)
+    depth, vocab = lq.shape
+    for d in range(depth):
+        for v, w in itertools.combinations(range(vocab), 2):
+            if sign(table[d][v], table[d][w]) != sign(lq[d, v], lq[d, w]):
+                return False
+    exact_q, sigma = {}, {}
+    for u in all_prefixes(depth, vocab):
+        exact_q[u] = (exact_q[u[:-1]] if len(u) > 1 else Fraction(1)) * table[len(u) - 1][u[-1]]
+        sigma[u] = np.float32((sigma[u[:-1]] if len(u) > 1 else np.float32(0.0)) + lq[len(u) - 1, u[-1]])
+    us = list(exact_q)
+    for u, w in itertools.combinations(us, 2):
+        if sign(exact_q[u], exact_q[w]) != sign(sigma[u], sigma[w]):
+            return False
+    return True
+
+
+def prefix_probs(table: list[list[Fraction]]) -> dict[tuple[int, ...], Fraction]:
+    depth, vocab = len(table), len(table[0])
+    q: dict[tuple[int, ...], Fraction] = {}
+    for u in all_prefixes(depth, vocab):
+        q[u] = (q[u[:-1]] if len(u) > 1 else Fraction(1)) * table[len(u) - 1][u[-1]]
+    return q
+
+
+def tie_at_cut(table: list[list[Fraction]], budget: int) -> bool:
+    values = sorted(prefix_probs(table).values(), reverse=True)
+    return budget < len(values) and values[budget - 1] == values[budget]
+
+
+def parent_rule_matters(table: list[list[Fraction]], budget: int) -> bool:
+    q = prefix_probs(table)
+    values = sorted(q.values(), reverse=True)
+    bar = values[min(budget, len(values)) - 1]
+    for u, w in itertools.combinations(q, 2):
+        if len(u) == len(w) and q[u] == q[w] >= bar:
+            by_parents = sign([-q[u[:j]] for j in range(len(u) - 1, 0, -1)], [-q[w[:j]] for j in range(len(w) - 1, 0, -1)])
+            if by_parents != 0 and by_parents != sign(u, w):
+                return True
+    return False
+
+
+WANT = {None: lambda table, budget: True, "cut": tie_at_cut, "parent": parent_rule_matters}
+
+
+def instances() -> list[tuple[int, int, int, list[list[Fraction]]]]:
+    """(L, V, N, table) for each shape; a table is redrawn until float32 agrees with the exact
+    order (and, where asked, a tie straddles the cut)."""
+    rng = np.random.default_rng(SEED)
+    out = []
+    for depth, vocab, budget, want in SHAPES:
+        for _ in range(5000):
+            table = [random_row(rng, vocab) for _ in range(depth)]
+            if WANT[want](table, budget) and float_agrees_with_exact(table):
+                break
+        else:
+            raise AssertionError(f"no float32-consistent table for L={depth}, V={vocab}")
+        out.append((depth, vocab, budget, table))
+    return out
+
+
+# ---------------------------------------------------------------- Coq side
+
+
+def coq_q(x: Fraction) -> str:
+    return f"({x.numerator} # {x.denominator})"
+
+
+def coq_script(cases) -> str:
+    lines = [
+        "From Coq Require Import List QArith.",
+        f"From Specjax Require Import {MODULE}.",
+        "Import ListNotations.",
+        "Local Open Scope Q_scope.",
+    ]
+    for i, (depth, vocab, budget, table) in enumerate(cases):
+        rows = "; ".join("[" + "; ".join(coq_q(x) for x in row) + "]" for row in table)
+        lines.append(f"Definition tbl{i} : list (list Q) := [{rows}].")
+        for program in ("select", "select_levels"):
+            lines.append(f"Eval vm_compute in {program} tbl{i} {vocab}%nat {depth}%nat {budget}%nat.")
+    return "\n".join(lines) + "\n"
+
+
+def parse_results(stdout: str, count: int) -> list[list[tuple[int, ...]]]:
+    """The printed values `= [[0%nat]; [1%nat; 0%nat]; ...] : list (list nat)`, in order."""
+    blocks = re.findall(r"=\s*(\[.*?\])\s*:\s*list\s*\(list\s+nat\)", stdout, re.DOTALL)
+    assert len(blocks) == count, stdout
+    results = []
+    for block in blocks:
+        text = re.sub(r"%nat|\s", "", block)
+        inner = text[1:-1]
+        prefixes = re.findall(r"\[([0-9;]*)\]", inner) if inner else []
+        results.append([tuple(int(t) for t in p.split(";")) for p in prefixes])
+    return results
+
+
+def run_coq(cases, workdir: pathlib.Path):
+    script = workdir / "SelectCheck.v"
+    script.write_text(coq_script(cases))
+    libs = [COQ] if compiled_in_repo() else []
+    for attempt in range(2):
+        lib = libs[0] if libs else compile_copy(workdir)
+        res = subprocess.run(["coqc", "-Q", str(lib), "Specjax", script.name], cwd=workdir,
+                             capture_output=True, text=True, timeout=300)
+        if res.returncode == 0:
+            printed = parse_results(res.stdout, 2 * len(cases))
+            return printed[0::2], printed[1::2]  # (select, select_levels) per case
+        if not libs:  # already our own fresh compile: a real failure
+            break
+        libs = []  # the tree's .vo files did not load (another coqc version?): compile a copy
+    raise AssertionError(f"coqc failed on {script}:\n{res.stdout}\n{res.stderr}")
+
+
+# ---------------------------------------------------------------- the test
+
+
+def python_selection(log_q: np.ndarray, budget: int, method: str) -> list[tuple[int, ...]]:
+    """select_tree's valid nodes as token tuples, slot order; checks the parent links on the way."""
+    tree = select_tree(log_q[None], budget, method=method)
+    tokens, parents, depth, valid = (np.asarray(a)[0] for a in (tree.tokens, tree.parents, tree.depth, tree.valid))
+    out: list[tuple[int, ...]] = []
+    for i in range(budget):
+        if not valid[i]:
+            assert not valid[i:].any(), "padding is at the end"
+            break
+        p = int(parents[i])
+        assert -1 <= p < i, "a parent comes before its child"
+        base = () if p < 0 else out[p]
+        out.append(base + (int(tokens[i]),))
+        assert len(out[-1]) == int(depth[i])
+    return out
+
+
+@pytest.fixture(scope="module")
+def coq_results(tmp_path_factory):
+    if shutil.which("coqc") is None:
+        pytest.skip("coqc is not installed: the Coq side of this test cannot run (CI installs Coq; `make proofs`)")
+    cases = instances()
+    return cases, run_coq(cases, tmp_path_factory.mktemp("coq_select"))
+
+
+@pytest.mark.parametrize("method", ["levels", "pops"])
+def test_select_tree_equals_coq_select(coq_results, method):
+    cases, (results, _) = coq_results
+    for (depth, vocab, budget, table), coq_sel in zip(cases, results):
+        n = min(budget, sum(vocab**d for d in range(1, depth + 1)))
+        assert len(coq_sel) == n
+        got = python_selection(float_log_q(table), budget, method)
+        assert got == coq_sel, (depth, vocab, budget, [[str(x) for x in row] for row in table])
+
+
+def test_coq_levels_program_equals_coq_select(coq_results):
+    """DDTreeSelect.select_levels (the levels algorithm, proved equal to select by
+    select_levels_spec) prints the same selection as select on every instance."""
+    _, (results, levels) = coq_results
+    assert levels == results
+
+
+def test_instances_exercise_ties(coq_results):
+    """The instances are not tie-free: the tie rule decides the selected set in several of them
+    (a tie straddles the cut, seen as a tie by float32 too), and N > #prefixes occurs."""
+    cases, (results, _) = coq_results
+    cut = [(case, sel) for case, sel in zip(cases, results) if tie_at_cut(case[3], case[2])]
+    assert len(cut) >= 4
+    assert sum(parent_rule_matters(table, budget) for _, _, budget, table in cases) >= 2
+    for (depth, vocab, budget, table), sel in cut:
+        q = prefix_probs(table)
+        left_out = [u for u in q if u not in sel]
+        assert q[sel[-1]] == max(q[u] for u in left_out)
+    assert any(budget > sum(vocab**d for d in range(1, depth + 1)) for depth, vocab, budget, _ in cases)
