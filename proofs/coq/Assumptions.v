@@ -2,7 +2,7 @@
    `make proofs` fails unless every line says "Closed under the global context"
    (nothing assumed, not even what the standard library may assume). *)
 From Specjax Require Import GreedyWalk GraftCoverage DDTreeSurrogate DDTreeOrder ChainRejection
-  SamplingWalk DDTreeSelect.
+  SamplingWalk DDTreeSelect TreeAttention DDTreeWalk.
 
 Print Assumptions greedy_walk_lossless.
 Print Assumptions greedy_walk_progress.
@@ -48,3 +48,10 @@ Print Assumptions lemma1_at_depth.
 Print Assumptions level_spec.
 Print Assumptions levels_select_spec.
 Print Assumptions select_levels_spec.
+Print Assumptions sequential_decoding_spec.
+Print Assumptions tree_attention_exact_rows.
+Print Assumptions tree_attention_exact.
+Print Assumptions tree_logits_exact.
+Print Assumptions commit_exact.
+Print Assumptions alpha_greedy_walk.
+Print Assumptions alpha_sampling_walk.
