@@ -1,5 +1,6 @@
 """specjax's `select_tree` equals the selection that Coq computes and has proved correct
-(issue 39 item 4; proofs/coq/DDTreeSelect.v, rows DD2 and DD5 of proofs/README.md).
+(issue 39 items 2 and 4; proofs/coq/DDTreeSelect.v and DDTreeHeap.v, rows DD2, DD4 and DD5
+of proofs/README.md).
 
 `DDTreeSelect.select tbl V L N` is a Coq program (insertion sort of every prefix by the
 proved order `≺`, then the first N, mapped from ranks to tokens) about which
@@ -10,7 +11,8 @@ rational marginals, evaluates `select` inside Coq with `Eval vm_compute`, and ch
 the same prefixes, node for node, in the same order, with the same parents.
 
 Coq also runs its model of the levels algorithm (`select_levels`, equal to `select` by
-`select_levels_spec`). The Coq side is exact; the code compares float32 sums of
+`select_levels_spec`) and of the best-first heap (`DDTreeHeap.select_heap`, equal to `select`
+by `select_heap_spec`, Proposition 3), compared node for node with `method="pops"`. The Coq side is exact; the code compares float32 sums of
 logarithms. An instance is kept only if float32 compares every pair of prefixes as the
 exact products do (equal products that float32 also sees equal are kept: they exercise the
 tie rule). Needs `coqc`; uses the
@@ -36,6 +38,8 @@ from specjax.drafters.ddtree import select_tree
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 COQ = ROOT / "proofs" / "coq"
 MODULE = "DDTreeSelect"
+LAST_MODULE = "DDTreeHeap"  # the last module the script imports (it requires MODULE)
+PROGRAMS = ("select", "select_levels", "select_heap")
 SEED = 39
 # (L, V, N, want): depth 2-3, vocabulary 3-4, budgets from 1 to past the number of prefixes
 # (3+9 = 12). want "cut": the table is redrawn until the N-th and (N+1)-th largest q(u) are
@@ -48,9 +52,9 @@ DENOMINATORS = (6, 8, 10, 12)
 
 
 def needed_modules() -> list[str]:
-    """The files of _CoqProject up to and including DDTreeSelect.v (its dependencies come first)."""
+    """The files of _CoqProject up to and including DDTreeHeap.v (its dependencies come first)."""
     files = [f for f in (COQ / "_CoqProject").read_text().split() if f.endswith(".v")]
-    return files[: files.index(f"{MODULE}.v") + 1]
+    return files[: files.index(f"{LAST_MODULE}.v") + 1]
 
 
 def compiled_in_repo() -> bool:
@@ -171,14 +175,14 @@ def coq_q(x: Fraction) -> str:
 def coq_script(cases) -> str:
     lines = [
         "From Coq Require Import List QArith.",
-        f"From Specjax Require Import {MODULE}.",
+        f"From Specjax Require Import {MODULE} {LAST_MODULE}.",
         "Import ListNotations.",
         "Local Open Scope Q_scope.",
     ]
     for i, (depth, vocab, budget, table) in enumerate(cases):
         rows = "; ".join("[" + "; ".join(coq_q(x) for x in row) + "]" for row in table)
         lines.append(f"Definition tbl{i} : list (list Q) := [{rows}].")
-        for program in ("select", "select_levels"):
+        for program in PROGRAMS:
             lines.append(f"Eval vm_compute in {program} tbl{i} {vocab}%nat {depth}%nat {budget}%nat.")
     return "\n".join(lines) + "\n"
 
@@ -205,8 +209,9 @@ def run_coq(cases, workdir: pathlib.Path):
         res = subprocess.run(["coqc", "-Q", str(lib), "Specjax", script.name], cwd=workdir,
                              capture_output=True, text=True, timeout=300)
         if res.returncode == 0:
-            printed = parse_results(res.stdout, 2 * len(cases))
-            return printed[0::2], printed[1::2]  # (select, select_levels) per case
+            k = len(PROGRAMS)
+            printed = parse_results(res.stdout, k * len(cases))
+            return tuple(printed[i::k] for i in range(k))  # (select, select_levels, select_heap) per case
         if not libs:  # already our own fresh compile: a real failure
             break
         libs = []  # the tree's .vo files did not load (another coqc version?): compile a copy
@@ -243,7 +248,7 @@ def coq_results(tmp_path_factory):
 
 @pytest.mark.parametrize("method", ["levels", "pops"])
 def test_select_tree_equals_coq_select(coq_results, method):
-    cases, (results, _) = coq_results
+    cases, (results, _, _) = coq_results
     for (depth, vocab, budget, table), coq_sel in zip(cases, results):
         n = min(budget, sum(vocab**d for d in range(1, depth + 1)))
         assert len(coq_sel) == n
@@ -254,14 +259,29 @@ def test_select_tree_equals_coq_select(coq_results, method):
 def test_coq_levels_program_equals_coq_select(coq_results):
     """DDTreeSelect.select_levels (the levels algorithm, proved equal to select by
     select_levels_spec) prints the same selection as select on every instance."""
-    _, (results, levels) = coq_results
+    _, (results, levels, _) = coq_results
     assert levels == results
+
+
+def test_coq_heap_program_equals_coq_select(coq_results):
+    """DDTreeHeap.select_heap (the best-first heap with the code's key, proved equal to select
+    by select_heap_spec) prints the same selection as select on every instance."""
+    _, (results, _, heap) = coq_results
+    assert heap == results
+
+
+def test_select_tree_pops_equals_coq_heap(coq_results):
+    """select_tree(method="pops") pops what Coq's model of it pops, node for node, in order."""
+    cases, (_, _, heap) = coq_results
+    for (depth, vocab, budget, table), coq_heap in zip(cases, heap):
+        got = python_selection(float_log_q(table), budget, "pops")
+        assert got == coq_heap, (depth, vocab, budget, [[str(x) for x in row] for row in table])
 
 
 def test_instances_exercise_ties(coq_results):
     """The instances are not tie-free: the tie rule decides the selected set in several of them
     (a tie straddles the cut, seen as a tie by float32 too), and N > #prefixes occurs."""
-    cases, (results, _) = coq_results
+    cases, (results, _, _) = coq_results
     cut = [(case, sel) for case, sel in zip(cases, results) if tie_at_cut(case[3], case[2])]
     assert len(cut) >= 4
     assert sum(parent_rule_matters(table, budget) for _, _, budget, table in cases) >= 2

@@ -2,7 +2,7 @@
    `make proofs` fails unless every line says "Closed under the global context"
    (nothing assumed, not even what the standard library may assume). *)
 From Specjax Require Import GreedyWalk GraftCoverage DDTreeSurrogate DDTreeOrder ChainRejection
-  SamplingWalk DDTreeSelect TreeAttention DDTreeWalk.
+  SamplingWalk DDTreeSelect DDTreeHeap TreeAttention DDTreeWalk.
 
 Print Assumptions greedy_walk_lossless.
 Print Assumptions greedy_walk_progress.
@@ -48,6 +48,10 @@ Print Assumptions lemma1_at_depth.
 Print Assumptions level_spec.
 Print Assumptions levels_select_spec.
 Print Assumptions select_levels_spec.
+Print Assumptions heap_key_is_order.
+Print Assumptions heap_step.
+Print Assumptions heap_select_spec.
+Print Assumptions select_heap_spec.
 Print Assumptions sequential_decoding_spec.
 Print Assumptions tree_attention_exact_rows.
 Print Assumptions tree_attention_exact.

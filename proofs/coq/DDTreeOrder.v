@@ -35,9 +35,10 @@
      the prefixes without duplicates and is strictly sorted by ≺; existence_of_the_order
      (below) shows that such a list exists (insertion sort of an explicit enumeration), and
      any two such lists are equal since ≺ is a strict total order;
-   - Proposition 3 (best-first search), the float32 statement (optimal up to
-     e^{2 eps}) and the JAX formulations (DD0 in float32, DD4, DD5) are not covered, nor the
-     consequence of Lemma 1 that the first n prefixes of S_K are exactly T_N. *)
+   - Proposition 3 (best-first search, DD4) is in DDTreeHeap.v and the levels formulation
+     (DD5) in DDTreeSelect.v; the float32 statement (optimal up to e^{2 eps}) and DD0 in
+     float32 are not covered here, nor the consequence of Lemma 1 that the first n prefixes
+     of S_K are exactly T_N. *)
 
 From Coq Require Import List Arith Lia QArith Lqa Sorted Permutation.
 From Specjax Require Import GreedyWalk QSums DDTreeSurrogate.
