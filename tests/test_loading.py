@@ -17,7 +17,7 @@ from specjax.models import (
     save_checkpoint,
 )
 from specjax.models.loading import read_safetensors, write_safetensors
-from tests.tiny_models import hf_logits
+from tests.tiny_models import LLAMA3_ROPE, hf_logits
 
 
 @pytest.fixture
@@ -137,7 +137,8 @@ def test_prompt_longer_than_cache_raises(hf_checkpoint):
         prefill(params, cfg, tokens, lengths, init_cache(cfg, 1, 10))
 
 
-@pytest.mark.parametrize("variant", ["neox_sequential", "qwen3_gqa_tied", "qwen3_gqa_untied", "qwen2_bias", "llama_tied"])
+@pytest.mark.parametrize("variant", ["neox_sequential", "qwen3_gqa_tied", "qwen3_gqa_untied", "qwen2_bias", "llama_tied",
+                                     "llama3_rope_untied"])
 def test_save_load_round_trip_and_transformers_reads_it(variant, hf_checkpoint, tmp_path):
     model, directory = hf_checkpoint(variant)
     cfg, params = load_checkpoint(directory)
@@ -183,3 +184,87 @@ def test_16_bit_checkpoints_written_by_transformers_load(dtype, hf_checkpoint, t
     _, params16 = load_checkpoint(tmp_path, dtype=jnp.dtype(dtype))
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32)),
                  params, params16)
+
+
+@pytest.mark.parametrize("variant", ["llama_tied", "llama3_rope_untied"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16_bit_llama_checkpoints_match_transformers_in_float32(dtype, variant, hf_checkpoint, tmp_path):
+    """A tied and an untied (llama3-rope) Llama saved by transformers in fp16 / bf16, loaded upcast to
+    float32, give transformers' float32 logits of the same upcast weights."""
+    model, _ = hf_checkpoint(variant)
+    copy.deepcopy(model).to(getattr(torch, dtype)).save_pretrained(tmp_path)
+    assert {t.dtype for t in read_safetensors(tmp_path / "model.safetensors").values()} == {np.dtype(getattr(ml_dtypes, dtype, dtype))}
+    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    cfg, params = load_checkpoint(tmp_path)
+    prompt = [int(t) for t in np.random.default_rng(1).integers(0, cfg.vocab_size, 24)]
+    tokens, lengths = pad_prompts([prompt])
+    logits, _, _ = prefill(params, cfg, tokens, lengths, init_cache(cfg, 1, len(prompt)))
+    np.testing.assert_allclose(np.asarray(logits[0]), hf_logits(reference, prompt), atol=1e-4, rtol=0)
+
+
+@pytest.fixture
+def llama3_dir(hf_checkpoint, tmp_path):
+    """A private, editable copy of the tiny untied Llama with llama3 rope scaling."""
+    _, directory = hf_checkpoint("llama3_rope_untied")
+    return shutil.copytree(directory, tmp_path / "ckpt")
+
+
+def set_rope(directory, field, value):
+    """Rewrite the config's rope settings as `field` (`rope_parameters` or legacy `rope_scaling`) = value."""
+    path = directory / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg.pop("rope_parameters", None)
+    cfg.pop("rope_scaling", None)
+    cfg.update({field: value, "rope_theta": 10000.0} if field == "rope_scaling" else {field: value})
+    path.write_text(json.dumps(cfg))
+
+
+def test_llama3_rope_in_the_legacy_rope_scaling_field_loads_the_same(llama3_dir):
+    """Llama 3.1's hub config.json (transformers 4 format: `rope_scaling` + `rope_theta`) parses like
+    transformers 5's `rope_parameters`."""
+    cfg, _ = load_checkpoint(llama3_dir)
+    set_rope(llama3_dir, "rope_scaling", LLAMA3_ROPE)
+    cfg_legacy, _ = load_checkpoint(llama3_dir)
+    assert cfg_legacy == cfg and cfg.rope_scaling.factor == 8.0
+
+
+@pytest.mark.parametrize("field", ["rope_parameters", "rope_scaling"])
+@pytest.mark.parametrize("rope", [dict(rope_type="linear", factor=2.0), dict(type="dynamic", factor=2.0),
+                                  dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16),
+                                  dict(rope_type="longrope", short_factor=[1.0] * 4, long_factor=[2.0] * 4)],
+                         ids=["linear", "dynamic", "yarn", "longrope"])
+def test_llama_rope_scaling_other_than_llama3_raises_naming_the_type(field, rope, llama3_dir):
+    set_rope(llama3_dir, field, dict(rope, rope_theta=10000.0) if field == "rope_parameters" else rope)
+    kind = rope.get("rope_type", rope.get("type"))
+    with pytest.raises(UnsupportedConfigError, match=f"{field}.*'{kind}' is not supported.*'llama3'"):
+        load_checkpoint(llama3_dir)
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(high_freq_factor=None), r"missing \['high_freq_factor'\]"),
+    (dict(high_freq_factor=0.5), "low_freq_factor < high_freq_factor"),
+    (dict(beta_fast=32.0), r"unsupported keys \['beta_fast'\] for rope type 'llama3'"),
+])
+def test_bad_llama3_rope_scaling_raises(change, match, llama3_dir):
+    rope = {k: v for k, v in {**LLAMA3_ROPE, **change}.items() if v is not None}
+    set_rope(llama3_dir, "rope_scaling", rope)
+    with pytest.raises(UnsupportedConfigError, match=match):
+        load_checkpoint(llama3_dir)
+
+
+def test_tied_checkpoint_with_an_lm_head_loads_only_if_it_equals_the_embedding(hf_checkpoint, tmp_path):
+    _, directory = hf_checkpoint("llama_tied")
+    directory = shutil.copytree(directory, tmp_path / "ckpt")
+    _, params = load_checkpoint(directory)
+    edit_tensors(directory, lambda t: t.update({"lm_head.weight": t["model.embed_tokens.weight"].copy()}))
+    _, params2 = load_checkpoint(directory)  # an exporter's redundant copy of the tied matrix
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), params, params2)
+    edit_tensors(directory, lambda t: t.update({"lm_head.weight": t["lm_head.weight"] + 1}))
+    with pytest.raises(CheckpointError, match="config ties embeddings but the checkpoint has a different 'lm_head.weight'"):
+        load_checkpoint(directory)
+
+
+def test_untied_checkpoint_without_an_lm_head_raises(llama3_dir):
+    edit_tensors(llama3_dir, lambda t: t.pop("lm_head.weight"))
+    with pytest.raises(CheckpointError, match=r"missing tensors: \['lm_head.weight \(config.json has tie_word_embeddings false"):
+        load_checkpoint(llama3_dir)

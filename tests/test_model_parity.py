@@ -5,17 +5,24 @@ through specjax's loader, and compared on a batch of prompts of different length
 (right padding handled by cache lengths, not by attention-mask hacks).
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
+import transformers
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 import jax
 import jax.numpy as jnp
 
-from specjax.models import forward_tapped, init_cache, load_checkpoint, pad_prompts, prefill, prefill_tapped
+from specjax.models import (
+    config_from_hf, forward_tapped, init_cache, load_checkpoint, pad_prompts, prefill, prefill_tapped,
+)
+from specjax.models.layers import rope_inv_freq
 from specjax.models.model import _merge
 from specjax.tree import ancestor_mask, node_positions, tree_from_lists
-from tests.tiny_models import VARIANTS, hf_logits
+from tests.tiny_models import LLAMA3_ROPE, VARIANTS, hf_logits
 
 PROMPTS = [[5, 17, 3, 44, 9, 60, 2, 31, 8, 12, 40], [7, 1, 66], [23, 23, 23, 4, 58, 19]]
 
@@ -104,3 +111,35 @@ def test_feature_layer_out_of_range_raises():
     tokens, lengths = pad_prompts([[1, 2]])
     with pytest.raises(ValueError, match="feature layer id 2 is outside the target's layers"):
         prefill_tapped(params, cfg, tokens, lengths, init_cache(cfg, 1, 4), (0, 2))
+
+
+def test_llama3_rope_frequencies_match_transformers():
+    """Llama 3.1-8B's own rope settings (theta 5e5, head_dim 128, factor 8 over an 8192-token original
+    context): the scaled inverse frequencies equal transformers' `llama3` ones, and differ from plain RoPE's."""
+    llama31 = dict(LLAMA3_ROPE, original_max_position_embeddings=8192)
+    hf = transformers.LlamaConfig(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0,
+                                  max_position_embeddings=131072, rope_scaling=llama31)
+    ref, _ = ROPE_INIT_FUNCTIONS["llama3"](hf, "cpu")
+    cfg = config_from_hf(hf.to_dict())
+    ours = np.asarray(rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling))
+    np.testing.assert_allclose(ours, ref.numpy(), rtol=1e-6, atol=0)
+    assert not np.allclose(ours, np.asarray(rope_inv_freq(cfg.head_dim, cfg.rope_theta)), rtol=1e-3)
+
+
+def test_llama3_rope_scaling_matches_transformers_beyond_original_context(hf_checkpoint):
+    """40 positions over a 16-token original context: logits equal transformers', and would not without
+    the scaling (so the parity is not vacuous)."""
+    model, directory = hf_checkpoint("llama3_rope_untied")
+    cfg, params = load_checkpoint(directory)
+    assert cfg.rope_scaling is not None and cfg.rope_scaling.original_max_position_embeddings == 16
+    prompt = [int(t) for t in np.random.default_rng(0).integers(0, cfg.vocab_size, 40)]
+    tokens, lengths = pad_prompts([prompt])
+
+    def logits_of(c):  # [40, V]
+        logits, _, _ = prefill(params, c, tokens, lengths, init_cache(c, 1, len(prompt)))
+        return np.asarray(logits[0])
+
+    ref = hf_logits(model, prompt)
+    np.testing.assert_allclose(logits_of(cfg), ref, atol=1e-4, rtol=0)
+    unscaled = logits_of(dataclasses.replace(cfg, rope_scaling=None))
+    assert np.abs(unscaled[16:] - ref[16:]).max() > 1e-2

@@ -14,6 +14,9 @@ import transformers as tf
 COMMON = dict(hidden_size=32, num_hidden_layers=2, intermediate_size=64, vocab_size=67, bos_token_id=None,
               eos_token_id=None, pad_token_id=None)
 
+LLAMA3_ROPE = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                   original_max_position_embeddings=16)
+
 # name -> (config class, model class, config kwargs). The parity variants issue 2 asks for.
 VARIANTS = {
     "neox_parallel": (tf.GPTNeoXConfig, tf.GPTNeoXForCausalLM,
@@ -29,6 +32,11 @@ VARIANTS = {
                    dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)),
     "llama_tied": (tf.LlamaConfig, tf.LlamaForCausalLM,
                    dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True, rope_theta=1000.0)),
+    # Llama 3.1's rope scaling with a 16-token "original" context (head_dim 8: one blended and three
+    # divided frequencies), untied LM head
+    "llama3_rope_untied": (tf.LlamaConfig, tf.LlamaForCausalLM,
+                           dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+                                max_position_embeddings=64, rope_scaling=LLAMA3_ROPE)),
 }
 
 

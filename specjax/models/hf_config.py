@@ -3,13 +3,15 @@
 Every field of a config must be either consumed by the architecture's parser, known
 to be irrelevant at inference (dropout, initialiser range, ids, bookkeeping), or set
 to a value that means "feature off". Anything else raises `UnsupportedConfigError`
-naming the field, so a checkpoint using a feature we do not implement (rope scaling,
-sliding windows, alibi, ...) never runs silently with the wrong maths.
+naming the field, so a checkpoint using a feature we do not implement (rope scaling
+other than llama3's, sliding windows, alibi, ...) never runs silently with the wrong maths.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from specjax.models.layers import Llama3RopeScaling
 
 
 class UnsupportedConfigError(ValueError):
@@ -67,35 +69,62 @@ class ConfigReader:
             )
 
 
-def read_rope(reader: ConfigReader, default_theta: float, legacy_theta_key: str = "rope_theta") -> dict[str, Any]:
+_LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+def read_rope(reader: ConfigReader, default_theta: float, legacy_theta_key: str = "rope_theta",
+              scaled_types: tuple[str, ...] = ()) -> dict[str, Any]:
     """Rope settings from either the transformers>=5 `rope_parameters` dict or legacy fields.
 
-    Returns {"theta": float, "partial_rotary_factor": float or None}. Only the default
-    (unscaled) rope type is implemented; any scaling raises.
+    Returns {"theta": float, "partial_rotary_factor": float or None, "scaling": Llama3RopeScaling or None}.
+    The default (unscaled) rope type is always accepted; a scaled one only if the caller lists
+    it in `scaled_types` (only "llama3" is implemented). Any other type, or a key the type
+    does not use, raises `UnsupportedConfigError` naming it.
     """
     params = reader.get("rope_parameters") or {}
     scaling = reader.get("rope_scaling")
+    supported = ("default", *scaled_types)
     if scaling:
         rope_type = scaling.get("rope_type", scaling.get("type"))
-        if rope_type not in (None, "default"):
+        if rope_type not in (None, *supported):
             raise UnsupportedConfigError(
                 f"{reader.model_type} config field 'rope_scaling' of type {rope_type!r} is not supported "
-                f"(only unscaled rope is implemented)"
+                f"(supported rope types: {list(supported)})"
             )
         params = {**scaling, **params}
     rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type != "default":
+    if rope_type not in supported:
         raise UnsupportedConfigError(
             f"{reader.model_type} config field 'rope_parameters.rope_type'={rope_type!r} is not supported "
-            f"(only unscaled 'default' rope is implemented)"
+            f"(supported rope types: {list(supported)})"
         )
-    extra = set(params) - {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
+    known = {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
+    if rope_type == "llama3":
+        known |= set(_LLAMA3_KEYS)
+    extra = set(params) - known
     if extra:
         raise UnsupportedConfigError(
-            f"{reader.model_type} config field 'rope_parameters' has unsupported keys {sorted(extra)}"
+            f"{reader.model_type} config field 'rope_parameters' has unsupported keys {sorted(extra)} "
+            f"for rope type {rope_type!r}"
         )
     theta = params.get("rope_theta", reader.get(legacy_theta_key, default_theta))
-    return {"theta": float(theta), "partial_rotary_factor": params.get("partial_rotary_factor")}
+    rope_scaling = None
+    if rope_type == "llama3":
+        # transformers falls back to max_position_embeddings when the original length is absent
+        values = {"original_max_position_embeddings": reader.hf.get("max_position_embeddings"), **params}
+        missing = [k for k in _LLAMA3_KEYS if values.get(k) is None]
+        if missing:
+            raise UnsupportedConfigError(f"{reader.model_type} llama3 rope scaling is missing {missing}")
+        try:
+            rope_scaling = Llama3RopeScaling(
+                factor=float(values["factor"]), low_freq_factor=float(values["low_freq_factor"]),
+                high_freq_factor=float(values["high_freq_factor"]),
+                original_max_position_embeddings=int(values["original_max_position_embeddings"]),
+            )
+        except (TypeError, ValueError) as e:
+            raise UnsupportedConfigError(f"{reader.model_type} llama3 rope scaling: {e}") from None
+    return {"theta": float(theta), "partial_rotary_factor": params.get("partial_rotary_factor"),
+            "scaling": rope_scaling}
 
 
 def eos_ids(value) -> tuple[int, ...]:

@@ -9,6 +9,9 @@ Shape letters used throughout the models:
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx, struct
@@ -28,16 +31,60 @@ def init_normal(rngs: nnx.Rngs, shape: tuple[int, ...], dtype, std: float = 0.02
     return nnx.Param((std * jax.random.normal(rngs.params(), shape)).astype(dtype))
 
 
-def apply_rotary(x: jax.Array, positions: jax.Array, rotary_dim: int, theta: float) -> jax.Array:
+@dataclasses.dataclass(frozen=True)
+class Llama3RopeScaling:
+    """Llama 3.1's rotary frequency scaling (HF `rope_type: "llama3"`), hashable for jit.
+
+    With L = original_max_position_embeddings and an unscaled inverse frequency f of
+    wavelength w = 2*pi / f: w < L / high_freq_factor keeps f (high frequencies);
+    w > L / low_freq_factor uses f / factor (low frequencies); in between f is blended,
+    (1 - s) * f / factor + s * f with s = (L / w - low_freq_factor) / (high_freq_factor - low_freq_factor).
+    """
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+    def __post_init__(self):
+        if not self.factor > 0:
+            raise ValueError(f"llama3 rope scaling factor must be > 0, got {self.factor}")
+        if not 0 < self.low_freq_factor < self.high_freq_factor:
+            raise ValueError(f"llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor, got "
+                             f"{self.low_freq_factor} and {self.high_freq_factor}")
+        if self.original_max_position_embeddings <= 0:
+            raise ValueError(f"llama3 rope scaling original_max_position_embeddings must be > 0, "
+                             f"got {self.original_max_position_embeddings}")
+
+    def scale(self, inv_freq: jax.Array) -> jax.Array:
+        """float32[R/2] unscaled inverse frequencies -> float32[R/2] scaled ones."""
+        old_len = float(self.original_max_position_embeddings)
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (old_len / wavelen - self.low_freq_factor) / (self.high_freq_factor - self.low_freq_factor)
+        blended = (1 - smooth) * inv_freq / self.factor + smooth * inv_freq
+        low = wavelen > old_len / self.low_freq_factor
+        high = wavelen < old_len / self.high_freq_factor
+        return jnp.where(high, inv_freq, jnp.where(low, inv_freq / self.factor, blended))
+
+
+def rope_inv_freq(rotary_dim: int, theta: float, scaling: Llama3RopeScaling | None = None) -> jax.Array:
+    """Inverse frequencies float32[R/2] of rotary dims pairs (i, i + R/2): theta^(-2i/R), then `scaling`."""
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, rotary_dim, 2, dtype=jnp.float32) / rotary_dim))  # [R/2]
+    return inv_freq if scaling is None else scaling.scale(inv_freq)
+
+
+def apply_rotary(x: jax.Array, positions: jax.Array, rotary_dim: int, theta: float,
+                 scaling: Llama3RopeScaling | None = None) -> jax.Array:
     """Rotary embedding (GPT-NeoX "rotate half" convention) on the first `rotary_dim` dims.
 
     x: [B, T, H, D]; positions: int32[B, T]. Dims >= rotary_dim pass through unchanged
     (Pythia's partial rotary). Angles are computed in float32 whatever x's dtype.
+    scaling: Llama 3.1 frequency scaling of the inverse frequencies (None: plain RoPE).
     """
     if rotary_dim == 0:
         return x
     half = rotary_dim // 2
-    inv_freq = 1.0 / (theta ** (jnp.arange(0, rotary_dim, 2, dtype=jnp.float32) / rotary_dim))  # [R/2]
+    inv_freq = rope_inv_freq(rotary_dim, theta, scaling)  # [R/2]
     angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, R/2]
     cos = jnp.cos(angles)[:, :, None, :]  # [B, T, 1, R/2]
     sin = jnp.sin(angles)[:, :, None, :]

@@ -8,7 +8,8 @@ Architecture features implemented (everything else in a config raises):
     explicit `head_dim` (Qwen3) or hidden_size / heads;
   * biases: q/k/v only (Qwen2), q/k/v/o (`attention_bias`, Llama and Qwen3), MLP (`mlp_bias`);
   * Qwen3's per-head RMSNorm on queries and keys (`q_norm`, `k_norm`) before rotary;
-  * full rotary embedding, "rotate half" layout, base `rope_theta` (no rope scaling);
+  * full rotary embedding, "rotate half" layout, base `rope_theta`, optionally with Llama 3.1's
+    frequency scaling (`rope_scaling` / `rope_parameters` of `rope_type: "llama3"`; other scalings raise);
   * SwiGLU MLP: down(silu(gate(x)) * up(x)).
 """
 
@@ -21,7 +22,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError, eos_ids, read_rope
-from specjax.models.layers import ACTIVATIONS, EmbedAndHead, LayerKV, RMSNorm, apply_rotary, init_normal
+from specjax.models.layers import (
+    ACTIVATIONS, EmbedAndHead, LayerKV, Llama3RopeScaling, RMSNorm, apply_rotary, init_normal,
+)
 from specjax.models.loading_maps import ParamMap, Transform
 
 _ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
@@ -39,7 +42,8 @@ class LlamaConfig:
       num_kv_heads: key/value heads K (GQA; divides num_heads; HF default: num_heads).
       head_dim: D, per-head width, even (rotary); HF `head_dim` (Qwen3) or hidden_size // num_heads.
       intermediate_size: FFN width of the gated MLP down(act(gate(x)) * up(x)).
-      rope_theta: RoPE base (full rotary, "rotate half" layout; no rope scaling).
+      rope_theta: RoPE base (full rotary, "rotate half" layout).
+      rope_scaling: Llama 3.1's inverse-frequency scaling (HF `rope_type: "llama3"`), None: plain RoPE.
       rms_norm_eps: epsilon of every RMSNorm (statistics in float32).
       tie_word_embeddings: True: the LM head is the token embedding (no `lm_head` param).
       qkv_bias: biases on the q / k / v projections (always for Qwen2; `attention_bias` otherwise).
@@ -74,6 +78,7 @@ class LlamaConfig:
     max_position_embeddings: int = 2048
     eos_token_ids: tuple[int, ...] = ()
     bos_token_id: int | None = None
+    rope_scaling: Llama3RopeScaling | None = None
 
     @property
     def model_type(self) -> str:
@@ -95,7 +100,7 @@ class LlamaConfig:
         if flavor not in _ARCHITECTURES:
             raise UnsupportedConfigError(f"model_type {flavor!r} is not a supported llama-family type")
         r = ConfigReader(hf, flavor)
-        rope = read_rope(r, default_theta=10000.0)
+        rope = read_rope(r, default_theta=10000.0, scaled_types=("llama3",))
         if rope["partial_rotary_factor"] not in (None, 1.0):
             raise UnsupportedConfigError(f"{flavor} partial rotary is not supported")
         hidden, heads = r.get("hidden_size", required=True), r.get("num_attention_heads", required=True)
@@ -122,6 +127,7 @@ class LlamaConfig:
             head_dim=head_dim,
             intermediate_size=r.get("intermediate_size", required=True),
             rope_theta=rope["theta"],
+            rope_scaling=rope["scaling"],
             rms_norm_eps=float(r.get("rms_norm_eps", 1e-6)),
             tie_word_embeddings=bool(r.get("tie_word_embeddings", False)),
             qkv_bias=flavor == "qwen2" or attention_bias,
@@ -156,6 +162,8 @@ class LlamaConfig:
             "eos_token_id": list(self.eos_token_ids) if len(self.eos_token_ids) != 1 else self.eos_token_ids[0],
             "bos_token_id": self.bos_token_id,
         }
+        if self.rope_scaling is not None:
+            out["rope_scaling"] = {"rope_type": "llama3", **dataclasses.asdict(self.rope_scaling)}
         if self.flavor == "llama":
             out.update(attention_bias=self.qkv_bias, mlp_bias=self.mlp_bias)
         elif self.flavor == "qwen3":
@@ -191,7 +199,7 @@ class Attention(nnx.Module):
             q = q + self.q_bias[...]
         if cfg.qk_norm:
             q = self.q_norm(q)
-        return apply_rotary(q, positions, cfg.head_dim, cfg.rope_theta)
+        return apply_rotary(q, positions, cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
 
     def keys_values(self, x, positions):
         """x: [B, T, E] -> (rotated keys, values) [B, T, K, D] each (bias, Qwen3 k_norm, rotary).
@@ -203,7 +211,7 @@ class Attention(nnx.Module):
             k, v = k + self.k_bias[...], v + self.v_bias[...]
         if cfg.qk_norm:
             k = self.k_norm(k)
-        return apply_rotary(k, positions, cfg.head_dim, cfg.rope_theta), v
+        return apply_rotary(k, positions, cfg.head_dim, cfg.rope_theta, cfg.rope_scaling), v
 
     def __call__(self, x, positions, mask, kv: LayerKV):
         """x: [B, T, E]; kv: the stacked cache and this layer's index. Returns (out, kv)."""

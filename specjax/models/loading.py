@@ -274,6 +274,9 @@ def params_from_tensors(cfg: ModelConfig, tensors: dict[str, np.ndarray], dtype=
                 if remaining[key].shape != embedding.shape or not np.array_equal(np.asarray(remaining[key], np.float32), embedding):
                     raise CheckpointError(f"{where}config ties embeddings but the checkpoint has a different {key!r}")
                 remaining.pop(key)
+    if not getattr(cfg, "tie_word_embeddings", True):  # say why an untied checkpoint needs its output matrix
+        missing = [f"{k} (config.json has tie_word_embeddings false, so the checkpoint must store the LM head)"
+                   if k in ("lm_head.weight", "embed_out.weight") else k for k in missing]
     ignored = [re.compile(p) for p in fam.IGNORED_KEYS]
     unexpected = sorted(k for k in remaining if not any(p.fullmatch(k) for p in ignored))
     raise_on_mismatch(CheckpointError, f"{where}checkpoint does not match {cfg.model_type}", missing, unexpected,
