@@ -18,6 +18,13 @@ trained for: hidden size, vocab, layer count, tapped layer ids) + `model.safeten
 the reference's tensor names (`fc.weight`, `hidden_norm.weight`, `norm.weight`,
 `layers.{i}.self_attn.q_proj.weight`, ...). Loading goes through the strict loader
 (`specjax.models.load_checkpoint`); `check_target` raises naming every mismatch.
+
+The reference's own released layout (z-lab/dflash `DFlashDraftModel`: a Qwen3 config.json,
+model_type "qwen3", with `dflash_config` {target_layer_ids, mask_token_id}, `block_size`,
+`num_target_layers`, `auto_map`) holds the same tensor names; `load_checkpoint` recognises
+it by its `dflash_config` key (`DFlashConfig.from_reference`) and
+`save_checkpoint(..., layout="reference")` writes it (`DFlashConfig.to_reference`). That
+layout does not record the target's model type (target_model_type None: not checked).
 The pure forward functions live with the drafter (`specjax.drafters.dflash`).
 """
 
@@ -61,7 +68,8 @@ class DFlashConfig(TargetBound):
       target_layer_ids: 0-based target decoder layers whose outputs (residual stream after the layer) are read
         (n = their count; the `fc` input is n * E); each in [0, target_num_layers).
       target_num_layers: decoder layer count of the target the drafter was trained for (checked).
-      target_model_type: model_type of that target, e.g. "qwen3" (checked).
+      target_model_type: model_type of that target, e.g. "qwen3" (checked); None when the checkpoint does
+        not record it (the reference layout), and then not checked.
       block_size: trained block: the root + block_size - 1 mask tokens -> block_size - 1 draft
         positions per forward (>= 2; default 16).
       mask_token_id: token id of the mask token filling the block after the root, in [0, V).
@@ -78,7 +86,7 @@ class DFlashConfig(TargetBound):
     intermediate_size: int
     target_layer_ids: tuple[int, ...]
     target_num_layers: int
-    target_model_type: str
+    target_model_type: str | None
     block_size: int = 16
     mask_token_id: int = 0
     rope_theta: float = 10000.0
@@ -164,6 +172,94 @@ class DFlashConfig(TargetBound):
             "hidden_act": "silu", "attention_bias": False, "tie_word_embeddings": False,
         }
 
+    @classmethod
+    def from_reference(cls, hf: dict[str, Any]) -> "DFlashConfig":
+        """The config of a checkpoint in the reference's layout (z-lab/dflash `DFlashDraftModel`, a Qwen3
+        config.json with `dflash_config`). A missing required key raises ValueError naming every one; a
+        setting specjax does not implement (DFlash-2 modules, causal or sliding attention, logit scaling,
+        a tap of the target's last layer) raises UnsupportedConfigError."""
+        where = "DFlash reference layout (z-lab/dflash DFlashDraftModel)"
+        dc = hf.get("dflash_config")
+        if not isinstance(dc, dict):
+            raise ValueError(f"{where}: 'dflash_config' must be a JSON object, got {dc!r}")
+        required = [f"dflash_config.{k}" for k in ("target_layer_ids", "mask_token_id") if k not in dc]
+        required += [k for k in ("num_target_layers", "vocab_size", "hidden_size", "num_hidden_layers",
+                                 "num_attention_heads", "intermediate_size") if k not in hf]
+        if required:
+            raise ValueError(f"{where}: config.json is missing required key(s) {required}")
+        if hf.get("model_type") != "qwen3":
+            raise UnsupportedConfigError(f"{where}: model_type {hf.get('model_type')!r}, expected 'qwen3'")
+        archs = hf.get("architectures", [REFERENCE_ARCHITECTURE])
+        if list(archs) != [REFERENCE_ARCHITECTURE]:
+            raise UnsupportedConfigError(f"{where}: architectures {archs!r} are not supported (only "
+                                         f"[{REFERENCE_ARCHITECTURE!r}]; DFlash-2 adds convolutions and a selector)")
+        unknown = sorted(set(dc) - {"target_layer_ids", "mask_token_id", "block_size"} - set(_REFERENCE_NEUTRAL))
+        changed = sorted(k for k, off in _REFERENCE_NEUTRAL.items() if k in dc and dc[k] not in off)
+        if unknown or changed:
+            raise UnsupportedConfigError(f"{where}: dflash_config entries specjax does not implement: "
+                                         f"{unknown + changed}")
+        if hf.get("is_causal") not in (None, False):
+            raise UnsupportedConfigError(f"{where}: is_causal={hf['is_causal']!r} (specjax's block is bidirectional)")
+        block = dc.get("block_size", hf.get("block_size", 16))
+        if "block_size" in dc and "block_size" in hf and dc["block_size"] != hf["block_size"]:
+            raise ValueError(f"{where}: block_size {hf['block_size']} and dflash_config.block_size "
+                             f"{dc['block_size']} differ")
+        ids, num_target = dc["target_layer_ids"], hf["num_target_layers"]
+        if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+            raise ValueError(f"{where}: dflash_config.target_layer_ids must be a list of integers, got {ids!r}")
+        if isinstance(num_target, int) and num_target - 1 in ids:
+            raise UnsupportedConfigError(
+                f"{where}: target_layer_ids {ids} tap the target's last layer {num_target - 1}, which the "
+                f"reference reads after the target's final norm (HF hidden_states[-1]); specjax taps pre-norm")
+        rest = {k: v for k, v in hf.items() if k not in _REFERENCE_ONLY_KEYS}
+        layer = llama.LlamaConfig.from_hf(rest)  # the Qwen3 part, strictly: rope, sliding windows, biases
+        if layer.qkv_bias or layer.o_bias or layer.hidden_act != "silu":
+            raise UnsupportedConfigError(f"{where}: layers with attention biases or hidden_act "
+                                         f"{layer.hidden_act!r} (specjax's DFlash layers: no biases, SwiGLU)")
+        if layer.rope_scaling is not None:
+            raise UnsupportedConfigError(f"{where}: rope scaling in the draft layers is not supported")
+        return cls(vocab_size=layer.vocab_size, hidden_size=layer.hidden_size, num_layers=layer.num_layers,
+                   num_heads=layer.num_heads, num_kv_heads=layer.num_kv_heads, head_dim=layer.head_dim,
+                   intermediate_size=layer.intermediate_size, target_layer_ids=tuple(ids),
+                   target_num_layers=num_target, target_model_type=None, block_size=block,
+                   mask_token_id=dc["mask_token_id"], rope_theta=layer.rope_theta, rms_norm_eps=layer.rms_norm_eps)
+
+    def to_reference(self) -> dict[str, Any]:
+        """config.json in the reference's layout (the inverse of `from_reference`; target_model_type is not
+        recorded there). Raises ValueError for a drafter the reference would run differently."""
+        if type(self) is not DFlashConfig:
+            raise ValueError(f"only a plain DFlash drafter has the reference layout, not {type(self).__name__}")
+        if self.target_num_layers - 1 in self.target_layer_ids:
+            raise ValueError(f"target_layer_ids {list(self.target_layer_ids)} tap the target's last layer; the "
+                             f"reference reads it after the final norm, specjax before: it would run differently")
+        n = self.num_layers
+        return {
+            "architectures": [REFERENCE_ARCHITECTURE], "auto_map": dict(REFERENCE_AUTO_MAP), "model_type": "qwen3",
+            "block_size": self.block_size, "num_target_layers": self.target_num_layers,
+            "dflash_config": {"mask_token_id": self.mask_token_id, "target_layer_ids": list(self.target_layer_ids)},
+            "vocab_size": self.vocab_size, "hidden_size": self.hidden_size, "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": n, "num_attention_heads": self.num_heads, "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim, "hidden_act": "silu", "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta, "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0,
+            "tie_word_embeddings": False, "use_sliding_window": False, "sliding_window": None,
+            "max_window_layers": n, "layer_types": ["full_attention"] * n,
+        }
+
+
+# The reference layout (z-lab/dflash): its draft class, how transformers finds its code (the reference's
+# dflash.py next to the weights), the keys specjax reads itself before parsing the Qwen3 rest, and the
+# dflash_config entries of later variants accepted only at their neutral values.
+REFERENCE_ARCHITECTURE = "DFlashDraftModel"
+REFERENCE_AUTO_MAP = {"AutoModel": "dflash.DFlashDraftModel"}
+_REFERENCE_ONLY_KEYS = ("dflash_config", "block_size", "num_target_layers", "auto_map", "is_causal", "architectures")
+_REFERENCE_NEUTRAL = {"input_embedding_scale": (1, 1.0), "output_multiplier": (1, 1.0),
+                      "final_logit_softcapping": (None, 0, 0.0)}
+
+
+def is_reference_config(hf: dict[str, Any]) -> bool:
+    """Whether a config.json dict is in the reference's DFlash layout (it has `dflash_config`)."""
+    return isinstance(hf, dict) and "dflash_config" in hf
+
 
 class Outer(nnx.Module):
     """Everything outside the layer stack: `fc` + `hidden_norm` (features -> context c), final `norm`."""
@@ -196,4 +292,4 @@ def param_maps(cfg: DFlashConfig) -> tuple[list[ParamMap], list[ParamMap]]:
     return outer, [dataclasses.replace(m, hf_key=m.hf_key.replace("model.layers.", "layers.")) for m in layer]
 
 
-IGNORED_KEYS = (r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq",)
+IGNORED_KEYS = (r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"rotary_emb\.inv_freq")

@@ -39,6 +39,12 @@ class Llama3RopeScaling:
     wavelength w = 2*pi / f: w < L / high_freq_factor keeps f (high frequencies);
     w > L / low_freq_factor uses f / factor (low frequencies); in between f is blended,
     (1 - s) * f / factor + s * f with s = (L / w - low_freq_factor) / (high_freq_factor - low_freq_factor).
+
+    Fields:
+      factor: the divisor of the low frequencies (Llama 3.1: 8).
+      low_freq_factor: wavelengths above L / low_freq_factor are scaled (Llama 3.1: 1).
+      high_freq_factor: wavelengths below L / high_freq_factor are kept (Llama 3.1: 4).
+      original_max_position_embeddings: L, the context the model was pre-trained with (Llama 3.1: 8192).
     """
 
     factor: float

@@ -12,7 +12,9 @@ checkpoints are refused unless the caller opts in with `allow_pickle=True` (and 
 then are read with torch's `weights_only=True`).
 
 `save_checkpoint` writes the same layout back (config.json + model.safetensors), so a
-params pytree round-trips and the directory loads in transformers.
+params pytree round-trips and the directory loads in transformers. A DFlash drafter also
+loads from, and saves to (`layout="reference"`), the reference's released layout
+(z-lab/dflash: a Qwen3 config.json with `dflash_config`; same tensor names).
 
 Drafters that project with their target's LM head (DFlash, Domino, EAGLE-3: `TargetBound`
 configs) may carry a reduced draft vocabulary, params["draft_vocab"]["ids"] int32[K]
@@ -39,6 +41,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from specjax.inputs import raise_on_mismatch
+from specjax.models.dflash import DFlashConfig
 from specjax.models.hf_config import UnsupportedConfigError
 from specjax.models.model import ModelConfig, config_from_hf, family, param_shapes
 from specjax.models.target_bound import TargetBound
@@ -317,12 +320,27 @@ def tensors_from_params(cfg: ModelConfig, params: dict, dtype=None) -> dict[str,
     return out
 
 
-def save_checkpoint(directory: str | os.PathLike, cfg: ModelConfig, params: dict, dtype=None) -> Path:
-    """Write config.json + model.safetensors (tensors in `dtype`, default: as stored)."""
+def save_checkpoint(directory: str | os.PathLike, cfg: ModelConfig, params: dict, dtype=None,
+                    layout: str = "specjax") -> Path:
+    """Write config.json + model.safetensors (tensors in `dtype`, default: as stored).
+
+    layout: "specjax" (`cfg.to_hf()`) or "reference", for a DFlash drafter only: the layout of the
+      reference's released checkpoints (z-lab/dflash `DFlashDraftModel`, `DFlashConfig.to_reference`),
+      exactly its tensor keys (so no draft vocabulary) and a Qwen3 config.json with `dflash_config`."""
+    if layout not in ("specjax", "reference"):
+        raise ValueError(f"layout must be 'specjax' or 'reference', got {layout!r}")
+    if layout == "reference":
+        if not isinstance(cfg, DFlashConfig):
+            raise ValueError(f"layout='reference' is the DFlash reference layout; a {type(cfg).__name__} has none")
+        if "draft_vocab" in params:
+            raise ValueError("the DFlash reference layout has no draft vocabulary tensor: save the full-vocabulary "
+                             "drafter (params without 'draft_vocab')")
+        hf = cfg.to_reference()  # raises first: nothing is written for a drafter the layout cannot hold
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tensors = tensors_from_params(cfg, params, dtype)
-    hf = cfg.to_hf()
+    if layout == "specjax":
+        hf = cfg.to_hf()
     hf["torch_dtype"] = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16",
                          np.dtype(ml_dtypes.bfloat16): "bfloat16"}.get(next(iter(tensors.values())).dtype, "float32")
     (directory / "config.json").write_text(json.dumps(hf, indent=2) + "\n")

@@ -54,6 +54,8 @@ def family(cfg: ModelConfig):
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     """Build a config from a HF `config.json` dict; unknown model types or fields raise."""
+    if dflash.is_reference_config(hf):  # z-lab/dflash's layout: a Qwen3 config.json with `dflash_config`
+        return dflash.DFlashConfig.from_reference(hf)
     model_type = hf.get("model_type")
     if model_type not in _MODEL_TYPES:
         raise UnsupportedConfigError(

@@ -24,7 +24,7 @@ class TargetBound:
         bad = [i for i in self.target_layer_ids if i >= target_cfg.num_layers]
         if bad:
             problems.append(f"layer ids {bad} >= the target's {target_cfg.num_layers} layers")
-        if target_cfg.model_type != self.target_model_type:
+        if self.target_model_type is not None and target_cfg.model_type != self.target_model_type:  # None: unrecorded
             problems.append(f"model type: drafter {self.target_model_type!r}, target {target_cfg.model_type!r}")
         if problems:
             raise ValueError(f"{self.kind} drafter was trained for another target: " + "; ".join(problems))
