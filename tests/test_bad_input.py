@@ -219,7 +219,8 @@ BAD = [
         ("model.safetensors", "'gpt_neox.final_layer_norm.bias'", "unknown dtype 'Q7'")),
     Bad("header length", header_length, CheckpointError, ("model.safetensors", "header length field")),
     Bad("missing and unexpected: the full diff", missing_and_unexpected, CheckpointError,
-        ("model.safetensors", "missing tensors: ['embed_out.weight', 'gpt_neox.layers.0.mlp.dense_4h_to_h.bias']",
+        ("model.safetensors", "missing tensors: ['embed_out.weight (config.json has tie_word_embeddings false, so "
+         "the checkpoint must store the LM head)', 'gpt_neox.layers.0.mlp.dense_4h_to_h.bias']",
          "['gpt_neox.layers.0.attention.lora_A.weight', 'gpt_neox.layers.1.attention.lora_B.weight']")),
     Bad("wrong shape", wrong_shape, CheckpointError,
         ("model.safetensors", "embed_out.weight: checkpoint (31, 32) vs expected (32, 32)")),

@@ -61,7 +61,7 @@ def test_the_committed_shards_share_no_prompt_with_any_evaluation_set():
     data = load_shards(COMMITTED)  # sha256 of every shard
     exact, bench = _evaluation_prompts()
     texts = [json.loads(line)["text"] for s in manifest["shards"]
-             for line in (COMMITTED / s["prompts_file"]).read_text().splitlines()]
+             for line in (COMMITTED / s["prompts_file"]).read_text(encoding="utf-8").split("\n") if line]
     assert len(texts) == len(data) == manifest["totals"]["sequences"]
     for text in texts:
         norm = _normalise(text)

@@ -157,6 +157,7 @@ def is_evaluation_text(text: str) -> bool:
 
 
 def dump_prompts(prompts: Iterable[TrainPrompt]) -> str:
-    """JSON lines of prompts (what a data shard records next to its tokens)."""
+    """JSON lines of prompts (what a data shard records next to its tokens). Split the text on "\n" only:
+    a prompt may hold U+2028 and other characters that `str.splitlines` also treats as line breaks."""
     return "".join(json.dumps({"source": p.source, "key": p.key, "text": p.text}, ensure_ascii=False) + "\n"
                    for p in prompts)
