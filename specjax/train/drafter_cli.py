@@ -191,10 +191,10 @@ def run(kind_name: str, args, argv) -> None:
     build_feature_cache((tcfg, tparams), args.target, shards, args.data, layers, cache)
     trainset = TrainSet.from_directories(args.data, cache, layers, seq_len=args.seq_len, valid_rows=args.valid_rows,
                                          target_sha=tsha)
+    responses = trainset.response_token_counts(tcfg.vocab_size)
     vocab = None
     if args.draft_vocab:
-        vocab = vocab_tables(trainset.response_token_counts(tcfg.vocab_size), args.draft_vocab,
-                             always=tuple(tcfg.eos_token_ids))
+        vocab = vocab_tables(responses, args.draft_vocab, always=tuple(tcfg.eos_token_ids))
     touter = target_outer(tparams)
     init = dflash_train.init_norm_from_target(touter) if kind_name != "eagle3" else None
     dparams, log = train((tcfg, touter), dcfg, trainset, tc, args.out, step_factory=kind.make_step, vocab=vocab,
@@ -204,7 +204,6 @@ def run(kind_name: str, args, argv) -> None:
     from specjax.draft_vocab import with_draft_vocab
 
     full = dparams if vocab is None else with_draft_vocab(dparams, np.asarray(vocab.ids))
-    responses = trainset.response_token_counts(tcfg.vocab_size)
     state = json.loads((pathlib.Path(args.out) / "ckpt" / "state.json").read_text())
     recipe = {
         "target": {"name": args.target, "params_sha256": tsha},

@@ -113,7 +113,10 @@ class TrainSet:
         if len(self.shards) <= self.valid_rows:
             raise ValueError(f"{len(self.shards)} sequences leave nothing to train on after {self.valid_rows} "
                              f"held-out rows: generate more data or lower valid_rows")
-        self.features.gather(self.layers, np.zeros(0, np.int64), np.zeros(0, np.int64), 1)  # layers present?
+        missing = sorted(set(self.layers) - set(self.features.layers))
+        if missing:
+            raise KeyError(f"layers {missing} are not in the feature cache (it has {self.features.layers}); "
+                           f"add them with python -m specjax.train features --layers ...")
 
     @classmethod
     def from_directories(cls, data_dir, cache_dir, layers: tuple[int, ...], *, seq_len: int, valid_rows: int = 64,
