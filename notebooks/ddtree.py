@@ -17,7 +17,7 @@
 # # DDTree at small scale: Table 1, Figures 3–4, calibration, round costs, a projection
 #
 # This notebook reruns the experiments of *Accelerating speculative decoding with block
-# diffusion draft trees* (DDTree, `../shared/papers/`) with `specjax`: one drafter forward
+# diffusion draft trees* (DDTree, arXiv 2604.12989) with `specjax`: one drafter forward
 # of a trained DFlash drafter gives per-position marginals q_1..q_L; DDTree verifies the N
 # most probable prefixes under Q = prod q_d as one tree; chain DFlash verifies the argmax
 # chain. Every method runs in the same decode loop (one jitted `lax.while_loop`), is timed
@@ -121,7 +121,8 @@ print(f"profile {PROFILE}: target {names[0]}, drafter {names[1]} (block {dflash[
 #
 # As in the paper, "DDTree (best)" is the best budget per cell over the budgets in the
 # profile (an oracle choice, as the paper's); "DDTree (N fixed)" is one budget for every
-# cell, the fair number (PAPER_NOTES §1.10). Speedups are over AR in the same run.
+# cell, the fair number (the paper's Table 1, §5.2, reports only the best of its seven budgets
+# per cell). Speedups are over AR in the same run.
 
 # %%
 BUDGETS, FIXED = P["budgets"], P["fixed"]

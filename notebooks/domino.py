@@ -16,7 +16,8 @@
 # %% [markdown]
 # # Domino at small scale: Tables 1, 2 and 4, Figure 4, the head's share of a round
 #
-# This notebook reruns the experiments of *Domino* (`../shared/papers/`) with `specjax`: a
+# This notebook reruns the experiments of *Domino: Decoupling Causal Modeling from
+# Autoregressive Drafting in Speculative Decoding* (arXiv 2605.29707) with `specjax`: a
 # DFlash backbone drafts a whole block in one parallel forward; a small GRU over the drafted
 # prefix and a low-rank correction `W_2 SiLU(W_1 [H_i ; s_i])` of the logits make each draft
 # depend on the ones before it, rolled out as a `lax.scan` inside the one decode loop. Every

@@ -17,7 +17,8 @@
 # # DynaTree at small scale: Tables 1–5 of the paper on the embedded Pythia-architecture pair
 #
 # This notebook reruns the experiments of *DynaTree: confidence-aware adaptive tree
-# speculative decoding* (`../shared/papers/dynatree.txt`) with `specjax`: the same decode
+# speculative decoding for efficient LLM inference* (Chen, Liu and Li; no arXiv id: the paper is
+# `paper/dynatree.pdf` in github.com/cny123222/DynaTree) with `specjax`: the same decode
 # loop for every method (one jitted `lax.while_loop`), the same prompts, every method timed
 # in the same process with compile time excluded and warm-up prompts discarded
 # (`specjax.bench.harness`). Greedy decoding throughout; every speculative output is

@@ -16,7 +16,8 @@
 # %% [markdown]
 # # Graft at small scale: Tables 1, 4, 5, 6, 11, 14, Figures 2, 5, 6 — and Graft inside DDTree
 #
-# This notebook reruns the experiments of *Graft* (`../shared/papers/graft.txt`) with
+# This notebook reruns the experiments of *Graft* (*Draft Less, Retrieve More: Hybrid Tree
+# Construction for Speculative Decoding*, arXiv 2605.20104) with
 # `specjax`: the EAGLE-2 tree of an EAGLE-3 drafter is pruned at confidence checkpoints
 # (root, after 1 and after 5 expansions) and the freed budget is filled with continuations
 # retrieved from an online successor table (the target's top-8 after every verified

@@ -1,7 +1,8 @@
 """Shared pytest configuration: Hypothesis profiles and JAX numerics for the suite.
 
 `CI=true` selects the deterministic CI profile (derandomize, no example database,
-no deadline), as ARCHITECTURE.md asks. Locally, HYPOTHESIS_PROFILE=dev|thorough.
+no deadline; the habit of jax's own Hypothesis tests, docs/architecture.md). Locally,
+HYPOTHESIS_PROFILE=dev|thorough.
 """
 
 import gc

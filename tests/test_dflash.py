@@ -253,9 +253,9 @@ DFLASH_SMALL_PARAMS = perturbed(init_params(DFLASH_SMALL, jax.random.key(7)), 8,
 
 @dataclasses.dataclass(frozen=True)
 class MarginalRejectionDFlash(D.DFlashDrafter):
-    """Broken on purpose (the pitfall of PAPER_NOTES 1.4): argmax drafts verified by chain
-    rejection min(1, p/q) with q = the drafter's marginals, which are not the law the
-    drafted tokens were drawn from."""
+    """Broken on purpose (why DDTree §4.4 verifies by the target's own rule, not by a ratio):
+    argmax drafts verified by chain rejection min(1, p/q) with q = the drafter's marginals,
+    which are not the law the drafted tokens were drawn from."""
 
     def uses_rejection(self, sampling):
         return True

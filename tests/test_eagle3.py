@@ -47,8 +47,12 @@ def eagle_cfg(target, layers=(0, 1, 2)):
 
 
 def test_default_layer_ids_are_low_mid_high_and_distinct():
-    assert default_target_layer_ids(36) == (2, 18, 33)  # Qwen3-8B: the reference's hidden_states 3, 19, 34
-    assert default_target_layer_ids(30) == (2, 15, 27)  # SmolLM2-135M
+    # the reference captures the inputs of layers 2, L // 2, L - 3 = the outputs of 1, L // 2 - 1, L - 4
+    assert default_target_layer_ids(36) == (1, 17, 32)  # Qwen3-8B
+    assert default_target_layer_ids(32) == (1, 15, 28)  # Llama-3.1-8B
+    assert default_target_layer_ids(30) == (1, 14, 26)  # SmolLM2-135M
+    assert default_target_layer_ids(7) == (1, 2, 3)  # the smallest target with the reference's taps
+    assert default_target_layer_ids(6) == (0, 3, 5)  # tiny: specjax's distinct fallback
     assert default_target_layer_ids(4) == (0, 2, 3)  # the zoo target
     with pytest.raises(ValueError, match="three target layers"):
         default_target_layer_ids(2)

@@ -1,4 +1,8 @@
-"""Checkpoints in a reference implementation's own released layout (issue 38): DFlash.
+"""Checkpoints in a reference implementation's own released layout (issue 38): DFlash, Domino, EAGLE-3.
+
+Each layout is built here from its documented key set with random tiny weights, loaded, and
+compared with an independent numpy / torch implementation written in this file; decoding with
+it is lossless; specjax-saved drafters write exactly the reference's keys, shapes and dtypes.
 
 The reference layout (z-lab/dflash `DFlashDraftModel`, a transformers `Qwen3PreTrainedModel`):
 config.json is a Qwen3 config (model_type "qwen3") with `architectures` ["DFlashDraftModel"],
@@ -14,14 +18,24 @@ import dataclasses
 import json
 
 import jax
+import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 
 from specjax.decode import generate, generate_ar
+from specjax.draft_vocab import EXCLUDED_LOGIT, with_draft_vocab
+from specjax.drafters import dflash as DF
+from specjax.drafters import domino as DO
+from specjax.drafters import eagle3 as E3
 from specjax.drafters.dflash import DFlashDrafter
+from specjax.drafters.protocol import PromptContext
 from specjax.models import (CheckpointError, LlamaConfig, UnsupportedConfigError, init_params, load_checkpoint,
                             pad_prompts, save_checkpoint)
 from specjax.models.dflash import DFlashConfig
+from specjax.models.domino import DominoConfig
+from specjax.models.eagle3 import Eagle3Config
+from specjax.models.model import embed_tokens
 from specjax.models.loading import read_safetensors, write_safetensors
 from tests.tiny_models import perturbed
 
@@ -175,7 +189,6 @@ def test_reference_layout_errors_name_the_problem(tmp_path):
                  "conv_kernel_size"),
         "causal": (reference_config(is_causal=True), "is_causal"),
         "sliding": (reference_config(use_sliding_window=True, sliding_window=8), "sliding"),
-        "last": (reference_config(dflash_config={"mask_token_id": 1, "target_layer_ids": [0, 3]}), "last layer 3"),
         "bias": (reference_config(attention_bias=True), "biases"),
     }
     for name, (hf, match) in unsupported.items():
@@ -190,8 +203,8 @@ def test_reference_layout_errors_name_the_problem(tmp_path):
     with pytest.raises(ValueError, match="no draft vocabulary"):
         save_checkpoint(tmp_path / "save_dv", cfg, {**params, "draft_vocab": {"ids": np.arange(4, dtype=np.int32)}},
                         layout="reference")
-    with pytest.raises(ValueError, match="last layer"):
-        save_checkpoint(tmp_path / "save_last", dataclasses.replace(cfg, target_layer_ids=(0, 3)),
+    with pytest.raises(ValueError, match="last layer"):  # a tap of the last layer must be read after the norm
+        save_checkpoint(tmp_path / "save_last", dataclasses.replace(cfg, target_layer_ids=(0, 3), norm_last_layer=False),
                         params, layout="reference")
     with pytest.raises(ValueError, match="has none"):
         save_checkpoint(tmp_path / "save_t", TARGET, init_params(TARGET, jax.random.key(0)), layout="reference")
@@ -205,3 +218,306 @@ def test_reference_loaded_drafter_decodes_losslessly(tmp_path):
     ar = generate_ar(tparams, TARGET, tokens, lengths, 12, eos_ids=())
     spec = generate(tparams, TARGET, DFlashDrafter(cfg, TARGET), dparams, tokens, lengths, 12, eos_ids=())
     np.testing.assert_array_equal(np.asarray(spec.tokens), np.asarray(ar.tokens))
+
+
+# ============================================================================ DFlash: a tap of the target's last layer
+
+
+def np_rms(x, w, eps=1e-6):
+    x = np.asarray(x, np.float64)
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * np.asarray(w, np.float64)
+
+
+def test_reference_dflash_last_layer_tap_reads_the_final_norm_in_decoding_and_training(tmp_path):
+    """The reference reads HF hidden_states[-1] (after the target's final norm) for the target's last layer:
+    the loaded config records it (norm_last_layer), the drafter's features equal a numpy final norm of that
+    tap, decoding and the training view both use them, and greedy decoding stays lossless."""
+    hf = reference_config(dflash_config={"mask_token_id": VOCAB - 1, "target_layer_ids": [0, 3]})
+    cfg, dparams = load_checkpoint(write_reference(tmp_path / "ref", hf))
+    assert cfg.norm_last_layer and cfg.target_layer_ids == (0, 3)
+    tparams = perturbed(init_params(TARGET, jax.random.key(1)), 2, 0.3)
+    touter = DF.target_outer(tparams)
+    feats = jax.random.normal(jax.random.key(2), (2, 5, 2, E))
+    got = np.asarray(DF.drafter_features(cfg, touter, TARGET, feats))
+    np.testing.assert_array_equal(got[:, :, 0], np.asarray(feats[:, :, 0]))  # other taps: the raw residual
+    np.testing.assert_allclose(got[:, :, 1], np_rms(feats[:, :, 1], tparams["final_norm"]["weight"],
+                                                    TARGET.rms_norm_eps), rtol=1e-5, atol=1e-5)
+    raw = dataclasses.replace(cfg, norm_last_layer=False)  # the same drafter fed the normed features by hand
+    tokens = jnp.asarray([[1, 5, 9, 2, 7]] * 2)
+    anchors, valid = jnp.asarray([[1, 2]] * 2), jnp.ones((2, 2), bool)
+    np.testing.assert_allclose(
+        np.asarray(DF.anchored_hidden(dparams, cfg, touter, TARGET, feats, tokens, anchors, valid)),
+        np.asarray(DF.anchored_hidden(dparams, raw, touter, TARGET, jnp.asarray(got), tokens, anchors, valid)),
+        rtol=1e-5, atol=1e-5)
+    ctx = PromptContext(features=feats, target_params=touter)
+    lengths = jnp.asarray([5, 3])
+    a = DF.DFlashDrafter(cfg, TARGET).init(dparams, tokens, lengths, 4, ctx)
+    b = DF.DFlashDrafter(raw, TARGET).init(dparams, tokens, lengths, 4, PromptContext(jnp.asarray(got), touter))
+    np.testing.assert_allclose(np.asarray(a.cache.k), np.asarray(b.cache.k), rtol=1e-5, atol=1e-5)
+    prompts, plen = pad_prompts([[1, 5, 9, 2], [7, 3]], 8)
+    ar = generate_ar(tparams, TARGET, prompts, plen, 12, eos_ids=())
+    spec = generate(tparams, TARGET, DFlashDrafter(cfg, TARGET), dparams, prompts, plen, 12, eos_ids=())
+    np.testing.assert_array_equal(np.asarray(spec.tokens), np.asarray(ar.tokens))
+    out = save_checkpoint(tmp_path / "out", cfg, dparams, layout="reference")
+    assert json.loads((out / "config.json").read_text())["dflash_config"]["target_layer_ids"] == [0, 3]
+    assert load_checkpoint(out)[0] == cfg
+
+
+# ============================================================================ Domino (SpecForge DominoDraftModel)
+
+GRU, RANK = 6, 5
+DOMINO_HEAD_SHAPES = {"prefix_gru.weight_ih_l0": (3 * GRU, E), "prefix_gru.weight_hh_l0": (3 * GRU, GRU),
+                      "embed_proj.0.weight": (RANK, E + GRU), "embed_proj.2.weight": (VOCAB, RANK)}
+
+
+def domino_reference_config(**dc) -> dict:
+    """SpecForge's Domino config.json: DFlash's reference layout, the head's entries in dflash_config."""
+    entries = {"mask_token_id": VOCAB - 1, "target_layer_ids": IDS, "projector_type": "domino", "emb_dim": RANK,
+               "gru_hidden_dim": GRU, "shift_label": True, "pure_draft_prefix_len": 1, **dc}
+    return reference_config(architectures=["DominoDraftModel"], dflash_config=entries)
+
+
+def domino_reference_tensors(seed=1) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    head = {k: (rng.normal(size=s) * 0.4).astype(np.float16) for k, s in DOMINO_HEAD_SHAPES.items()}
+    return {**reference_tensors(seed), **head}
+
+
+def torch_domino_correction(t: dict, emb: np.ndarray, rows: np.ndarray, prefix: int) -> np.ndarray:
+    """The reference head written with torch modules: a bias-free nn.GRU over the drafts' input embeddings
+    (root, y_1, ...), then Linear -> SiLU -> Linear on [row ; GRU state]; drafts 1..prefix get none."""
+    torch = pytest.importorskip("torch")
+    gru = torch.nn.GRU(E, GRU, num_layers=1, batch_first=True, bias=False).double()
+    proj = torch.nn.Sequential(torch.nn.Linear(E + GRU, RANK, bias=False), torch.nn.SiLU(),
+                               torch.nn.Linear(RANK, VOCAB, bias=False)).double()
+    sd = lambda k: torch.tensor(np.asarray(t[k], np.float64))  # noqa: E731
+    gru.load_state_dict({"weight_ih_l0": sd("prefix_gru.weight_ih_l0"), "weight_hh_l0": sd("prefix_gru.weight_hh_l0")})
+    proj.load_state_dict({"0.weight": sd("embed_proj.0.weight"), "2.weight": sd("embed_proj.2.weight")})
+    with torch.no_grad():
+        states = gru(torch.tensor(emb, dtype=torch.float64))[0]
+        out = proj(torch.cat([torch.tensor(rows, dtype=torch.float64), states], dim=-1)).numpy()
+    out[:, :prefix] = 0.0
+    return out
+
+
+def test_reference_domino_layout_loads_matches_torch_and_decodes_losslessly(tmp_path):
+    tensors = domino_reference_tensors()
+    cfg, params = load_checkpoint(write_reference(tmp_path / "ref", domino_reference_config(), tensors))
+    assert isinstance(cfg, DominoConfig)
+    assert (cfg.gru_hidden, cfg.head_rank, cfg.shift_label, cfg.pure_prefix_len) == (GRU, RANK, True, 1)
+    backbone = {k: v for k, v in params.items() if k != "head"}
+    assert_trees_equal(backbone, expected_params(tensors))  # the backbone is DFlash's, tensor for tensor
+    tparams = perturbed(init_params(TARGET, jax.random.key(1)), 2, 0.3)
+    touter = DF.target_outer(tparams)
+    k = cfg.num_draft_positions
+    rows = jax.random.normal(jax.random.key(3), (2, k, E))
+    inputs = jax.random.randint(jax.random.key(4), (2, k), 0, VOCAB)
+    got = DO.teacher_forced_logits(cfg, params, touter, TARGET, rows, jnp.zeros((2, k, VOCAB)), inputs)
+    emb = np.asarray(embed_tokens(touter, TARGET, inputs), np.float64)
+    want = torch_domino_correction(tensors, emb, np.asarray(rows, np.float64), cfg.pure_prefix_len)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+    drafter = DO.DominoDrafter(cfg, TARGET)
+    assert drafter.budget == cfg.block_size - 1  # the reference drafts block_size - 1 tokens, shifted labels or not
+    prompts, plen = pad_prompts([[1, 5, 9, 2], [7, 3]], 8)
+    ar = generate_ar(tparams, TARGET, prompts, plen, 12, eos_ids=())
+    for d in (drafter, DO.DominoDrafter(cfg, TARGET, num_drafts=cfg.block_size)):
+        spec = generate(tparams, TARGET, d, params, prompts, plen, 12, eos_ids=())
+        np.testing.assert_array_equal(np.asarray(spec.tokens), np.asarray(ar.tokens))
+    with pytest.raises(ValueError, match="num_drafts"):
+        DO.DominoDrafter(cfg, TARGET, num_drafts=cfg.block_size + 1)
+
+
+def test_specjax_saves_exactly_the_domino_reference_layout(tmp_path):
+    mine = DominoConfig.for_target(TARGET, num_layers=N_DRAFT, target_layer_ids=IDS, block_size=4, mask_token_id=5,
+                                   gru_hidden=GRU, head_rank=RANK, shift_label=False, pure_prefix_len=0)
+    params = init_params(mine, jax.random.key(0))
+    out = save_checkpoint(tmp_path / "out", mine, params, dtype=np.float16, layout="reference")
+    tensors = read_safetensors(out / "model.safetensors")
+    assert set(tensors) == reference_keys(N_DRAFT) | set(DOMINO_HEAD_SHAPES)
+    assert {k: tensors[k].shape for k in DOMINO_HEAD_SHAPES} == DOMINO_HEAD_SHAPES
+    assert all(a.dtype == np.float16 for a in tensors.values())
+    hf = json.loads((out / "config.json").read_text())
+    assert set(hf) == REFERENCE_CONFIG_KEYS and hf["architectures"] == ["DominoDraftModel"]
+    assert hf["dflash_config"] == {"mask_token_id": 5, "target_layer_ids": IDS, "projector_type": "domino",
+                                   "emb_dim": RANK, "gru_hidden_dim": GRU, "shift_label": False,
+                                   "pure_draft_prefix_len": 0}
+    cfg2, params2 = load_checkpoint(out)
+    assert cfg2 == dataclasses.replace(mine, target_model_type=None)
+    assert_trees_equal(params2, jax.tree.map(lambda x: np.asarray(np.asarray(x, np.float16), np.float32), params))
+    bad = domino_reference_tensors()
+    del bad["prefix_gru.weight_hh_l0"]
+    with pytest.raises(CheckpointError, match=r"missing tensors: \['prefix_gru.weight_hh_l0'\]"):
+        load_checkpoint(write_reference(tmp_path / "bad", domino_reference_config(), bad))
+    with pytest.raises(CheckpointError, match="dflash_config.emb_dim"):
+        hf = domino_reference_config()
+        del hf["dflash_config"]["emb_dim"]
+        load_checkpoint(write_reference(tmp_path / "noemb", hf, domino_reference_tensors()))
+
+
+# ============================================================================ EAGLE-3 (SpecForge / EAGLE LlamaForCausalLMEagle3)
+
+T8 = dataclasses.replace(TARGET, num_layers=8, qk_norm=False, flavor="llama")  # taps (1, 3, 4): the reference's default
+EAGLE_IDS, K_DRAFT = [1, 3, 4], 20
+EAGLE_REFERENCE_KEYS = {"fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d"} | {
+    f"midlayer.{k}" for k in ("hidden_norm.weight", "input_layernorm.weight", "post_attention_layernorm.weight",
+                              "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                              "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                              "mlp.down_proj.weight")}
+
+
+def eagle_reference_config(**changes) -> dict:
+    """An EAGLE-3 config.json as SpecForge writes it; no rope_theta or head_dim (the reference's defaults)."""
+    hf = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "vocab_size": VOCAB,
+          "draft_vocab_size": K_DRAFT, "hidden_size": E, "intermediate_size": FFN, "num_hidden_layers": 1,
+          "num_attention_heads": HEADS, "num_key_value_heads": KV, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+          "max_position_embeddings": 2048, "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False,
+          "pretraining_tp": 1, "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
+          "pad_token_id": 0, "initializer_range": 0.02, "use_cache": True, "torch_dtype": "bfloat16",
+          "transformers_version": "4.51.0",
+          "eagle_config": {"eagle_aux_hidden_state_layer_ids": EAGLE_IDS, "use_aux_hidden_state": True}}
+    hf.update(changes)
+    return hf
+
+
+def eagle_reference_tensors(seed=2, ids=None) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = np.sort(rng.choice(VOCAB, K_DRAFT, replace=False)) if ids is None else np.asarray(ids)
+    m = "midlayer."
+    shapes = {"fc.weight": (E, 3 * E), "norm.weight": (E,), "lm_head.weight": (K_DRAFT, E),
+              m + "hidden_norm.weight": (E,), m + "input_layernorm.weight": (E,),
+              m + "post_attention_layernorm.weight": (E,), m + "self_attn.q_proj.weight": (HEADS * D, 2 * E),
+              m + "self_attn.k_proj.weight": (KV * D, 2 * E), m + "self_attn.v_proj.weight": (KV * D, 2 * E),
+              m + "self_attn.o_proj.weight": (E, HEADS * D), m + "mlp.gate_proj.weight": (FFN, E),
+              m + "mlp.up_proj.weight": (FFN, E), m + "mlp.down_proj.weight": (E, FFN)}
+    t = {k: (rng.normal(size=s) * 0.3 + (1.0 if len(s) == 1 else 0.0)).astype(np.float32) for k, s in shapes.items()}
+    t2d = np.zeros(VOCAB, bool)
+    t2d[ids] = True
+    t.update(d2t=(ids - np.arange(K_DRAFT)).astype(np.int64), t2d=t2d,
+             **{"embed_tokens.weight": rng.normal(size=(VOCAB, E)).astype(np.float32)})  # the target's: not read
+    assert set(t) == EAGLE_REFERENCE_KEYS | {"embed_tokens.weight"}
+    return t
+
+
+def numpy_eagle3(t: dict, feats: np.ndarray, emb: np.ndarray, theta: float = 10000.0) -> np.ndarray:
+    """The reference's first drafting step over S rows, in float64 numpy: g = fc(f); x = [in_norm(emb) ;
+    hidden_norm(g)]; causal GQA attention with rotary (base theta, rotate-half) at positions 0..S-1;
+    h = g + o(attn); out = h + mlp(post_norm(h)); logits [S, K] = lm_head(norm(out))."""
+    w = {k: np.asarray(v, np.float64) for k, v in t.items() if k not in ("d2t", "t2d")}
+    m = lambda k: w["midlayer." + k]  # noqa: E731
+    s = feats.shape[0]
+    g = feats.reshape(s, -1) @ w["fc.weight"].T
+    x = np.concatenate([np_rms(emb, m("input_layernorm.weight")), np_rms(g, m("hidden_norm.weight"))], -1)
+    q = (x @ m("self_attn.q_proj.weight").T).reshape(s, HEADS, D)
+    k = (x @ m("self_attn.k_proj.weight").T).reshape(s, KV, D)
+    v = (x @ m("self_attn.v_proj.weight").T).reshape(s, KV, D)
+    ang = np.arange(s)[:, None] * theta ** (-np.arange(0, D, 2) / D)[None]  # [S, D/2]
+    cos, sin = np.concatenate([np.cos(ang)] * 2, -1)[:, None], np.concatenate([np.sin(ang)] * 2, -1)[:, None]
+    rot = lambda a: a * cos + np.concatenate([-a[..., D // 2:], a[..., : D // 2]], -1) * sin  # noqa: E731
+    q, k = rot(q), np.repeat(rot(k), HEADS // KV, axis=1)
+    v = np.repeat(v, HEADS // KV, axis=1)
+    att = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(D) + np.where(np.tril(np.ones((s, s))), 0, -np.inf)
+    att = np.exp(att - att.max(-1, keepdims=True))
+    o = np.einsum("hqk,khd->qhd", att / att.sum(-1, keepdims=True), v).reshape(s, -1) @ m("self_attn.o_proj.weight").T
+    h = g + o
+    u = np_rms(h, m("post_attention_layernorm.weight"))
+    silu = lambda a: a / (1 + np.exp(-a))  # noqa: E731
+    out = h + (silu(u @ m("mlp.gate_proj.weight").T) * (u @ m("mlp.up_proj.weight").T)) @ m("mlp.down_proj.weight").T
+    return np_rms(out, w["norm.weight"]) @ w["lm_head.weight"].T
+
+
+def test_reference_eagle3_layout_loads_and_matches_numpy(tmp_path):
+    tensors = eagle_reference_tensors()
+    cfg, params = load_checkpoint(write_reference(tmp_path / "ref", eagle_reference_config(), tensors))
+    assert cfg == Eagle3Config(vocab_size=VOCAB, hidden_size=E, num_heads=HEADS, num_kv_heads=KV, head_dim=D,
+                               intermediate_size=FFN, target_layer_ids=tuple(EAGLE_IDS), target_num_layers=None,
+                               target_model_type=None, rope_theta=10000.0, draft_vocab_size=K_DRAFT)
+    ids = np.flatnonzero(tensors["t2d"])
+    np.testing.assert_array_equal(np.asarray(params["draft_vocab"]["ids"]), ids)
+    cfg.check_target(T8)
+    tparams = perturbed(init_params(T8, jax.random.key(1)), 2, 0.3)
+    touter = DF.target_outer(tparams)
+    s = 6
+    feats = jax.random.normal(jax.random.key(3), (1, s, 3, E))
+    tokens = jax.random.randint(jax.random.key(4), (1, s), 0, VOCAB)
+    hidden = E3.unrolled_hidden(params, cfg, touter, T8, feats, tokens, 1)[0]  # row t reads token x_{t+1}
+    got = np.asarray(E3.logits_of(params, cfg, touter, T8, hidden))[0]  # [S, V]
+    nxt = np.concatenate([np.asarray(tokens[0, 1:]), [0]])
+    emb = np.asarray(embed_tokens(touter, T8, jnp.asarray(nxt)), np.float64)
+    want = numpy_eagle3(tensors, np.asarray(feats[0], np.float64), emb)
+    np.testing.assert_allclose(got[:, ids], want, rtol=1e-4, atol=1e-4)
+    assert np.all(np.delete(got, ids, axis=1) == EXCLUDED_LOGIT)  # outside the draft vocabulary: never drafted
+
+
+def test_reference_eagle3_decodes_losslessly_and_saves_back_strictly(tmp_path):
+    tensors = eagle_reference_tensors(ids=np.arange(K_DRAFT))  # the ids cover the tiny target's greedy tokens
+    cfg, params = load_checkpoint(write_reference(tmp_path / "ref", eagle_reference_config(), tensors))
+    tparams = perturbed(init_params(T8, jax.random.key(1)), 2, 0.3)
+    prompts, plen = pad_prompts([[1, 5, 9, 2], [7, 3]], 8)
+    ar = generate_ar(tparams, T8, prompts, plen, 10, eos_ids=())
+    spec = generate(tparams, T8, E3.eagle3_drafter(cfg, T8, top_k=4, depth=3, total=8), params, prompts, plen, 10,
+                    eos_ids=())
+    np.testing.assert_array_equal(np.asarray(spec.tokens), np.asarray(ar.tokens))
+    out = save_checkpoint(tmp_path / "out", cfg, params, layout="reference")
+    saved = read_safetensors(out / "model.safetensors")
+    assert set(saved) == EAGLE_REFERENCE_KEYS  # SpecForge's saved set: the embedding comes from the target
+    for k in EAGLE_REFERENCE_KEYS:
+        assert saved[k].shape == tensors[k].shape and saved[k].dtype == tensors[k].dtype, k
+        np.testing.assert_array_equal(saved[k], tensors[k])
+    hf = json.loads((out / "config.json").read_text())
+    assert hf["architectures"] == ["LlamaForCausalLMEagle3"] and hf["draft_vocab_size"] == K_DRAFT
+    assert hf["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == EAGLE_IDS
+    assert load_checkpoint(out)[0] == cfg
+
+
+def test_specjax_eagle3_own_head_saves_to_the_reference_layout(tmp_path):
+    """A target-head drafter (the zoo's form) converts to the paper's own head with the same logits, saves
+    to the reference layout exactly, and its specjax layout records the mode and the taps."""
+    old = Eagle3Config.for_target(T8)
+    assert old.target_layer_ids == tuple(EAGLE_IDS) and not old.own_head
+    tparams = init_params(T8, jax.random.key(1))
+    ids = np.arange(0, VOCAB, 2)
+    params = with_draft_vocab(init_params(old, jax.random.key(5)), ids)
+    with pytest.raises(ValueError, match="with_own_head"):
+        save_checkpoint(tmp_path / "old", old, params, layout="reference")
+    cfg, own = E3.with_own_head(params, old, tparams, T8)
+    assert cfg.draft_vocab_size == ids.size
+    hidden = jax.random.normal(jax.random.key(6), (2, 3, E))
+    touter = DF.target_outer(tparams)
+    np.testing.assert_allclose(np.asarray(E3.logits_of(own, cfg, touter, T8, hidden)),
+                               np.asarray(E3.logits_of(params, old, touter, T8, hidden)), rtol=1e-5, atol=1e-5)
+    out = save_checkpoint(tmp_path / "out", cfg, own, dtype=ml_dtypes.bfloat16, layout="reference")
+    saved = read_safetensors(out / "model.safetensors")
+    assert set(saved) == EAGLE_REFERENCE_KEYS
+    assert saved["lm_head.weight"].shape == (ids.size, E) and saved["fc.weight"].shape == (E, 3 * E)
+    assert (saved["d2t"].dtype, saved["t2d"].dtype, saved["fc.weight"].dtype) == (np.int64, np.bool_,
+                                                                                  ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(np.arange(ids.size) + saved["d2t"], ids)
+    spec_dir = save_checkpoint(tmp_path / "spec", cfg, own)
+    hf = json.loads((spec_dir / "config.json").read_text())
+    assert hf["own_lm_head"] and hf["draft_vocab_size"] == ids.size and hf["target_layer_ids"] == EAGLE_IDS
+    cfg2, own2 = load_checkpoint(spec_dir)
+    assert cfg2 == cfg
+    assert_trees_equal(own2, own)
+
+
+def test_reference_eagle3_errors_name_the_problem(tmp_path):
+    with pytest.raises(UnsupportedConfigError, match="eagle_aux_hidden_state_layer_ids"):
+        load_checkpoint(write_reference(tmp_path / "noids", {k: v for k, v in eagle_reference_config().items()
+                                                              if k != "eagle_config"}, eagle_reference_tensors()))
+    with pytest.raises(CheckpointError, match=r"missing required key\(s\) \['draft_vocab_size', 'intermediate_size'\]"):
+        hf = eagle_reference_config()
+        del hf["intermediate_size"], hf["draft_vocab_size"]
+        hf["architectures"] = ["LlamaForCausalLMEagle3"]  # recognised by its architecture without draft_vocab_size
+        load_checkpoint(write_reference(tmp_path / "nokey", hf, eagle_reference_tensors()))
+    with pytest.raises(UnsupportedConfigError, match="rope_scaling"):
+        load_checkpoint(write_reference(tmp_path / "rope", eagle_reference_config(
+            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 64}), eagle_reference_tensors()))
+    t = eagle_reference_tensors()
+    t["t2d"] = np.roll(t["t2d"], 1)
+    with pytest.raises(CheckpointError, match="'d2t' and 't2d' disagree"):
+        load_checkpoint(write_reference(tmp_path / "maps", eagle_reference_config(), t))
+    t = eagle_reference_tensors()
+    del t["d2t"], t["midlayer.hidden_norm.weight"]
+    with pytest.raises(CheckpointError, match=r"missing tensors: .*'d2t'.*midlayer.hidden_norm.weight"):
+        load_checkpoint(write_reference(tmp_path / "keys", eagle_reference_config(), t))

@@ -22,14 +22,14 @@ def _stable(manifest: dict) -> dict:
             "shards": [{k: v for k, v in s.items() if k not in drop} for s in manifest["shards"]]}
 
 
-def test_generation_resumes_where_it_stopped_and_refuses_another_recipe(tmp_path):
+@pytest.mark.parametrize("engine", ["continuous", "batched"])
+def test_generation_resumes_where_it_stopped_and_refuses_another_recipe(tmp_path, engine):
     cfg, params, enc, _ = load_target("zoo")
     recipe = DataRecipe(target="zoo", max_new_tokens=8, max_prompt_tokens=24, batch_size=8, chat=False)
-    whole = generate_shards((cfg, params), enc, recipe, tmp_path / "a", response_tokens=150, shard_batches=1,
-                            progress=False)
-    generate_shards((cfg, params), enc, recipe, tmp_path / "b", response_tokens=60, shard_batches=1, progress=False)
-    resumed = generate_shards((cfg, params), enc, recipe, tmp_path / "b", response_tokens=150, shard_batches=1,
-                              progress=False)  # continues at the cursor
+    kw = dict(shard_batches=1, progress=False, engine=engine)
+    whole = generate_shards((cfg, params), enc, recipe, tmp_path / "a", response_tokens=150, **kw)
+    generate_shards((cfg, params), enc, recipe, tmp_path / "b", response_tokens=60, **kw)
+    resumed = generate_shards((cfg, params), enc, recipe, tmp_path / "b", response_tokens=150, **kw)  # at the cursor
     assert len(whole["shards"]) >= 3 and _stable(resumed) == _stable(whole)
     for s in whole["shards"]:
         assert (tmp_path / "a" / s["file"]).read_bytes() == (tmp_path / "b" / s["file"]).read_bytes()

@@ -16,7 +16,7 @@ from specjax.drafters.dflash import anchored_hidden, target_outer
 from specjax.models import init_params, load_checkpoint
 from specjax.models.model import project_to_vocab
 from specjax.train import dflash as T
-from specjax.train.loop import export, train
+from specjax.train.loop import export, train, warm_start
 from specjax.train.vocab import vocab_tables
 from tests.tiny_models import perturbed
 from tests.train_fixtures import DRAFTER, TARGET, TARGET_PARAMS, dense_data, trainset
@@ -125,7 +125,17 @@ def test_training_with_a_draft_vocabulary_exports_its_ids(tmp_path):
     with pytest.raises(ValueError, match="another draft vocabulary"):
         run(tc, tmp_path / "v", resume=True)
     export(tmp_path / "exp", DRAFTER, params, {"note": "test"}, vocab.ids)
-    from specjax.draft_vocab import draft_vocab_ids
+    from specjax.draft_vocab import draft_vocab_ids, split_draft_vocab
 
     cfg, loaded = load_checkpoint(tmp_path / "exp")
     assert cfg == DRAFTER and np.array_equal(np.asarray(draft_vocab_ids(loaded)), np.asarray(vocab.ids))
+    # --init: a new run starts from the exported weights (float16 there, float32 here), and learns on
+    warm, warm_log = run(dataclasses.replace(tc, steps=2, log_every=1, lr=0.0), tmp_path / "w", vocab=vocab,
+                         init=warm_start(tmp_path / "exp", DRAFTER, vocab.ids))
+    for got, want in zip(jax.tree.leaves(warm), jax.tree.leaves(split_draft_vocab(loaded)[0])):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want, np.float32))
+    assert warm_log[0]["train_loss"] < log[0]["train_loss"]
+    with pytest.raises(ValueError, match="draft vocabulary differs"):
+        warm_start(tmp_path / "exp", DRAFTER, None)
+    with pytest.raises(ValueError, match="config differs"):
+        warm_start(tmp_path / "exp", dataclasses.replace(DRAFTER, block_size=DRAFTER.block_size + 1), vocab.ids)

@@ -97,3 +97,27 @@ def test_training_reduces_loss_and_resumes_bit_exactly(tmp_path):
     _, log = run(dataclasses.replace(tc, steps=60, log_every=30, ckpt_every=60), "c")
     assert log[-1]["train_loss"] < 0.9 * log[0]["train_loss"], log
     assert log[-1]["valid_tau_estimate"] > log[0]["valid_tau_estimate"], log
+
+
+@pytest.mark.parametrize("k", [None, 10])
+def test_own_head_starts_at_the_target_heads_columns_and_trains(k):
+    """The paper's drafter (own lm_head [E, K]): `init_head_from_target` starts it at the target head's
+    columns of the draft vocabulary, so its training logits equal the target-head drafter's; the head
+    gets gradients; a K that does not match the scored columns is refused."""
+    vocab = None if k is None else vocab_tables(
+        trainset(T.feature_layers(DRAFTER, TARGET)).response_token_counts(TARGET.vocab_size), k)
+    own = dataclasses.replace(DRAFTER, draft_vocab_size=k or TARGET.vocab_size)
+    base = perturbed(init_params(DRAFTER, jax.random.key(3)), 4, 0.3)
+    dparams = T.init_head_from_target(TOUTER, TARGET, vocab)({**base, "lm_head": init_params(own, jax.random.key(0))[
+        "lm_head"]})
+    hidden = jax.random.normal(jax.random.key(4), (2, 3, TARGET.hidden_size))
+    np.testing.assert_allclose(np.asarray(T.draft_logits(dparams, own, TOUTER, TARGET, hidden, vocab)),
+                               np.asarray(T.draft_logits(base, DRAFTER, TOUTER, TARGET, hidden, vocab)),
+                               rtol=1e-5, atol=1e-5)
+    feats, zl, tokens, mask = view([0, 1], vocab)
+    grads = jax.grad(lambda p: T.ttt_loss(p, own, TOUTER, TARGET, feats, zl, tokens, mask, 2, 0.8, vocab)[0])(dparams)
+    assert float(jnp.abs(grads["lm_head"]["kernel"]).max()) > 0
+    wrong = dataclasses.replace(DRAFTER, draft_vocab_size=(k or TARGET.vocab_size) - 1)
+    with pytest.raises(ValueError, match="columns"):
+        T.draft_logits({**base, "lm_head": init_params(wrong, jax.random.key(0))["lm_head"]}, wrong, TOUTER, TARGET,
+                       hidden, vocab)

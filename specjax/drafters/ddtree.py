@@ -409,7 +409,7 @@ class DDTreeDrafter:
         self.block_drafter.validate(target_cfg)
 
     def uses_rejection(self, sampling) -> bool:
-        return False  # sampling walk: marginals are not the path-conditional proposal (PAPER_NOTES §1.4)
+        return False  # sampling walk (DDTree §4.4): marginals are not the path-conditional proposal
 
     # ---------------------------------------------------------------- the round
     def init(self, params, tokens, prompt_lengths, max_new_tokens: int, context=None) -> DDTreeState:

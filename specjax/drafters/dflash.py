@@ -27,6 +27,10 @@ restricts `block_logits` to its K columns of the target's head (the rest EXCLUDE
 columns are gathered once, by `init`), so chain DFlash, DDTree, Domino and Graft on top of it
 draft only those tokens.
 
+Features enter through `drafter_features`: with cfg.norm_last_layer (the reference's convention,
+set for its layout) a tap of the target's last layer passes through the target's final norm, in
+`init`, `observe` and `anchored_hidden` (training) alike; every other tap is the raw residual.
+
 Shapes: B batch, C = block_size pending context slots, K kv heads, D head dim, n tapped
 layers, E hidden, V vocab, W anchors per training sequence.
 """
@@ -46,11 +50,12 @@ from specjax.inputs import require_config
 from specjax.models.cache import KVCache, commit, init_cache
 from specjax.models.dflash import DFlashConfig
 from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots
-from specjax.models.model import ModelConfig, check_params, embed_tokens, merge_module
+from specjax.models.model import ModelConfig, check_params, embed_tokens, final_norm, merge_module
 from specjax.tree import chain_tree
 
 __all__ = [
     "anchored_hidden", "block_hidden", "block_logits", "context_kv", "DFlashDrafter", "DFlashState", "draft_hidden",
+    "drafter_features",
     "ingest_context", "init_draft_cache", "target_outer", "write_region",
 ]
 
@@ -60,6 +65,17 @@ __all__ = [
 
 def _outer(params: dict, cfg: DFlashConfig):
     return merge_module(cfg, "Outer", {k: v for k, v in split_draft_vocab(params)[0].items() if k != "layers"})
+
+
+def drafter_features(cfg: DFlashConfig, target_params: dict, target_cfg: ModelConfig, features: jax.Array) -> jax.Array:
+    """The target's tapped features [..., n, E] as the drafter reads them: unchanged, except that with
+    cfg.norm_last_layer the tap of the target's last layer goes through the target's final norm (HF
+    hidden_states[-1]; `target_params`: the target's outer params). Same dtype as `features`."""
+    last = tuple(i == target_cfg.num_layers - 1 for i in cfg.target_layer_ids)
+    if not (cfg.norm_last_layer and any(last)):
+        return features
+    normed = final_norm(target_params, target_cfg, features).astype(features.dtype)
+    return jnp.where(jnp.asarray(last)[:, None], normed, features)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))  # eager callers: one compile per shape
@@ -209,6 +225,7 @@ def anchored_hidden(params: dict, cfg: DFlashConfig, target_params: dict, target
     bs = block_size or cfg.block_size
     b, s = tokens.shape
     w = anchors.shape[1]
+    features = drafter_features(cfg, target_params, target_cfg, features)
     pos = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
     cache = init_draft_cache(cfg, b, s + w * bs, weights_dtype(params))
     cache = write_region(cache, *context_kv(params, cfg, features, pos))
@@ -302,7 +319,8 @@ class DFlashDrafter:
         b = tokens.shape[0]
         dtype = weights_dtype(params)
         cache = init_draft_cache(self.cfg, b, self.cache_slots(tokens.shape[1], max_new_tokens), dtype)
-        cache = ingest_context(params, self.cfg, cache, context.features.astype(dtype), prompt_lengths)
+        features = drafter_features(self.cfg, context.target_params, self.target_cfg, context.features.astype(dtype))
+        cache = ingest_context(params, self.cfg, cache, features, prompt_lengths)
         feat = context.features.shape[2:]
         return DFlashState(params=params, target_params=context.target_params, cache=cache,
                            pending=jnp.zeros((b, self.pending_width) + feat, dtype),
@@ -321,5 +339,7 @@ class DFlashDrafter:
 
     def observe(self, state: DFlashState, verified: Verified) -> DFlashState:
         act = verified.active
-        pending = jnp.where(act[:, None, None, None], verified.features.astype(state.pending.dtype), state.pending)
+        features = drafter_features(self.cfg, state.target_params, self.target_cfg,
+                                    verified.features.astype(state.pending.dtype))
+        pending = jnp.where(act[:, None, None, None], features, state.pending)
         return state.replace(pending=pending, pending_n=jnp.where(act, verified.num_kept, state.pending_n))

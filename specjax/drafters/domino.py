@@ -1,6 +1,6 @@
 """Domino: a DFlash drafter whose parallel block is corrected causally, token by token.
 
-Per round (PAPER_NOTES 2.2; architecture in `specjax.models.domino`):
+Per round (Domino, arXiv 2605.29707, §4; architecture in `specjax.models.domino`):
   1. one backbone forward, exactly DFlash's (`specjax.drafters.dflash.block_hidden`): block
      rows H_0 .. H_{B-1}; draft i (i = 1 .. K) reads row rho(i) = i (paper) or i - 1
      (shifted labels), base logits = the target's LM head on those K rows, in parallel;
@@ -11,6 +11,9 @@ Per round (PAPER_NOTES 2.2; architecture in `specjax.models.domino`):
          L_i = base_i + W_2 SiLU(W_1 [H_rho(i) ; s_i])   (base only for i <= P)
          y_i = argmax L_i (T = 0) or a sample of the processed softmax(L_i / T) (T > 0);
   3. the chain [y_1 .. y_K] goes to the target like any other tree.
+K per round is block_size - 1 in both alignments by default, as the reference drafts
+(`DominoConfig.num_inference_drafts`); with shifted labels the block has one more trained row,
+which `DominoDrafter(num_drafts=block_size)` drafts too.
 
 Verification at T > 0 (`verify`): "rejection" (default) is chain speculative sampling with
 the law each draft token was actually drawn from, q_i = processed softmax(L_i) given the
@@ -87,9 +90,10 @@ def draft_rows(cfg: DominoConfig, hidden: jax.Array) -> jax.Array:
     return hidden if cfg.shift_label else hidden[..., 1:, :]
 
 
-def head_mask(cfg: DominoConfig, use_head: bool = True) -> jax.Array:
-    """f32[K]: 1 where draft i (1-based) gets the correction (i > P), 0 on the pure prefix or with the head off."""
-    on = jnp.arange(1, cfg.num_draft_positions + 1) > cfg.pure_prefix_len
+def head_mask(cfg: DominoConfig, use_head: bool = True, k: int | None = None) -> jax.Array:
+    """f32[K]: 1 where draft i (1-based) gets the correction (i > P), 0 on the pure prefix or with the head off
+    (K = k, default cfg.num_draft_positions)."""
+    on = jnp.arange(1, (k or cfg.num_draft_positions) + 1) > cfg.pure_prefix_len
     return (on & use_head).astype(jnp.float32)
 
 
@@ -112,7 +116,8 @@ def teacher_forced_logits(cfg: DominoConfig, params: dict, touter: dict, tcfg, r
 
     _, states = jax.lax.scan(step, h0, jnp.moveaxis(emb, -2, 0))  # [K, ..., d_s]
     states = jnp.moveaxis(states, 0, -2)
-    return add_to_columns(base, head_mask(cfg, use_head)[:, None] * correction(head, rows, states), ids)
+    mask = head_mask(cfg, use_head, inputs.shape[-1])
+    return add_to_columns(base, mask[:, None] * correction(head, rows, states), ids)
 
 
 def rollout(cfg: DominoConfig, params: dict, touter: dict, tcfg, rows: jax.Array, base: jax.Array, root: jax.Array,
@@ -124,7 +129,8 @@ def rollout(cfg: DominoConfig, params: dict, touter: dict, tcfg, rows: jax.Array
     key per draft. The GRU starts from 0 on `root` (module docstring, step 2). With a draft
     vocabulary in `params` the correction is computed and added on its columns only."""
     head, ids = draft_vocab_head(params)
-    mask = head_mask(cfg, use_head)
+    k = rows.shape[1]
+    mask = head_mask(cfg, use_head, k)
     b = root.shape[0]
 
     def step(carry, xs):
@@ -138,7 +144,7 @@ def rollout(cfg: DominoConfig, params: dict, touter: dict, tcfg, rows: jax.Array
         return (h, tok), (tok, logits)
 
     h0 = jnp.zeros((b, cfg.gru_hidden), jnp.float32)
-    xs = (jnp.arange(cfg.num_draft_positions), jnp.moveaxis(rows, 1, 0), jnp.moveaxis(base, 1, 0), keys)
+    xs = (jnp.arange(k), jnp.moveaxis(rows, 1, 0), jnp.moveaxis(base, 1, 0), keys)
     _, (tokens, logits) = jax.lax.scan(step, (h0, root.astype(jnp.int32)), xs)
     return jnp.moveaxis(tokens, 0, 1), jnp.moveaxis(logits, 0, 1)
 
@@ -157,9 +163,9 @@ def sampler(sampling):
 class DominoDrafter(DFlashDrafter):
     """Domino drafting on the one loop (module docstring).
 
-    Proposes a chain Tree [B, K] (K = cfg.num_draft_positions: 15 drafts, or 16 with shift_label, at
-    block 16) and, at T > 0 with verify="rejection", the law each draft was drawn from, f32[B, K, V];
-    state: DFlash's (`DFlashState`).
+    Proposes a chain Tree [B, K] (K = `num_drafts`: 15 drafts at block 16 by default, in both
+    alignments, as the reference) and, at T > 0 with verify="rejection", the law each draft was drawn
+    from, f32[B, K, V]; state: DFlash's (`DFlashState`).
 
     Fields:
       cfg: a `DominoConfig` (the DFlash backbone + the GRU / low-rank head).
@@ -169,11 +175,15 @@ class DominoDrafter(DFlashDrafter):
         (the same weights; Table 4 of the paper).
       verify: rule at T > 0: "rejection" (chain speculative sampling with the drafts' laws, default)
         or "walk" (the reference's sample-and-match sampling walk); ignored at T = 0 (greedy walk).
+      num_drafts: K drafts per round, in [1, cfg.num_draft_positions]; None: cfg.num_inference_drafts =
+        block_size - 1, the reference's (with shift_label the trained block has block_size rows:
+        num_drafts=block_size drafts the last one too).
     """
 
     cfg: DominoConfig
     use_head: bool = True
     verify: str = "rejection"
+    num_drafts: int | None = None
 
     config_class = DominoConfig
 
@@ -184,15 +194,18 @@ class DominoDrafter(DFlashDrafter):
                              f"{self.block_size}")
         if self.verify not in VERIFY_RULES:
             raise ValueError(f"Domino verify rule must be one of {VERIFY_RULES}, got {self.verify!r}")
+        if self.num_drafts is not None and not 1 <= self.num_drafts <= self.cfg.num_draft_positions:
+            raise ValueError(f"Domino num_drafts must lie in [1, {self.cfg.num_draft_positions}] (the trained draft "
+                             f"rows), got {self.num_drafts}")
         super().__post_init__()
 
     @property
     def budget(self) -> int:
-        return self.cfg.num_draft_positions
+        return self.num_drafts or self.cfg.num_inference_drafts
 
     @property
     def max_depth(self) -> int:
-        return self.cfg.num_draft_positions
+        return self.budget
 
     def uses_rejection(self, sampling) -> bool:
         return self.verify == "rejection" and not sampling.greedy
@@ -208,7 +221,7 @@ class DominoDrafter(DFlashDrafter):
         """(rows [B, K, E], base logits f32[B, K, V], state): the backbone's one forward and the
         target's LM head over the K draft rows in one matmul (pending context committed)."""
         hidden, state = block_hidden(self.cfg, self.target_cfg, state, root, active, self.block)
-        rows = draft_rows(self.cfg, hidden)
+        rows = draft_rows(self.cfg, hidden)[:, : self.budget]
         ids = draft_vocab_ids(state.params)
         return rows, vocab_logits(state.target_params, self.target_cfg, rows, ids, state.draft_head), state
 

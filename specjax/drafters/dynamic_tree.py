@@ -1,6 +1,8 @@
 """EAGLE-2's dynamic draft tree, on device, over any autoregressive drafter.
 
-The tree (PAPER_NOTES 3.1; [code:EAGLE cnets.py topK_genrate]) for top_k = k, depth = D,
+The tree ("EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees", arXiv
+2406.16858, as its reference code builds it: SafeAILab/EAGLE, `eagle/model/cnets.py`,
+`topK_genrate`; Graft's base tree, arXiv 2605.20104, §2.1) for top_k = k, depth = D,
 total = K_max:
 
     root step:  one drafter step on the root -> log q(. | root); its top k tokens are the
@@ -22,7 +24,8 @@ Any drafter that steps autoregressively plugs in through `ARStepper`: the draft 
 `specjax.drafters.draft_lm`) and EAGLE-3 (`specjax.drafters.eagle3.Eagle3Stepper`: its
 frontier K/V are scratch; committed rows are re-drafted from the target's features).
 T > 0 is verified by the lossless sampling walk (EAGLE's point-mass rejection draws the
-same distribution, PAPER_NOTES 3.4); no draft probabilities are needed.
+same distribution: SafeAILab/EAGLE, `eagle/model/utils.py`, `evaluate_posterior`; proofs/eagle3.md
+E4); no draft probabilities are needed.
 
 Shapes: B batch, k = top_k, P = k + D k^2 pool, N = total, R = D k region slots (the
 frontier of step i is forwarded at region slots [(i - 1) k, i k)), H carried state width.

@@ -22,8 +22,14 @@ fc(f_t); step j >= 1 feeds every row its own step j - 1 output with token x_{t+1
 position t + j, attending to step-0 keys of rows <= t and to its own keys of steps 1..j:
 the attention pattern a depth-j chain node sees at inference (tested equal).
 
-A draft vocabulary in the params (`specjax.draft_vocab`, EAGLE-3's d2t idea over the target's
-own head) restricts `logits_of` to its K columns, so the tree drafts only those tokens.
+Logits (`logits_of`): the paper's drafter (cfg.draft_vocab_size = K) projects with its own
+`lm_head` [E, K]; the ids params["draft_vocab"]["ids"] (EAGLE-3's d2t map, `specjax.draft_vocab`)
+place those K logits in the target's vocabulary. A drafter with the target's head
+(draft_vocab_size None) may still carry a draft vocabulary: it then uses those K columns of the
+target's head. Either way every other column is EXCLUDED_LOGIT, so the tree drafts only those
+tokens and verification against the target's full distribution stays lossless.
+`with_own_head` turns a target-head drafter into the paper's form (the head initialised from the
+target's K columns: what the trainer starts from).
 
 Shapes: B batch, C = max_depth + 1 pending rows, n tapped layers, E hidden, V vocab.
 """
@@ -36,7 +42,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.draft_vocab import draft_head, draft_vocab_ids, split_draft_vocab, vocab_logits, weights_dtype
+from specjax.draft_vocab import (EXCLUDED_LOGIT, draft_head, draft_vocab_ids, split_draft_vocab, vocab_logits,
+                                  weights_dtype, with_draft_vocab)
 from specjax.drafters.dflash import target_outer
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.inputs import require_config
@@ -45,8 +52,8 @@ from specjax.models.eagle3 import Eagle3Config
 from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots
 from specjax.models.model import ModelConfig, check_params, embed_tokens, merge_module
 
-__all__ = ["Eagle3State", "Eagle3Stepper", "eagle3_drafter", "draft_step", "fuse", "logits_of", "unrolled_hidden",
-           "target_outer"]
+__all__ = ["Eagle3State", "Eagle3Stepper", "eagle3_drafter", "draft_step", "fuse", "logits_of", "own_head_logits",
+           "unrolled_hidden", "target_outer", "with_own_head"]
 
 
 # ============================================================================ pure forward
@@ -61,12 +68,53 @@ def fuse(params: dict, cfg: Eagle3Config, features: jax.Array) -> jax.Array:
     return _outer(params, cfg).fuse(features)
 
 
+def own_head_logits(params: dict, cfg: Eagle3Config, normed: jax.Array) -> jax.Array:
+    """The own `lm_head`'s logits f32[..., K] of final-normed states [..., E] (float32 accumulation)."""
+    kernel = params["lm_head"]["kernel"]
+    return jnp.einsum("...e,ek->...k", normed.astype(kernel.dtype), kernel, preferred_element_type=jnp.float32)
+
+
 def logits_of(params: dict, cfg: Eagle3Config, target_params: dict, target_cfg: ModelConfig, hidden: jax.Array,
               head: jax.Array | None = None):
-    """Draft logits f32[..., V] = the target's LM head over the drafter's final norm of `hidden`;
-    with a draft vocabulary in `params` only its K columns (the others EXCLUDED_LOGIT,
-    `specjax.draft_vocab.vocab_logits`; `head`: those columns [E, K] gathered beforehand)."""
-    return vocab_logits(target_params, target_cfg, _outer(params, cfg).norm(hidden), draft_vocab_ids(params), head)
+    """Draft logits f32[..., V] of the drafter's final norm of `hidden` [..., E]: with its own head
+    (cfg.own_head) `own_head_logits` placed at the draft vocabulary's ids (all V columns when the
+    params carry no ids, which needs K == V); else the target's LM head, with a draft vocabulary only
+    its K columns (`specjax.draft_vocab.vocab_logits`; `head`: those columns [E, K] gathered
+    beforehand). Columns outside the draft vocabulary hold EXCLUDED_LOGIT."""
+    normed = _outer(params, cfg).norm(hidden)
+    ids = draft_vocab_ids(params)
+    if not cfg.own_head:
+        return vocab_logits(target_params, target_cfg, normed, ids, head)
+    cols = own_head_logits(params, cfg, normed)
+    if ids is None:
+        _check_full_head(cfg)
+        return cols
+    out = jnp.full(cols.shape[:-1] + (cfg.vocab_size,), EXCLUDED_LOGIT, jnp.float32)
+    return out.at[..., ids].set(cols, unique_indices=True, indices_are_sorted=True)
+
+
+def _check_full_head(cfg: Eagle3Config) -> None:
+    if cfg.draft_vocab_size != cfg.vocab_size:
+        raise ValueError(f"the EAGLE-3 drafter's own lm_head has {cfg.draft_vocab_size} columns but its params carry "
+                         f"no draft vocabulary ids to place them among the {cfg.vocab_size} tokens: add them with "
+                         f"specjax.draft_vocab.with_draft_vocab(params, ids)")
+
+
+def with_own_head(params: dict, cfg: Eagle3Config, target_params: dict, target_cfg: ModelConfig,
+                  ids=None) -> tuple[Eagle3Config, dict]:
+    """(cfg, params) of the paper's form: an own `lm_head` [E, K] initialised from the target head's columns
+    `ids` (default: the params' draft vocabulary, else the full vocabulary), and the ids in the params.
+    A drafter that already has its own head is returned unchanged (ids must then be None)."""
+    if cfg.own_head:
+        if ids is not None:
+            raise ValueError("this EAGLE-3 drafter already has its own lm_head; its draft vocabulary is fixed")
+        return cfg, params
+    ids = draft_vocab_ids(params) if ids is None else ids
+    ids = jnp.arange(cfg.vocab_size, dtype=jnp.int32) if ids is None else ids
+    params = with_draft_vocab(params, ids, cfg.vocab_size)
+    ids = params["draft_vocab"]["ids"]
+    head = draft_head(target_params, target_cfg, ids).astype(weights_dtype(params))
+    return dataclasses.replace(cfg, draft_vocab_size=int(ids.shape[0])), {**params, "lm_head": {"kernel": head}}
 
 
 def draft_step(params: dict, cfg: Eagle3Config, target_params: dict, target_cfg: ModelConfig, g: jax.Array,
@@ -110,7 +158,7 @@ class Eagle3State:
       pending_n: int32[B] how many pending rows are real (1 after the prefill; the kept tokens of the
         last round after `observe`; 0 once committed).
       draft_head: [E, K] the target head's columns of the drafter's draft vocabulary (`specjax.draft_vocab`),
-        gathered once by `init`; None with the full vocabulary.
+        gathered once by `init`; None with the full vocabulary or the drafter's own head.
     """
 
     params: dict
@@ -155,6 +203,12 @@ class Eagle3Stepper:
         if context is None or context.features is None:
             raise ValueError("EAGLE-3 reads the target: init needs the prompt's target features (PromptContext)")
         check_params(self.cfg, params, "the EAGLE-3 drafter")  # while tracing: before anything compiles
+        ids = draft_vocab_ids(params)
+        if self.cfg.own_head and ids is None:
+            _check_full_head(self.cfg)
+        if self.cfg.own_head and ids is not None and ids.shape[0] != self.cfg.draft_vocab_size:
+            raise ValueError(f"the EAGLE-3 drafter's own lm_head has {self.cfg.draft_vocab_size} columns but its "
+                             f"draft vocabulary {ids.shape[0]} ids")
         b, t = tokens.shape
         c = max_depth + 1
         dtype = weights_dtype(params)
@@ -171,7 +225,8 @@ class Eagle3Stepper:
         pending = jnp.zeros((b, c) + features.shape[2:], dtype).at[:, :1].set(last)
         return Eagle3State(params=params, target_params=context.target_params, cache=cache, pending=pending,
                            pending_tokens=jnp.zeros((b, c), jnp.int32), pending_n=jnp.ones((b,), jnp.int32),
-                           draft_head=draft_head(context.target_params, self.target_cfg, draft_vocab_ids(params)))
+                           draft_head=None if self.cfg.own_head else draft_head(context.target_params, self.target_cfg,
+                                                                                 ids))
 
     def start(self, state: Eagle3State, root, active):
         b, c = state.pending_tokens.shape

@@ -1,6 +1,8 @@
 """Graft: prune the EAGLE-2 draft tree at confidence checkpoints, graft retrieval into the freed budget.
 
-One round (PAPER_NOTES 3.2; paper Alg. 1-2), for a budget of K_max tree nodes:
+Graft: "Draft Less, Retrieve More: Hybrid Tree Construction for Speculative Decoding"
+(arXiv 2605.20104). One round (its §3.1-3.3 and App. A, Alg. 1-2), for a budget of K_max
+tree nodes:
 
   1. root step of the AR drafter -> the depth-1 candidates; checkpoint d0: the confidence
      c = exp(max cumulative draft log-prob S of the newest depth) against tau_0;
@@ -241,7 +243,7 @@ class GraftDrafter:
                              f"({target_cfg.vocab_size})")
 
     def uses_rejection(self, sampling) -> bool:
-        return False  # the sampling walk: EAGLE's point-mass rejection draws the same law (PAPER_NOTES 3.4)
+        return False  # the sampling walk: EAGLE's point-mass rejection (evaluate_posterior) draws the same law
 
     # ---------------------------------------------------------------- the round
     def init(self, params: GraftParams, tokens, prompt_lengths, max_new_tokens: int,
@@ -371,7 +373,7 @@ def speed_proxy(drafter: GraftDrafter, out, step_cost: float) -> float:
 
 def calibrate_thresholds(run, drafter: GraftDrafter, *, step_cost: float,
                          grid=(0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7), sweeps: int = 2, start=None):
-    """Our calibration rule (the paper's is unspecified, PAPER_NOTES 3.2): coordinate ascent of
+    """Our calibration rule (Graft App. C.3-C.4 calibrate at warm-up but give no rule): coordinate ascent of
     the speed proxy (`speed_proxy`) over one threshold at a time, checkpoints in order, each
     over `grid`, `sweeps` passes; ties keep the smaller threshold (less pruning).
 

@@ -1,4 +1,4 @@
-"""Graft(TAIL) on chain DFlash (Graft paper App. F; PAPER_NOTES 3.3).
+"""Graft(TAIL) on chain DFlash (Graft, arXiv 2605.20104, App. F "DFlash Demo Implementation").
 
 Chain DFlash drafts L = block - 1 tokens d_1..d_L in one forward. Keep the confident prefix
 B^df = the largest k >= 1 with prod_{i<=k} max_v q_i(v) > tau (our rule; the paper says only

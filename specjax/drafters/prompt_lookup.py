@@ -1,6 +1,7 @@
 """Prompt lookup decoding (PLD): propose the continuation of an earlier occurrence of the last n-gram.
 
-Training-free chain drafting (PAPER_NOTES 4): for n = max_ngram down to 1, find an
+Training-free chain drafting (Saxena 2023, github.com/apoorvumang/prompt-lookup-decoding; a
+baseline of Graft, arXiv 2605.20104, §4.1): for n = max_ngram down to 1, find an
 earlier occurrence in prompt + generated text of the last n tokens (the root included);
 the first n that matches proposes the (up to `num_tokens`) tokens that followed its
 earliest occurrence (the original implementation's choice); no match -> an empty tree (a

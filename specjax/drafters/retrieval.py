@@ -1,6 +1,7 @@
 """Retrieval for Graft and Token Recycling: the successor table, static templates, grafting.
 
-The successor table M int32[V, k] (Token Recycling's adjacency matrix, PAPER_NOTES 3.2)
+The successor table M int32[V, k] (Token Recycling's adjacency matrix, arXiv 2408.08696; Graft's
+"GPU-resident adjacency matrix", arXiv 2605.20104, §3.2)
 holds for each token the target's k most likely next tokens, most likely first; -1 marks
 an empty entry (never proposed: a retrieved node whose entry is -1 is an invalid node, and
 so is everything below it). It is filled from the prefill (M[x_j] <- top-k of the target
@@ -193,7 +194,8 @@ class Template:
 
     @staticmethod
     def from_counts(counts, width: int = 8, prior=None) -> "Template":
-        """The paper's construction rule (PAPER_NOTES 3.2 [choice]): a rank path's prior score is
+        """Our rule for the paper's templates (Graft App. A.1 gives only per-depth counts and a
+        qualitative rule): a rank path's prior score is
         sum_i log w(r_i); depth d takes the counts[d-1] best children (ranks < width) of the
         depth d-1 nodes, ties to the smaller rank path. A decreasing prior gives the greedy
         rank-0 chain to the full depth and more children under the likelier nodes."""

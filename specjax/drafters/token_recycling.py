@@ -1,6 +1,8 @@
 """Token Recycling (TR): a static template filled from the successor table, no draft model.
 
-Training-free (PAPER_NOTES 4): each round, from the root token, the template's tokens are
+Training-free ("Turning Trash into Treasure: Accelerating Inference of Large Language Models
+with Token Recycling", arXiv 2408.08696; a baseline of Graft, arXiv 2605.20104, §4.1): each
+round, from the root token, the template's tokens are
 x_u = M[x_parent(u), r_u] (`specjax.drafters.retrieval.retrieve`, one gather per depth);
 nodes under an empty table entry are invalid. The target verifies the tree; `observe`
 writes its top-k at every verified slot into M (and `init` from the prefill), exactly as

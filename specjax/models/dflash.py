@@ -1,6 +1,7 @@
 """The DFlash draft model (block diffusion drafter conditioned on the target's features).
 
-Architecture (DFlash / DDTree reference code, PAPER_NOTES section 1.1):
+Architecture ("DFlash: Block Diffusion for Flash Speculative Decoding", arXiv 2602.06036, §3, and
+its reference code, z-lab/dflash `DFlashDraftModel`):
   * `fc`: Linear(n * E -> E, no bias) over the concatenated features of n tapped target
     layers, then `hidden_norm` (RMSNorm): the context vector c of each committed position;
   * N_d Qwen3-style decoder layers (`specjax.models.llama.Block` with q/k RMSNorm, SwiGLU,
@@ -25,6 +26,12 @@ model_type "qwen3", with `dflash_config` {target_layer_ids, mask_token_id}, `blo
 it by its `dflash_config` key (`DFlashConfig.from_reference`) and
 `save_checkpoint(..., layout="reference")` writes it (`DFlashConfig.to_reference`). That
 layout does not record the target's model type (target_model_type None: not checked).
+
+Taps: `target_layer_ids` are target layers whose outputs are read (the residual stream after the
+layer). For the target's *last* layer the reference reads HF `hidden_states[-1]`, which is after
+the target's final norm; `norm_last_layer` (set by `from_reference`) does the same here: the
+drafter passes that tap through the target's final norm (`specjax.drafters.dflash.drafter_features`,
+used in decoding and in training), so a reference drafter that taps the last layer runs as trained.
 The pure forward functions live with the drafter (`specjax.drafters.dflash`).
 """
 
@@ -75,6 +82,9 @@ class DFlashConfig(TargetBound):
       mask_token_id: token id of the mask token filling the block after the root, in [0, V).
       rope_theta: RoPE base of the draft layers (the target's by `for_target`).
       rms_norm_eps: epsilon of every RMSNorm (q/k norms, hidden_norm, final norm).
+      norm_last_layer: True: a tap of the target's last layer is read after the target's final norm (HF
+        hidden_states[-1], the reference's convention); False: the raw residual, like every other tap
+        (specjax's drafters trained before this field). No effect unless the last layer is tapped.
     """
 
     vocab_size: int
@@ -91,6 +101,7 @@ class DFlashConfig(TargetBound):
     mask_token_id: int = 0
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6
+    norm_last_layer: bool = False
 
     model_type = "dflash"
     kind = "DFlash"
@@ -158,6 +169,7 @@ class DFlashConfig(TargetBound):
             target_model_type=r.get("target_model_type", required=True),
             block_size=r.get("block_size", required=True), mask_token_id=r.get("mask_token_id", required=True),
             rope_theta=float(r.get("rope_theta", required=True)), rms_norm_eps=float(r.get("rms_norm_eps", 1e-6)),
+            norm_last_layer=bool(r.get("norm_last_layer", False)),
         )
 
     def to_hf(self) -> dict[str, Any]:
@@ -169,16 +181,23 @@ class DFlashConfig(TargetBound):
             "target_layer_ids": list(self.target_layer_ids), "target_num_hidden_layers": self.target_num_layers,
             "target_model_type": self.target_model_type, "block_size": self.block_size,
             "mask_token_id": self.mask_token_id, "rope_theta": self.rope_theta, "rms_norm_eps": self.rms_norm_eps,
-            "hidden_act": "silu", "attention_bias": False, "tie_word_embeddings": False,
+            "norm_last_layer": self.norm_last_layer, "hidden_act": "silu", "attention_bias": False,
+            "tie_word_embeddings": False,
         }
 
     @classmethod
     def from_reference(cls, hf: dict[str, Any]) -> "DFlashConfig":
         """The config of a checkpoint in the reference's layout (z-lab/dflash `DFlashDraftModel`, a Qwen3
         config.json with `dflash_config`). A missing required key raises ValueError naming every one; a
-        setting specjax does not implement (DFlash-2 modules, causal or sliding attention, logit scaling,
-        a tap of the target's last layer) raises UnsupportedConfigError."""
-        where = "DFlash reference layout (z-lab/dflash DFlashDraftModel)"
+        setting specjax does not implement (DFlash-2 modules, causal or sliding attention, logit scaling)
+        raises UnsupportedConfigError. A tap of the target's last layer reads it after the final norm, as
+        the reference does (`norm_last_layer`)."""
+        return cls(**cls._reference_fields(hf, "DFlash reference layout (z-lab/dflash DFlashDraftModel)", ()))
+
+    @classmethod
+    def _reference_fields(cls, hf: dict[str, Any], where: str, extra: tuple[str, ...]) -> dict[str, Any]:
+        """The DFlash fields of a reference-layout config.json (`from_reference`); `extra`: further
+        dflash_config keys a subclass reads itself."""
         dc = hf.get("dflash_config")
         if not isinstance(dc, dict):
             raise ValueError(f"{where}: 'dflash_config' must be a JSON object, got {dc!r}")
@@ -193,7 +212,8 @@ class DFlashConfig(TargetBound):
         if list(archs) != [REFERENCE_ARCHITECTURE]:
             raise UnsupportedConfigError(f"{where}: architectures {archs!r} are not supported (only "
                                          f"[{REFERENCE_ARCHITECTURE!r}]; DFlash-2 adds convolutions and a selector)")
-        unknown = sorted(set(dc) - {"target_layer_ids", "mask_token_id", "block_size"} - set(_REFERENCE_NEUTRAL))
+        unknown = sorted(set(dc) - {"target_layer_ids", "mask_token_id", "block_size"} - set(_REFERENCE_NEUTRAL)
+                         - set(extra))
         changed = sorted(k for k, off in _REFERENCE_NEUTRAL.items() if k in dc and dc[k] not in off)
         if unknown or changed:
             raise UnsupportedConfigError(f"{where}: dflash_config entries specjax does not implement: "
@@ -207,10 +227,6 @@ class DFlashConfig(TargetBound):
         ids, num_target = dc["target_layer_ids"], hf["num_target_layers"]
         if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
             raise ValueError(f"{where}: dflash_config.target_layer_ids must be a list of integers, got {ids!r}")
-        if isinstance(num_target, int) and num_target - 1 in ids:
-            raise UnsupportedConfigError(
-                f"{where}: target_layer_ids {ids} tap the target's last layer {num_target - 1}, which the "
-                f"reference reads after the target's final norm (HF hidden_states[-1]); specjax taps pre-norm")
         rest = {k: v for k, v in hf.items() if k not in _REFERENCE_ONLY_KEYS}
         layer = llama.LlamaConfig.from_hf(rest)  # the Qwen3 part, strictly: rope, sliding windows, biases
         if layer.qkv_bias or layer.o_bias or layer.hidden_act != "silu":
@@ -218,20 +234,23 @@ class DFlashConfig(TargetBound):
                                          f"{layer.hidden_act!r} (specjax's DFlash layers: no biases, SwiGLU)")
         if layer.rope_scaling is not None:
             raise UnsupportedConfigError(f"{where}: rope scaling in the draft layers is not supported")
-        return cls(vocab_size=layer.vocab_size, hidden_size=layer.hidden_size, num_layers=layer.num_layers,
-                   num_heads=layer.num_heads, num_kv_heads=layer.num_kv_heads, head_dim=layer.head_dim,
-                   intermediate_size=layer.intermediate_size, target_layer_ids=tuple(ids),
-                   target_num_layers=num_target, target_model_type=None, block_size=block,
-                   mask_token_id=dc["mask_token_id"], rope_theta=layer.rope_theta, rms_norm_eps=layer.rms_norm_eps)
+        return dict(vocab_size=layer.vocab_size, hidden_size=layer.hidden_size, num_layers=layer.num_layers,
+                    num_heads=layer.num_heads, num_kv_heads=layer.num_kv_heads, head_dim=layer.head_dim,
+                    intermediate_size=layer.intermediate_size, target_layer_ids=tuple(ids),
+                    target_num_layers=num_target, target_model_type=None, block_size=block,
+                    mask_token_id=dc["mask_token_id"], rope_theta=layer.rope_theta, rms_norm_eps=layer.rms_norm_eps,
+                    norm_last_layer=isinstance(num_target, int) and num_target - 1 in ids)
 
     def to_reference(self) -> dict[str, Any]:
         """config.json in the reference's layout (the inverse of `from_reference`; target_model_type is not
         recorded there). Raises ValueError for a drafter the reference would run differently."""
-        if type(self) is not DFlashConfig:
-            raise ValueError(f"only a plain DFlash drafter has the reference layout, not {type(self).__name__}")
-        if self.target_num_layers - 1 in self.target_layer_ids:
+        if self.target_num_layers is None:
+            raise ValueError("the DFlash reference layout records the target's layer count (num_target_layers): "
+                             "set target_num_layers")
+        if self.target_num_layers - 1 in self.target_layer_ids and not self.norm_last_layer:
             raise ValueError(f"target_layer_ids {list(self.target_layer_ids)} tap the target's last layer; the "
-                             f"reference reads it after the final norm, specjax before: it would run differently")
+                             f"reference reads it after the final norm, this drafter (norm_last_layer False) before: "
+                             f"it would run differently")
         n = self.num_layers
         return {
             "architectures": [REFERENCE_ARCHITECTURE], "auto_map": dict(REFERENCE_AUTO_MAP), "model_type": "qwen3",

@@ -1,4 +1,4 @@
-"""The Domino draft model: a DFlash backbone plus a causal correction head (PAPER_NOTES 2.1).
+"""The Domino draft model: a DFlash backbone plus a causal correction head (Domino, arXiv 2605.29707, §4.1).
 
 Backbone: the DFlash drafter (`specjax.models.dflash`) unchanged; its block rows H_k (after
 the final norm) give the *base* logits W_lm H_k through the target's frozen LM head.
@@ -16,15 +16,24 @@ e(y_1), ..., e(y_{i-1})) -- the state after i inputs, always starting from h_0 =
 root (bonus) token of the round -- and the block row rho(i):
   * the paper's alignment (`shift_label=False`, default): rho(i) = i, K = block_size - 1
     (the backbone is exactly a DFlash drafter: same-position labels);
-  * the released checkpoints' (`shift_label=True`): rho(i) = i - 1, K = block_size (row 0,
-    the root's own row, predicts the next token); with `pure_prefix_len` P = 1 there,
-    drafts i <= P use the base logits only (they still feed the GRU).
+  * the released checkpoints' (`shift_label=True`): rho(i) = i - 1 (row 0, the root's own row,
+    predicts the next token), trained on K = block_size rows (`num_draft_positions`); at inference
+    the reference drafts block_size - 1 of them (`num_inference_drafts`, the default of
+    `DominoDrafter`; `DominoDrafter(num_drafts=block_size)` drafts all K). With `pure_prefix_len`
+    P = 1 there, drafts i <= P use the base logits only (they still feed the GRU).
 Both variants therefore share one rollout (`specjax.drafters.domino`): only rho and K differ.
 
 A checkpoint is `config.json` (model_type "domino": the DFlash fields + `gru_hidden_dim`,
 `head_rank`, `shift_label`, `pure_draft_prefix_len`) + `model.safetensors` (the DFlash
 tensor names + `head.gru.weight_ih_l0` [3 d_s, E], `head.gru.weight_hh_l0` [3 d_s, d_s] in
 PyTorch's (r, z, n) row order, `head.w1.weight` [r, E + d_s], `head.w2.weight` [V, r]).
+
+The reference's own layout (SpecForge `DominoDraftModel`, a DFlash drafter in z-lab's layout) loads
+and saves too (`DominoConfig.from_reference` / `to_reference`, recognised by `is_reference_config`):
+a Qwen3 config.json whose `dflash_config` adds `projector_type` "domino", `emb_dim` (= head_rank r),
+`gru_hidden_dim`, `shift_label`, `pure_draft_prefix_len`; the head's tensors are the torch module's
+`prefix_gru.weight_ih_l0` / `prefix_gru.weight_hh_l0` (a bias-free nn.GRU) and
+`embed_proj.0.weight` / `embed_proj.2.weight` (Linear, SiLU, Linear, no biases).
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from typing import Any
 from flax import nnx
 
 from specjax.models import dflash
-from specjax.models.hf_config import ConfigReader
+from specjax.models.hf_config import ConfigReader, UnsupportedConfigError
 from specjax.models.loading_maps import ParamMap, Transform
 
 
@@ -71,8 +80,14 @@ class DominoConfig(dflash.DFlashConfig):
 
     @property
     def num_draft_positions(self) -> int:
-        """K drafts per round: block_size - 1 (paper) or block_size (shifted labels)."""
+        """K trained draft positions per block: block_size - 1 (paper) or block_size (shifted labels)."""
         return self.block_size if self.shift_label else self.block_size - 1
+
+    @property
+    def num_inference_drafts(self) -> int:
+        """Drafts per round at inference as the reference runs it: block_size - 1 in both alignments (the
+        verified block is [root, y_1 .. y_{block_size - 1}])."""
+        return self.block_size - 1
 
     def backbone(self) -> dflash.DFlashConfig:
         """The DFlash config of the backbone alone (the same layer stack and `fc`)."""
@@ -89,6 +104,49 @@ class DominoConfig(dflash.DFlashConfig):
         return {**super().to_hf(), "architectures": ["DominoDraftModel"], "model_type": "domino",
                 "gru_hidden_dim": self.gru_hidden, "head_rank": self.head_rank, "shift_label": self.shift_label,
                 "pure_draft_prefix_len": self.pure_prefix_len}
+
+    @classmethod
+    def from_reference(cls, hf: dict[str, Any]) -> "DominoConfig":
+        """The config of a checkpoint in the reference's layout (SpecForge `DominoDraftModel`: DFlash's
+        reference layout, `dflash_config` with the head's entries). Missing keys raise ValueError naming
+        every one; a setting specjax does not implement raises UnsupportedConfigError."""
+        where = f"Domino reference layout (SpecForge {REFERENCE_ARCHITECTURE})"
+        dc = hf.get("dflash_config")
+        if not isinstance(dc, dict):
+            raise ValueError(f"{where}: 'dflash_config' must be a JSON object, got {dc!r}")
+        missing = [f"dflash_config.{k}" for k in ("emb_dim", "gru_hidden_dim") if k not in dc]
+        if missing:
+            raise ValueError(f"{where}: config.json is missing required key(s) {missing}")
+        if dc.get("projector_type", "domino") != "domino":
+            raise UnsupportedConfigError(f"{where}: dflash_config.projector_type {dc['projector_type']!r}, "
+                                         f"expected 'domino'")
+        archs = hf.get("architectures", [REFERENCE_ARCHITECTURE])
+        if list(archs) not in ([REFERENCE_ARCHITECTURE], [dflash.REFERENCE_ARCHITECTURE]):
+            raise UnsupportedConfigError(f"{where}: architectures {archs!r} are not supported (only "
+                                         f"[{REFERENCE_ARCHITECTURE!r}])")
+        dflash_hf = {**hf, "architectures": [dflash.REFERENCE_ARCHITECTURE]}  # the backbone's checks
+        fields = cls._reference_fields(dflash_hf, where, _REFERENCE_HEAD_KEYS)
+        return cls(**fields, gru_hidden=int(dc["gru_hidden_dim"]), head_rank=int(dc["emb_dim"]),
+                   shift_label=bool(dc.get("shift_label", False)),
+                   pure_prefix_len=int(dc.get("pure_draft_prefix_len", 0)))
+
+    def to_reference(self) -> dict[str, Any]:
+        """config.json in the reference's layout (the inverse of `from_reference`)."""
+        hf = super().to_reference()
+        hf["dflash_config"].update(projector_type="domino", emb_dim=self.head_rank, gru_hidden_dim=self.gru_hidden,
+                                   shift_label=self.shift_label, pure_draft_prefix_len=self.pure_prefix_len)
+        return {**hf, "architectures": [REFERENCE_ARCHITECTURE]}
+
+
+REFERENCE_ARCHITECTURE = "DominoDraftModel"
+_REFERENCE_HEAD_KEYS = ("projector_type", "emb_dim", "gru_hidden_dim", "shift_label", "pure_draft_prefix_len")
+
+
+def is_reference_config(hf: dict[str, Any]) -> bool:
+    """Whether a config.json dict is in the reference's Domino layout: DFlash's (a `dflash_config`) whose
+    `dflash_config` names the Domino projector or carries its head's sizes."""
+    dc = hf.get("dflash_config") if isinstance(hf, dict) else None
+    return isinstance(dc, dict) and (dc.get("projector_type") == "domino" or "gru_hidden_dim" in dc)
 
 
 class Head(nnx.Module):
@@ -115,15 +173,27 @@ class Outer(dflash.Outer):
 Block = dflash.Block
 
 
+HEAD_KEYS = ("head.gru.weight_ih_l0", "head.gru.weight_hh_l0", "head.w1.weight", "head.w2.weight")
+REFERENCE_HEAD_TENSORS = ("prefix_gru.weight_ih_l0", "prefix_gru.weight_hh_l0", "embed_proj.0.weight",
+                          "embed_proj.2.weight")  # the same four, as the reference names them (same shapes)
+
+
 def param_maps(cfg: DominoConfig) -> tuple[list[ParamMap], list[ParamMap]]:
     outer, layer = dflash.param_maps(cfg)
-    head = [
-        ParamMap("head.gru.weight_ih_l0", ("head", "w_ih", "kernel"), Transform.linear()),
-        ParamMap("head.gru.weight_hh_l0", ("head", "w_hh", "kernel"), Transform.linear()),
-        ParamMap("head.w1.weight", ("head", "w1", "kernel"), Transform.linear()),
-        ParamMap("head.w2.weight", ("head", "w2", "kernel"), Transform.linear()),
-    ]
-    return outer + head, layer
+    paths = (("head", "w_ih", "kernel"), ("head", "w_hh", "kernel"), ("head", "w1", "kernel"), ("head", "w2", "kernel"))
+    return outer + [ParamMap(k, p, Transform.linear()) for k, p in zip(HEAD_KEYS, paths)], layer
+
+
+def from_reference_names(tensors: dict) -> dict:
+    """A reference-layout state dict renamed to specjax's Domino tensor names (the head's four; the rest agree)."""
+    renamed = dict(zip(REFERENCE_HEAD_TENSORS, HEAD_KEYS))
+    return {renamed.get(k, k): v for k, v in tensors.items()}
+
+
+def to_reference_names(tensors: dict) -> dict:
+    """The inverse of `from_reference_names`."""
+    renamed = dict(zip(HEAD_KEYS, REFERENCE_HEAD_TENSORS))
+    return {renamed.get(k, k): v for k, v in tensors.items()}
 
 
 IGNORED_KEYS = dflash.IGNORED_KEYS

@@ -12,9 +12,13 @@ checkpoints are refused unless the caller opts in with `allow_pickle=True` (and 
 then are read with torch's `weights_only=True`).
 
 `save_checkpoint` writes the same layout back (config.json + model.safetensors), so a
-params pytree round-trips and the directory loads in transformers. A DFlash drafter also
-loads from, and saves to (`layout="reference"`), the reference's released layout
-(z-lab/dflash: a Qwen3 config.json with `dflash_config`; same tensor names).
+params pytree round-trips and the directory loads in transformers. DFlash, Domino and EAGLE-3
+drafters also load from, and save to (`layout="reference"`), their reference code's own layout,
+recognised by its config keys (`reference_layout`): z-lab/dflash's DFlash (a Qwen3 config.json
+with `dflash_config`; the same tensor names), SpecForge's Domino (DFlash's + the head's
+`dflash_config` entries; head tensors `prefix_gru.*`, `embed_proj.{0,2}.weight`), SpecForge /
+EAGLE's EAGLE-3 (a Llama config.json with `draft_vocab_size`; `lm_head.weight` [K, E] and the
+draft vocabulary as `d2t` int64[K] offsets + `t2d` bool[V] instead of `draft_vocab.ids`).
 
 Drafters that project with their target's LM head (DFlash, Domino, EAGLE-3: `TargetBound`
 configs) may carry a reduced draft vocabulary, params["draft_vocab"]["ids"] int32[K]
@@ -41,7 +45,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from specjax.inputs import raise_on_mismatch
+from specjax.models import dflash, domino, eagle3
 from specjax.models.dflash import DFlashConfig
+from specjax.models.eagle3 import Eagle3Config
 from specjax.models.hf_config import UnsupportedConfigError
 from specjax.models.model import ModelConfig, config_from_hf, family, param_shapes
 from specjax.models.target_bound import TargetBound
@@ -237,17 +243,46 @@ def _check_field_types(cfg, path: Path) -> None:
                                   f"{' or '.join(t.__name__ for t in allowed)}")
 
 
+def reference_layout(hf: dict) -> bool:
+    """Whether a config.json dict is in a reference implementation's own layout (DFlash, Domino or EAGLE-3)."""
+    return dflash.is_reference_config(hf) or eagle3.is_reference_config(hf)
+
+
+def _ids_from_reference_maps(d2t: np.ndarray, t2d: np.ndarray | None, cfg: Eagle3Config, where: str) -> np.ndarray:
+    """The draft vocabulary's ids int32[K] of EAGLE-3's maps: ids[k] = k + d2t[k], checked against t2d [V]."""
+    if d2t.ndim != 1 or not np.issubdtype(d2t.dtype, np.integer) or d2t.size != cfg.draft_vocab_size:
+        raise CheckpointError(f"{where}tensor 'd2t' must be integer [{cfg.draft_vocab_size}] (draft_vocab_size), got "
+                              f"{d2t.dtype}{list(d2t.shape)}")
+    ids = check_draft_vocab_ids(np.arange(d2t.size, dtype=np.int64) + d2t.astype(np.int64), cfg.vocab_size,
+                                CheckpointError)
+    if t2d is not None:
+        if t2d.shape != (cfg.vocab_size,):
+            raise CheckpointError(f"{where}tensor 't2d' must be [{cfg.vocab_size}] (vocab_size), got {list(t2d.shape)}")
+        if not np.array_equal(np.flatnonzero(t2d), ids):
+            raise CheckpointError(f"{where}tensors 'd2t' and 't2d' disagree: t2d marks {int(np.count_nonzero(t2d))} "
+                                  f"tokens, not exactly the {ids.size} that d2t maps to")
+    return ids
+
+
 def params_from_tensors(cfg: ModelConfig, tensors: dict[str, np.ndarray], dtype=jnp.float32,
-                        source: str | os.PathLike | None = None) -> dict:
+                        source: str | os.PathLike | None = None, layout: str = "specjax") -> dict:
     """Map HF-named tensors onto the params pytree of `cfg`, checking keys, shapes and dtypes (every
-    problem at once, as CheckpointError; `source`, the file they came from, prefixes the message)."""
+    problem at once, as CheckpointError; `source`, the file they came from, prefixes the message).
+    layout "reference": the tensors are named as the reference code names them (module docstring)."""
     fam = family(cfg)
     outer_maps, layer_maps = fam.param_maps(cfg)
     shapes = param_shapes(cfg, dtype)
     remaining = dict(tensors)
-    draft_ids = remaining.pop(DRAFT_VOCAB_TENSOR, None) if isinstance(cfg, TargetBound) else None
-    missing, bad_shapes, bad_dtypes, params = [], [], [], {}
     where = f"{source}: " if source is not None else ""
+    draft_ids = remaining.pop(DRAFT_VOCAB_TENSOR, None) if isinstance(cfg, TargetBound) and layout == "specjax" else None
+    missing, bad_shapes, bad_dtypes, params = [], [], [], {}
+    if layout == "reference" and isinstance(cfg, domino.DominoConfig):
+        remaining = domino.from_reference_names(remaining)
+    if layout == "reference" and isinstance(cfg, Eagle3Config) and cfg.own_head:
+        d2t, t2d = remaining.pop("d2t", None), remaining.pop("t2d", None)
+        missing += [k for k, v in (("d2t", d2t), ("t2d", t2d)) if v is None]
+        if d2t is not None:
+            draft_ids = _ids_from_reference_maps(np.asarray(d2t), None if t2d is None else np.asarray(t2d), cfg, where)
 
     def take(key: str, expected_ours: tuple[int, ...], transform):
         if key not in remaining:
@@ -282,6 +317,9 @@ def params_from_tensors(cfg: ModelConfig, tensors: dict[str, np.ndarray], dtype=
                    if k in ("lm_head.weight", "embed_out.weight") else k for k in missing]
     ignored = [re.compile(p) for p in fam.IGNORED_KEYS]
     unexpected = sorted(k for k in remaining if not any(p.fullmatch(k) for p in ignored))
+    if layout == "reference" and isinstance(cfg, domino.DominoConfig):  # say it with the file's own names
+        missing, unexpected = list(domino.to_reference_names(dict.fromkeys(missing))), sorted(
+            domino.to_reference_names(dict.fromkeys(unexpected)))
     raise_on_mismatch(CheckpointError, f"{where}checkpoint does not match {cfg.model_type}", missing, unexpected,
                       bad_shapes, f"unexpected tensors (not in the {cfg.model_type} key map)", bad_dtypes)
     if jax.tree.structure(params) != jax.tree.structure(shapes):
@@ -300,11 +338,14 @@ def load_checkpoint(directory: str | os.PathLike, dtype=jnp.float32, allow_pickl
     """Load a HF checkpoint directory. Returns (cfg, params) with params cast to `dtype`."""
     directory = Path(directory)
     cfg = load_config(directory)
-    return cfg, params_from_tensors(cfg, read_tensors(directory, allow_pickle), dtype, _weights_source(directory))
+    layout = "reference" if reference_layout(_read_json(directory / "config.json")) else "specjax"
+    return cfg, params_from_tensors(cfg, read_tensors(directory, allow_pickle), dtype, _weights_source(directory),
+                                    layout)
 
 
-def tensors_from_params(cfg: ModelConfig, params: dict, dtype=None) -> dict[str, np.ndarray]:
-    """The inverse of `params_from_tensors`: HF-named numpy tensors."""
+def tensors_from_params(cfg: ModelConfig, params: dict, dtype=None, layout: str = "specjax") -> dict[str, np.ndarray]:
+    """The inverse of `params_from_tensors`: HF-named numpy tensors (layout "reference": the reference
+    code's names; EAGLE-3's draft vocabulary as `d2t` int64[K] + `t2d` bool[V])."""
     outer_maps, layer_maps = family(cfg).param_maps(cfg)
     cast = (lambda a: np.asarray(a, dtype)) if dtype is not None else np.asarray
     out = {m.hf_key: cast(m.transform.to_hf(np.asarray(_get(params, m.path)))) for m in outer_maps}
@@ -312,6 +353,19 @@ def tensors_from_params(cfg: ModelConfig, params: dict, dtype=None) -> dict[str,
         stacked = np.asarray(_get(params["layers"], m.path))
         for i in range(cfg.num_layers):
             out[m.hf_key.format(i=i)] = cast(m.transform.to_hf(stacked[i]))
+    if layout == "reference":
+        if isinstance(cfg, domino.DominoConfig):
+            out = domino.to_reference_names(out)
+        if isinstance(cfg, Eagle3Config):
+            ids = (check_draft_vocab_ids(params["draft_vocab"]["ids"], cfg.vocab_size) if "draft_vocab" in params
+                   else np.arange(cfg.vocab_size, dtype=np.int32))
+            if ids.size != cfg.draft_vocab_size:
+                raise ValueError(f"the EAGLE-3 drafter's lm_head has {cfg.draft_vocab_size} columns but its draft "
+                                 f"vocabulary holds {ids.size} ids (params['draft_vocab']['ids'])")
+            t2d = np.zeros((cfg.vocab_size,), bool)
+            t2d[ids] = True
+            out["d2t"], out["t2d"] = ids.astype(np.int64) - np.arange(ids.size, dtype=np.int64), t2d
+        return out
     if "draft_vocab" in params:  # int32 whatever `dtype`
         if not isinstance(cfg, TargetBound):
             raise ValueError(f"params carry a draft vocabulary, but a {cfg.model_type} model has no shared LM head to "
@@ -324,21 +378,25 @@ def save_checkpoint(directory: str | os.PathLike, cfg: ModelConfig, params: dict
                     layout: str = "specjax") -> Path:
     """Write config.json + model.safetensors (tensors in `dtype`, default: as stored).
 
-    layout: "specjax" (`cfg.to_hf()`) or "reference", for a DFlash drafter only: the layout of the
-      reference's released checkpoints (z-lab/dflash `DFlashDraftModel`, `DFlashConfig.to_reference`),
-      exactly its tensor keys (so no draft vocabulary) and a Qwen3 config.json with `dflash_config`."""
+    layout: "specjax" (`cfg.to_hf()`) or "reference", for a DFlash, Domino or EAGLE-3 drafter: the layout
+      its reference code writes and loads with strict=True (exactly its tensor keys; `cfg.to_reference()`):
+      z-lab/dflash `DFlashDraftModel` and SpecForge `DominoDraftModel` (Qwen3 config.json with
+      `dflash_config`; no draft vocabulary), SpecForge / EAGLE `LlamaForCausalLMEagle3` (Llama config.json,
+      the own `lm_head` and `d2t` / `t2d`; without `embed_tokens.weight`, which the reference takes from the
+      target, as SpecForge's own saved checkpoints)."""
     if layout not in ("specjax", "reference"):
         raise ValueError(f"layout must be 'specjax' or 'reference', got {layout!r}")
     if layout == "reference":
-        if not isinstance(cfg, DFlashConfig):
-            raise ValueError(f"layout='reference' is the DFlash reference layout; a {type(cfg).__name__} has none")
-        if "draft_vocab" in params:
-            raise ValueError("the DFlash reference layout has no draft vocabulary tensor: save the full-vocabulary "
-                             "drafter (params without 'draft_vocab')")
+        if not isinstance(cfg, (DFlashConfig, Eagle3Config)):
+            raise ValueError(f"layout='reference' is a DFlash, Domino or EAGLE-3 drafter's reference layout; a "
+                             f"{type(cfg).__name__} has none")
+        if "draft_vocab" in params and isinstance(cfg, DFlashConfig):
+            raise ValueError(f"the {cfg.kind} reference layout has no draft vocabulary tensor: save the "
+                             f"full-vocabulary drafter (params without 'draft_vocab')")
         hf = cfg.to_reference()  # raises first: nothing is written for a drafter the layout cannot hold
     directory = Path(directory)
+    tensors = tensors_from_params(cfg, params, dtype, layout)  # may raise too: before anything is written
     directory.mkdir(parents=True, exist_ok=True)
-    tensors = tensors_from_params(cfg, params, dtype)
     if layout == "specjax":
         hf = cfg.to_hf()
     hf["torch_dtype"] = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16",

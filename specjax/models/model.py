@@ -54,8 +54,12 @@ def family(cfg: ModelConfig):
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     """Build a config from a HF `config.json` dict; unknown model types or fields raise."""
+    if domino.is_reference_config(hf):  # SpecForge's Domino: DFlash's layout + the head's dflash_config entries
+        return domino.DominoConfig.from_reference(hf)
     if dflash.is_reference_config(hf):  # z-lab/dflash's layout: a Qwen3 config.json with `dflash_config`
         return dflash.DFlashConfig.from_reference(hf)
+    if eagle3.is_reference_config(hf):  # SpecForge / EAGLE: a Llama config.json with `draft_vocab_size`
+        return eagle3.Eagle3Config.from_reference(hf)
     model_type = hf.get("model_type")
     if model_type not in _MODEL_TYPES:
         raise UnsupportedConfigError(

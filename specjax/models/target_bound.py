@@ -18,7 +18,7 @@ class TargetBound:
             problems.append(f"hidden size: drafter {self.hidden_size}, target {target_cfg.hidden_size}")
         if target_cfg.vocab_size != self.vocab_size:
             problems.append(f"vocab size: drafter {self.vocab_size}, target {target_cfg.vocab_size}")
-        if target_cfg.num_layers != self.target_num_layers:
+        if self.target_num_layers is not None and target_cfg.num_layers != self.target_num_layers:  # None: unrecorded
             problems.append(f"layer count: drafter trained on a {self.target_num_layers}-layer target, "
                             f"target has {target_cfg.num_layers}")
         bad = [i for i in self.target_layer_ids if i >= target_cfg.num_layers]
@@ -32,6 +32,11 @@ class TargetBound:
     def check_layer_ids(self) -> None:
         if not self.target_layer_ids:
             raise ValueError(f"{self.kind} needs at least one target layer id to read features from")
+        if self.target_num_layers is None:  # unrecorded (a reference layout): `check_target` checks the ids
+            bad = [i for i in self.target_layer_ids if i < 0]
+            if bad:
+                raise ValueError(f"{self.kind} target layer ids {bad} are negative")
+            return
         bad = [i for i in self.target_layer_ids if not 0 <= i < self.target_num_layers]
         if bad:
             raise ValueError(f"{self.kind} target layer ids {bad} are outside the target's {self.target_num_layers} "

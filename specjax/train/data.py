@@ -6,9 +6,11 @@ A drafter learns the target's own distribution, so its training text is the targ
 (DFlash / EAGLE-3 / Domino all regenerate responses with the target). The prompts are
 `specjax.data.train_sources.training_prompts` (ShareGPT, wiki, MATH minus MATH-500, code
 stubs; never an evaluation prompt), in one seeded order; each goes through the target's chat
-template when it has one, cut to `max_prompt_tokens`. Generation is the jitted AR loop in
-batches of `batch_size`; every `round(1 / sampled_fraction)`-th batch samples at temperature 1,
-the rest are greedy; a row stops at the target's EOS (kept) or after `max_new_tokens`.
+template when it has one, cut to `max_prompt_tokens`. Generation keeps `batch_size` rows busy
+(`specjax.train.continuous`: a finished row is refilled with the next prompt at once; the
+"batched" engine runs `generate_ar` per batch instead); every `round(1 / sampled_fraction)`-th
+prompt samples at temperature 1, the rest are greedy; a row stops at the target's EOS (kept) or
+after `max_new_tokens`.
 
 On disk (`out/`):
   manifest.json            recipe, target (name, params sha256), cursor (prompts consumed), totals,
@@ -19,8 +21,9 @@ On disk (`out/`):
                            prompt_index int32[n] (position in the prompt order)
   shard-NNNNN.prompts.jsonl  the user messages of the shard's sequences (source, key, text)
 
-A shard and then the manifest are written atomically after every `shard_batches` batches, so
-an interrupted run loses at most one shard's work; re-running the same command continues at the
+A shard (the next `shard_batches * batch_size` prompts) and then the manifest are written
+atomically once all its prompts are answered, so an interrupted run loses at most the shards in
+flight; re-running the same command continues at the
 manifest's cursor (a different recipe in the same directory is refused). Shards are small
 (int32, compressed): commit them; nobody has to generate them twice.
 """
@@ -57,8 +60,9 @@ class DataRecipe:
       seed: seeds the prompt order and the sampled batches' keys.
       max_new_tokens: response tokens per sequence at most.
       max_prompt_tokens: templated prompt tokens at most (the user message is cut to fit).
-      batch_size: sequences generated together (one jitted call).
-      sampled_fraction: fraction of batches sampled at temperature 1 (the rest greedy).
+      batch_size: rows generated together (the pool or the batch of the engine); may change when a
+        run is continued (each shard records its engine).
+      sampled_fraction: fraction of sequences sampled at temperature 1 (the rest greedy).
       chat: whether prompts go through the target's chat template.
     """
 
@@ -154,13 +158,17 @@ def _atomic_write(path: pathlib.Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+_ENGINE_FIELDS = ("batch_size",)  # how the data was generated, not what it is: may change between runs
+
+
 def _read_manifest(out: pathlib.Path, recipe: DataRecipe, target_sha: str) -> dict:
     path = out / MANIFEST
     if not path.exists():
         return {"recipe": recipe.to_json(), "target": {"name": recipe.target, "params_sha256": target_sha},
                 "cursor": 0, "skipped_prompts": 0, "shards": []}
     manifest = json.loads(path.read_text())
-    if manifest["recipe"] != recipe.to_json():
+    same = (lambda r: {k: v for k, v in r.items() if k not in _ENGINE_FIELDS})  # noqa: E731
+    if same(manifest["recipe"]) != same(recipe.to_json()):
         raise ValueError(f"{path} was generated with another recipe:\n  {manifest['recipe']}\nnot\n  "
                          f"{recipe.to_json()}\nuse another --out directory, or the same options")
     if manifest["target"]["params_sha256"] != target_sha:
@@ -178,81 +186,169 @@ def _totals(manifest: dict) -> dict:
             "response_tokens_per_s": round(resp / secs, 1) if secs else None}
 
 
-def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | pathlib.Path, *, response_tokens: int,
-                    shard_batches: int = 4, progress: bool = True) -> dict:
-    """Generate until the directory holds >= `response_tokens` response tokens (or the prompts run out);
-    returns the manifest. target: (cfg, params); enc: the target's `PromptEncoder`."""
-    from tqdm.auto import tqdm
+ENGINES = ("continuous", "batched")
 
-    from specjax.decode import generate_ar
-    from specjax.models import pad_prompts
-    from specjax.sampling import Sampling
+
+def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | pathlib.Path, *, response_tokens: int,
+                    shard_batches: int = 4, progress: bool = True, engine: str = "continuous",
+                    chunk: int = 16) -> dict:
+    """Generate until the directory holds >= `response_tokens` response tokens (or the prompts run out);
+    returns the manifest. target: (cfg, params); enc: the target's `PromptEncoder`.
+
+    A shard is the next `shard_batches * batch_size` prompts of the order. engine "continuous"
+    (`specjax.train.continuous`: a pool of batch_size rows refilled as rows finish, prompts of the
+    next shard already in flight; needs EOS ids) or "batched" (`generate_ar` per batch of
+    batch_size prompts, sorted by length within the shard). Sampled sequences: every k-th prompt
+    index (continuous) or every k-th batch (batched), k = round(1 / sampled_fraction)."""
+    from tqdm.auto import tqdm
 
     cfg, params = target
     if recipe.chat != enc.chat:
         raise ValueError(f"the recipe says chat={recipe.chat} but the prompt encoder "
                          f"{'applies' if enc.chat else 'has no'} chat template: make them agree")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     manifest = _read_manifest(out, recipe, params_sha256(params))
     order: list[TrainPrompt] = training_prompts(dict(recipe.weights), recipe.seed)
-    every = int(round(1 / recipe.sampled_fraction)) if recipe.sampled_fraction > 0 else 0
     have = _totals(manifest)["response_tokens"]
+    if have >= response_tokens or manifest["cursor"] >= len(order):
+        return manifest
     bar = tqdm(total=response_tokens, initial=min(have, response_tokens), unit="tok", disable=not progress,
                desc="response tokens", smoothing=0.1)
-    while have < response_tokens and manifest["cursor"] < len(order):
-        start = manifest["cursor"]
-        n = min(shard_batches * recipe.batch_size, len(order) - start)  # whole batches per shard
-        chunk = list(range(start, start + n))
-        encoded = {i: encode_prompt(enc, order[i].text, recipe.max_prompt_tokens) for i in chunk}
-        kept = [i for i in chunk if encoded[i]]
-        kept.sort(key=lambda i: len(encoded[i]))  # similar lengths per batch: less padded prefill
+    make = _continuous_shards if engine == "continuous" else _batched_shards
+    shards = make(cfg, params, enc, recipe, order, manifest["cursor"], shard_batches * recipe.batch_size, bar, chunk)
+    for shard in shards:
+        _write_shard(out, manifest, order, shard)
+        have = manifest["totals"]["response_tokens"]
+        bar.set_postfix_str(f"{manifest['totals']['response_tokens_per_s']} tok/s, {len(manifest['shards'])} shards")
+        if have >= response_tokens:
+            break
+    shards.close()
+    bar.close()
+    return manifest
+
+
+def _sampled_every(recipe: DataRecipe) -> int:
+    return int(round(1 / recipe.sampled_fraction)) if recipe.sampled_fraction > 0 else 0
+
+
+@dataclasses.dataclass
+class _Shard:
+    """One finished shard before it is written: prompts [start, start + n) of the order, the kept ones
+    as (prompt index, prompt ids, response ids, temperature) in prompt order."""
+
+    start: int
+    n: int
+    rows: list[tuple[int, list[int], list[int], float]]
+    seconds: float
+    engine: dict
+
+
+def _batched_shards(cfg, params, enc, recipe, order, cursor, per_shard, bar, chunk):
+    """The "batched" engine: `generate_ar` over batches of similar prompt lengths."""
+    from specjax.decode import generate_ar
+    from specjax.models import pad_prompts
+    from specjax.sampling import Sampling
+
+    every = _sampled_every(recipe)
+    start = cursor
+    while start < len(order):
+        n = min(per_shard, len(order) - start)
+        chunk_ids = list(range(start, start + n))
+        encoded = {i: encode_prompt(enc, order[i].text, recipe.max_prompt_tokens) for i in chunk_ids}
+        kept = sorted((i for i in chunk_ids if encoded[i]), key=lambda i: len(encoded[i]))  # less padded prefill
         t0 = time.time()
-        seqs, plens, temps, index = [], [], [], []
+        rows = []
         for b0 in range(0, len(kept), recipe.batch_size):
-            rows = kept[b0:b0 + recipe.batch_size]
+            batch = kept[b0:b0 + recipe.batch_size]
             batch_no = (start // recipe.batch_size) + b0 // recipe.batch_size
-            width = -(-max(len(encoded[i]) for i in rows) // 64) * 64  # a few padded widths: a few compiles
-            toks, lens = pad_prompts([encoded[i] for i in rows], min(width, recipe.max_prompt_tokens))
+            width = -(-max(len(encoded[i]) for i in batch) // 64) * 64  # a few padded widths: a few compiles
+            toks, lens = pad_prompts([encoded[i] for i in batch], min(width, recipe.max_prompt_tokens))
             sampled = bool(every) and batch_no % every == every - 1
             res = generate_ar(params, cfg, toks, lens, recipe.max_new_tokens,
                               sampling=Sampling(temperature=1.0) if sampled else Sampling(),
                               key=jax.random.key(recipe.seed * 1_000_003 + batch_no),
                               cache_slots=toks.shape[1] + recipe.max_new_tokens)
             gen, num = np.asarray(res.tokens), np.asarray(res.num_tokens)
-            for r, i in enumerate(rows):
-                seqs.append(np.asarray(encoded[i] + gen[r, :num[r]].tolist(), np.int32))
-                plens.append(len(encoded[i]))
-                temps.append(1.0 if sampled else 0.0)
-                index.append(i)
+            rows += [(i, encoded[i], gen[r, :num[r]].tolist(), 1.0 if sampled else 0.0) for r, i in enumerate(batch)]
             bar.update(int(num.sum()))
-        seconds = time.time() - t0
-        lengths = np.array([len(s) for s in seqs], np.int64)
-        arrays = {"tokens": np.concatenate(seqs) if seqs else np.zeros(0, np.int32),
-                  "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-                  "prompt_lengths": np.asarray(plens, np.int32), "temperature": np.asarray(temps, np.float32),
-                  "prompt_index": np.asarray(index, np.int32)}
-        name = f"shard-{len(manifest['shards']):05d}"
-        buf = io.BytesIO()
-        np.savez_compressed(buf, **arrays)
-        _atomic_write(out / f"{name}.npz", buf.getvalue())
-        _atomic_write(out / f"{name}.prompts.jsonl", dump_prompts(order[i] for i in index).encode())
-        response = int(lengths.sum() - sum(plens))
-        manifest["shards"].append({
-            "file": f"{name}.npz", "prompts_file": f"{name}.prompts.jsonl",
-            "sha256": hashlib.sha256(buf.getvalue()).hexdigest(), "prompt_range": [start, start + n],
-            "sequences": len(seqs), "prompt_tokens": int(sum(plens)), "response_tokens": response,
-            "sampled_sequences": int(sum(t > 0 for t in temps)), "seconds": round(seconds, 1),
-            "response_tokens_per_s": round(response / seconds, 1),
-            "machine": f"{jax.devices()[0].platform} x{os.cpu_count()} cores"})
-        manifest["cursor"] = start + n
-        manifest["skipped_prompts"] += n - len(kept)
-        manifest["totals"] = _totals(manifest)
-        _atomic_write(out / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode())
-        have = manifest["totals"]["response_tokens"]
-        bar.set_postfix_str(f"{manifest['totals']['response_tokens_per_s']} tok/s, {len(manifest['shards'])} shards")
-    bar.close()
-    return manifest
+        yield _Shard(start, n, rows, time.time() - t0, {"name": "batched", "batch_size": recipe.batch_size})
+        start += n
+
+
+def _continuous_shards(cfg, params, enc, recipe, order, cursor, per_shard, bar, chunk):
+    """The "continuous" engine (`specjax.train.continuous.stream`); a shard is yielded once every
+    prompt of it has finished (the pool already works on the next shard's prompts)."""
+    from specjax.train.continuous import stream
+
+    every = _sampled_every(recipe)
+    encoded: dict[int, list[int] | None] = {}
+
+    def prompts():
+        for i in range(cursor, len(order)):
+            encoded[i] = encode_prompt(enc, order[i].text, recipe.max_prompt_tokens)
+            if encoded[i]:
+                yield i, encoded[i], bool(every) and i % every == every - 1
+
+    finished: dict[int, list[int]] = {}
+    start, t0 = cursor, time.time()
+    picked = [0]  # response tokens the pool picked since the last shard (in-flight rows included)
+
+    def on_tokens(n: int) -> None:
+        picked[0] += n
+        bar.update(n)
+
+    def complete(start):
+        end = min(start + per_shard, len(order))
+        return all(i in encoded and (not encoded[i] or i in finished) for i in range(start, end))
+
+    results = stream(params, cfg, prompts(), batch_size=recipe.batch_size, max_new_tokens=recipe.max_new_tokens,
+                     max_prompt_tokens=recipe.max_prompt_tokens, eos_ids=tuple(cfg.eos_token_ids), seed=recipe.seed,
+                     chunk=chunk, on_tokens=on_tokens)
+    for i, response in results:
+        finished[i] = response
+        while start < len(order) and complete(start):
+            n = min(per_shard, len(order) - start)
+            kept = [i for i in range(start, start + n) if encoded[i]]
+            rows = [(i, encoded[i], finished.pop(i), 1.0 if every and i % every == every - 1 else 0.0) for i in kept]
+            now = time.time()
+            # the pool's own speed: every token it picked meanwhile, this shard's or the next one's
+            engine = {"name": "continuous", "batch_size": recipe.batch_size, "chunk": chunk,
+                      "pool_tokens_per_s": round(picked[0] / max(now - t0, 1e-9), 1)}
+            yield _Shard(start, n, rows, now - t0, engine)
+            start, t0, picked[0] = start + n, now, 0
+
+
+def _write_shard(out: pathlib.Path, manifest: dict, order: list[TrainPrompt], shard: _Shard) -> None:
+    """Write a shard's arrays and prompts, then the manifest with the cursor after it (each atomically)."""
+    seqs = [np.asarray(p + r, np.int32) for _, p, r, _ in shard.rows]
+    plens = [len(p) for _, p, _, _ in shard.rows]
+    temps = [t for *_, t in shard.rows]
+    index = [i for i, *_ in shard.rows]
+    lengths = np.array([len(s) for s in seqs], np.int64)
+    arrays = {"tokens": np.concatenate(seqs) if seqs else np.zeros(0, np.int32),
+              "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+              "prompt_lengths": np.asarray(plens, np.int32), "temperature": np.asarray(temps, np.float32),
+              "prompt_index": np.asarray(index, np.int32)}
+    name = f"shard-{len(manifest['shards']):05d}"
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    _atomic_write(out / f"{name}.npz", buf.getvalue())
+    _atomic_write(out / f"{name}.prompts.jsonl", dump_prompts(order[i] for i in index).encode())
+    response = int(lengths.sum() - sum(plens))
+    manifest["shards"].append({
+        "file": f"{name}.npz", "prompts_file": f"{name}.prompts.jsonl",
+        "sha256": hashlib.sha256(buf.getvalue()).hexdigest(), "prompt_range": [shard.start, shard.start + shard.n],
+        "sequences": len(seqs), "prompt_tokens": int(sum(plens)), "response_tokens": response,
+        "sampled_sequences": int(sum(t > 0 for t in temps)), "seconds": round(shard.seconds, 1),
+        "response_tokens_per_s": round(response / max(shard.seconds, 1e-9), 1), "engine": shard.engine,
+        "machine": f"{jax.devices()[0].platform} x{os.cpu_count()} cores"})
+    manifest["cursor"] = shard.start + shard.n
+    manifest["skipped_prompts"] += shard.n - len(seqs)
+    manifest["totals"] = _totals(manifest)
+    _atomic_write(out / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -319,6 +415,10 @@ def add_arguments(ap) -> None:
     ap.add_argument("--sampled-fraction", type=float, default=d.sampled_fraction, help="fraction of batches "
                     "sampled at T = 1 (default: %(default)s)")
     ap.add_argument("--no-chat", action="store_true", help="plain prompts, no chat template")
+    ap.add_argument("--engine", choices=ENGINES, default="continuous", help="continuous: finished rows are "
+                    "refilled at once (needs EOS ids); batched: generate_ar per batch (default: %(default)s)")
+    ap.add_argument("--chunk", type=int, default=16, help="continuous engine: decode steps between refills "
+                    "(default: %(default)s)")
     ap.add_argument("--shard-batches", type=int, default=4, help="batches per shard: the unit of resumption "
                     "(default: %(default)s)")
     ap.add_argument("--weights", default=",".join(f"{k}={v}" for k, v in sorted(DEFAULT_WEIGHTS.items())),
@@ -329,7 +429,7 @@ def run(ap, args) -> None:
     """Generate (or continue generating) a data directory from parsed flags."""
     for name, value in (("--tokens", args.tokens), ("--max-new-tokens", args.max_new_tokens),
                         ("--max-prompt-tokens", args.max_prompt_tokens), ("--batch-size", args.batch_size),
-                        ("--shard-batches", args.shard_batches)):
+                        ("--shard-batches", args.shard_batches), ("--chunk", args.chunk)):
         if value < 1:
             ap.error(f"{name} must be >= 1, got {value}")
     if not 0 <= args.sampled_fraction <= 1:
@@ -346,5 +446,5 @@ def run(ap, args) -> None:
                         max_prompt_tokens=args.max_prompt_tokens, batch_size=args.batch_size,
                         sampled_fraction=args.sampled_fraction, chat=enc.chat)
     manifest = generate_shards((cfg, params), enc, recipe, args.out, response_tokens=args.tokens,
-                               shard_batches=args.shard_batches)
+                               shard_batches=args.shard_batches, engine=args.engine, chunk=args.chunk)
     print(json.dumps(manifest["totals"]))

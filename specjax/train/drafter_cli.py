@@ -31,7 +31,7 @@ from specjax.train import domino as domino_train
 from specjax.train import eagle3 as eagle3_train
 from specjax.train.data import load_shards, load_target, params_sha256
 from specjax.train.features import build_feature_cache, data_sha256
-from specjax.train.loop import TrainSet, export, machine, train
+from specjax.train.loop import TrainSet, export, machine, train, warm_start
 from specjax.train.vocab import vocab_tables
 
 __all__ = ["KINDS", "add_arguments", "run"]
@@ -77,7 +77,8 @@ def _eagle3_config(args, tcfg, mask_id):
     from specjax.models.eagle3 import Eagle3Config
 
     ids = tuple(int(x) for x in args.target_layers.split(",")) if args.target_layers else None
-    return Eagle3Config.for_target(tcfg, target_layer_ids=ids)
+    # the paper's drafter: its own lm_head over the draft vocabulary (K = --draft-vocab, or the full vocabulary)
+    return Eagle3Config.for_target(tcfg, target_layer_ids=ids, draft_vocab_size=args.draft_vocab or tcfg.vocab_size)
 
 
 def _dflash_drafter(dcfg, tcfg):
@@ -121,6 +122,8 @@ def add_arguments(ap: argparse.ArgumentParser, kind: str) -> None:
     ap.add_argument("--out", required=True, help="run directory: checkpoint (ckpt/) and log")
     ap.add_argument("--export", default=None, help="write the trained drafter + recipe.json here (default: none)")
     ap.add_argument("--resume", action="store_true", help="continue from OUT/ckpt (bit-exact)")
+    ap.add_argument("--init", default=None, help="start from this exported drafter's weights (same architecture "
+                    "and draft vocabulary; a fresh optimiser and schedule) instead of a fresh initialisation")
     ap.add_argument("--stop-after", type=int, default=None, help="run at most this many steps now, then "
                     "checkpoint (continue with --resume) (default: to the end)")
     ap.add_argument("--seq-len", type=int, default=448, help="padded sequence length S (default: %(default)s)")
@@ -196,7 +199,11 @@ def run(kind_name: str, args, argv) -> None:
     if args.draft_vocab:
         vocab = vocab_tables(responses, args.draft_vocab, always=tuple(tcfg.eos_token_ids))
     touter = target_outer(tparams)
-    init = dflash_train.init_norm_from_target(touter) if kind_name != "eagle3" else None
+    if args.init:
+        init = warm_start(args.init, dcfg, None if vocab is None else vocab.ids)
+    else:
+        init = (dflash_train.init_norm_from_target(touter) if kind_name != "eagle3"
+                else eagle3_train.init_head_from_target(touter, tcfg, vocab))
     dparams, log = train((tcfg, touter), dcfg, trainset, tc, args.out, step_factory=kind.make_step, vocab=vocab,
                          resume=args.resume, stop_after=args.stop_after, mesh=_mesh(args.mesh), init=init)
     if not args.export:

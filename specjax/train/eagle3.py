@@ -14,6 +14,10 @@ One step (`make_step`, jitted), per sequence x_0..x_{S-1} with loss mask m:
      (= the target's own outputs), the states are the drafter's: that is the "test".
      With a reduced draft vocabulary (`specjax.train.vocab`), both distributions are over its K
      columns (the reference's `target_p[..., t2d]`), renormalised.
+The drafter's logits (`draft_logits`): the paper's drafter (cfg.draft_vocab_size = K) has its own
+trained `lm_head` [E, K], whose columns are the draft vocabulary's ids in order (K = V without
+one); `init_head_from_target` starts it at the target head's K columns. A drafter with the
+target's head (draft_vocab_size None) trains everything but the head, as before.
 Logged: loss, per-step top-1 agreement with the target's argmax, and the training-time tau
 estimate (1 + the all-correct prefix over the unrolled steps, averaged over valid rows).
 """
@@ -26,7 +30,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from specjax.drafters.eagle3 import unrolled_hidden
+from specjax.draft_vocab import draft_head
+from specjax.drafters.eagle3 import own_head_logits, unrolled_hidden
 from specjax.models.eagle3 import Eagle3Config
 from specjax.models.model import final_norm, merge_module
 from specjax.train.loop import DrafterTrainConfig
@@ -55,10 +60,32 @@ def feature_layers(dcfg: Eagle3Config, tcfg) -> tuple[int, ...]:
 
 
 def draft_logits(dparams, dcfg: Eagle3Config, touter, tcfg, hidden, vocab=None):
-    """The drafter's logits of its states: the target's head (K columns with a draft vocabulary)
-    on the drafter's own final norm."""
+    """The drafter's logits f32[..., C] of its states [..., E] on its own final norm: its own `lm_head`
+    (dcfg.own_head; C = K, the columns of `vocab`, or V without one), else the target's head (K columns
+    with a draft vocabulary)."""
     norm = merge_module(dcfg, "Outer", {k: v for k, v in dparams.items() if k != "layers"}).norm
-    return subset_logits(touter, tcfg, norm(hidden), vocab)
+    if not dcfg.own_head:
+        return subset_logits(touter, tcfg, norm(hidden), vocab)
+    columns = tcfg.vocab_size if vocab is None else vocab.ids.shape[0]
+    if columns != dcfg.draft_vocab_size:
+        raise ValueError(f"the EAGLE-3 drafter's own lm_head has {dcfg.draft_vocab_size} columns but training "
+                         f"scores {columns} (the draft vocabulary's size, or the target's vocabulary without one)")
+    return own_head_logits(dparams, dcfg, norm(hidden))
+
+
+def init_head_from_target(touter: dict, tcfg, vocab=None):
+    """`init` for the loop: start an own `lm_head` at the target head's columns of the draft vocabulary
+    (`vocab`, or all V); the identity for a drafter with the target's head (no `lm_head` in its params)."""
+    def init(dparams: dict) -> dict:
+        if "lm_head" not in dparams:
+            return dparams
+        head = draft_head(touter, tcfg, jnp.arange(tcfg.vocab_size) if vocab is None else vocab.ids)
+        if head.shape != dparams["lm_head"]["kernel"].shape:
+            raise ValueError(f"the drafter's lm_head is {dparams['lm_head']['kernel'].shape}, the target head's draft "
+                             f"vocabulary columns are {head.shape}")
+        return {**dparams, "lm_head": {"kernel": head.astype(dparams["lm_head"]["kernel"].dtype)}}
+
+    return init
 
 
 def ttt_loss(dparams, dcfg: Eagle3Config, touter, tcfg, features, target_logits, tokens, loss_mask, steps: int,
@@ -109,4 +136,4 @@ def make_step(dcfg: Eagle3Config, tcfg, opt, tc: Eagle3TrainConfig):
     return step, jax.jit(loss_at)
 
 
-__all__ = ["Eagle3TrainConfig", "feature_layers", "draft_logits", "ttt_loss", "make_step"]
+__all__ = ["Eagle3TrainConfig", "feature_layers", "draft_logits", "init_head_from_target", "ttt_loss", "make_step"]

@@ -318,3 +318,30 @@ def export(directory: str | pathlib.Path, dcfg, dparams, recipe: dict, vocab_ids
     save_checkpoint(directory, dcfg, params, dtype=np.float16)
     (directory / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
     return directory
+
+
+def warm_start(directory: str | pathlib.Path, dcfg, vocab_ids=None):
+    """`train`'s `init` that starts from an exported drafter (`export`'s directory): its weights, cast to
+    the training params' dtypes. The drafter must have exactly `dcfg` and the same draft vocabulary
+    (`vocab_ids`, or none); a run continued on another machine, where its checkpoint is gone, starts here."""
+    from specjax.draft_vocab import split_draft_vocab
+
+    cfg, params = load_checkpoint(directory)
+    if cfg != dcfg:
+        diff = {f.name: (getattr(cfg, f.name, None), getattr(dcfg, f.name, None))
+                for f in dataclasses.fields(dcfg) if getattr(cfg, f.name, None) != getattr(dcfg, f.name, None)}
+        raise ValueError(f"--init {directory}: its drafter config differs from this run's in (init, run): {diff}; "
+                         f"pass the same architecture flags")
+    params, ids = split_draft_vocab(params)
+    same = (ids is None and vocab_ids is None) or (
+        ids is not None and vocab_ids is not None and np.array_equal(np.asarray(ids), np.asarray(vocab_ids)))
+    if not same:
+        raise ValueError(f"--init {directory}: its draft vocabulary differs from this run's (same --draft-vocab "
+                         f"and data give the same ids)")
+
+    def init(dparams: dict) -> dict:
+        if jax.tree.structure(dparams) != jax.tree.structure(params):
+            raise ValueError(f"--init {directory}: its params tree differs from this run's drafter")
+        return jax.tree.map(lambda fresh, saved: jnp.asarray(saved, fresh.dtype), dparams, params)
+
+    return init
