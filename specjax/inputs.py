@@ -10,6 +10,11 @@ meaning is accepted in that meaning:
     sampling, key  a `Sampling`; a PRNG key whenever it samples (temperature > 0)
     positions      prompt + max_new_tokens within the model's `max_position_embeddings`
     configs        a drafter built from the config class it runs (`require_config`)
+
+Under a JAX transformation (`jax.jit`, `jax.vmap`, ...) prompts may be tracers: their values are
+unknown until the program runs, so only what static shapes and dtypes say is checked
+(`is_traced`, `check_prompt_shapes`); everything static (max_new_tokens, sampling, pad_id, the
+precision) is checked as on concrete inputs.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from specjax.numerics import check_precision
 from specjax.sampling import Sampling
 
 __all__ = ["WrongConfigError", "as_eos_ids", "as_prompt_batch", "check_generate_args", "check_positions",
-           "check_sampling", "pad_prompts", "raise_on_mismatch", "require_config", "validate_prompts"]
+           "check_prompt_shapes", "check_sampling", "check_static_args", "is_traced", "pad_prompts",
+           "raise_on_mismatch", "require_config", "validate_prompts"]
 
 
 class WrongConfigError(TypeError, ValueError):
@@ -146,15 +152,36 @@ def check_positions(max_positions: int | None, longest_prompt: int, max_new_toke
                          f"(cfg.max_position_embeddings): shorten the prompt or lower max_new_tokens")
 
 
+def is_traced(*values) -> bool:
+    """True when an array leaf of `values` is a tracer (inside `jax.jit`, `jax.vmap`, ...): its
+    shape and dtype are known, its values are not."""
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(values))
+
+
+def check_prompt_shapes(tokens, prompt_lengths) -> None:
+    """tokens int[B, T] (B, T >= 1) and prompt_lengths int[B]: shapes and dtypes only, so it
+    works on tracers too."""
+    shape, lengths_shape = tuple(np.shape(tokens)), tuple(np.shape(prompt_lengths))
+    if len(shape) != 2 or 0 in shape or lengths_shape != shape[:1]:
+        raise ValueError(f"tokens must be int32[B, T] and prompt_lengths int32[B], got {shape}, {lengths_shape}")
+    for name, x in (("tokens", tokens), ("prompt_lengths", prompt_lengths)):
+        dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+        if not np.issubdtype(dtype, np.integer):
+            raise ValueError(f"{name} must be integer token ids / lengths, got dtype {dtype}")
+
+
 def validate_prompts(tokens, prompt_lengths, vocab_size: int, *, max_positions: int | None = None,
                      max_new_tokens: int = 0) -> None:
     """Every row needs 1..T prompt tokens, each a valid id (an out-of-range id would embed as
     NaN), and prompt + `max_new_tokens` must fit `max_positions` (the model's
     `max_position_embeddings`; None: no limit). Reads the prompts with an explicit `device_get`
-    (allowed under `jax.transfer_guard("disallow")`), once, before anything runs."""
+    (allowed under `jax.transfer_guard("disallow")`), once, before anything runs. Traced prompts
+    (under `jax.jit` / `jax.vmap`) have no values to read: only their shapes and dtypes are
+    checked, and the caller answers for the values."""
+    check_prompt_shapes(tokens, prompt_lengths)
+    if is_traced(tokens, prompt_lengths):
+        return
     tokens, lengths = (np.asarray(x) for x in jax.device_get((tokens, prompt_lengths)))
-    if tokens.ndim != 2 or lengths.shape != tokens.shape[:1]:
-        raise ValueError(f"tokens must be int32[B, T] and prompt_lengths int32[B], got {tokens.shape}, {lengths.shape}")
     width = tokens.shape[1]
     if lengths.min() < 1 or lengths.max() > width:
         raise ValueError(f"prompt_lengths must lie in [1, {width}] (the padded prompt width), got {lengths.tolist()}")
@@ -166,16 +193,28 @@ def validate_prompts(tokens, prompt_lengths, vocab_size: int, *, max_positions: 
     check_positions(max_positions, int(lengths.max()), max_new_tokens)
 
 
-def check_generate_args(name: str, cfg, tokens, prompt_lengths, max_new_tokens, eos_ids, sampling, key, pad_id: int,
-                        matmul_precision):
-    """The host-side checks `generate` and `generate_ar` share, before compiling: (tokens [B, T],
-    prompt_lengths [B], eos_ids tuple or None) in their canonical forms (`specjax.inputs`)."""
+def check_static_args(name: str, max_new_tokens, sampling, key, pad_id, matmul_precision) -> None:
+    """The arguments that shape the compiled program must be concrete Python values (static under
+    `jax.jit`): max_new_tokens an int >= 1, pad_id an int, sampling a `Sampling` (with a key when it
+    samples), a known precision policy."""
     check_precision(matmul_precision)
     if max_new_tokens is None:
         raise TypeError(f"{name}() needs max_new_tokens (the tokens to generate per row)")
+    for what, value in (("max_new_tokens", max_new_tokens), ("pad_id", pad_id)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name}(): {what} must be a Python int (it shapes the compiled program: under jax.jit "
+                            f"close over it or name it in static_argnames), got {type(value).__name__} {value!r}")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     check_sampling(sampling, key)
+
+
+def check_generate_args(name: str, cfg, tokens, prompt_lengths, max_new_tokens, eos_ids, sampling, key, pad_id: int,
+                        matmul_precision):
+    """The host-side checks `generate` and `generate_ar` share, before compiling: (tokens [B, T],
+    prompt_lengths [B], eos_ids tuple or None) in their canonical forms (`specjax.inputs`). On
+    traced prompts (under `jax.jit` / `jax.vmap`) the prompt values go unchecked (`validate_prompts`)."""
+    check_static_args(name, max_new_tokens, sampling, key, pad_id, matmul_precision)
     tokens, prompt_lengths = as_prompt_batch(tokens, prompt_lengths, pad_id)
     validate_prompts(tokens, prompt_lengths, cfg.vocab_size, max_new_tokens=max_new_tokens,
                      max_positions=getattr(cfg, "max_position_embeddings", None))

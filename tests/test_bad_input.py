@@ -21,7 +21,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax import cli
 from specjax.decode import generate, generate_ar
 from specjax.drafters.chain import ChainDrafter
 from specjax.drafters.dflash import DFlashDrafter
@@ -173,10 +172,6 @@ def broken_index(c: Ctx):
     return load_checkpoint(c.ckpt)
 
 
-def cli_without_tokenizer(c: Ctx):
-    return cli.main(["generate", "--checkpoint", str(c.ckpt), "--prompt", "The", "--max-new-tokens", "2"])
-
-
 # ------------------------------------------------------------------ decoding and drafters
 
 
@@ -232,8 +227,6 @@ BAD = [
     Bad("index names a missing shard", missing_shard, CheckpointError,
         ("model.safetensors.index.json", "model-00002-of-00002.safetensors")),
     Bad("index not JSON", broken_index, CheckpointError, ("model.safetensors.index.json is not valid JSON",)),
-    Bad("CLI checkpoint without tokenizer.json", cli_without_tokenizer, FileNotFoundError,
-        ("{ckpt}", "has no tokenizer.json")),
     # item 6: decoding
     Bad("sampling=1.0 (generate_ar)", lambda c: ar(c, sampling=1.0), TypeError, ("Sampling(temperature=1.0)",)),
     Bad("sampling=1.0 (generate)", lambda c: chain(c, sampling=1.0), TypeError, ("Sampling(temperature=1.0)",)),

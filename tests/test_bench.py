@@ -213,13 +213,13 @@ def test_parse_method_accepts(spec, name, drafter):
     ("chain0", "num_tokens"),
     ("fixed0x2", "depth must be >= 1"),
     ("dynatree-p4", "dynatree-p1, dynatree-p2 or dynatree-p3"),
-    ("dynatree:foo=1", "unknown DynaTree field 'foo'; valid fields: b_max, b_mid, b_min, d0, d_max"),
+    ("dynatree:foo=1", "unknown DynaTree field 'foo'; the fields are d0=<int>, d_max=<int>, b_min=<int>"),
     ("dynatree:d0", "not of the form field=value"),
     ("dynatree:d0=2.5", "'d0' needs an integer, got '2.5'"),
     ("dynatree:tau=abc", "'tau' needs a number, got 'abc'"),
     ("dynatree:d0=3,d0=4", "set twice"),
     ("dynatree:tau_l=0.95", "tau_l < tau_h"),
-    ("chain4:k=2", "only DynaTree methods take"),
+    ("chain4:k=2", "chain<K> takes no overrides"),
 ])
 def test_parse_method_rejects(spec, message):
     with pytest.raises(ValueError, match=re.escape(message)):

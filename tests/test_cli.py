@@ -81,12 +81,13 @@ def test_generate_eagle3_on_the_embedded_pair(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "[eagle3:topk=3,depth=3,total=12 speculative, greedy]" in out and "vs AR: identical" in out
     from specjax import zoo
-    from specjax.models import CheckpointError
 
     (tmp_path / "e").mkdir()
     (tmp_path / "e" / "config.json").write_text((zoo.path("tiny-neox-eagle3") / "config.json").read_text())
-    with pytest.raises(CheckpointError):  # --eagle3 DIR is loaded strictly (here: no weights)
-        main(args[:2] + ["eagle3-chain4"] + args[3:] + ["--eagle3", str(tmp_path / "e")])
+    # --eagle3 DIR is loaded strictly (here: no weights): a one-line error, exit 2, no traceback
+    assert main(args[:2] + ["eagle3-chain4"] + args[3:] + ["--eagle3", str(tmp_path / "e")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specjax generate: error: cannot run 'eagle3-chain4'") and "model.safetensors" in err
 
 
 def test_generate_domino_on_the_embedded_pair(capsys):

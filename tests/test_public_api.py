@@ -14,7 +14,7 @@ import specjax
 
 PUBLIC_MODULES = ["specjax", "specjax.tree", "specjax.verify", "specjax.decode", "specjax.sampling", "specjax.ops",
                   "specjax.numerics", "specjax.equality", "specjax.sharding", "specjax.draft_vocab", "specjax.models",
-                  "specjax.inputs",
+                  "specjax.inputs", "specjax.core",
                   "specjax.drafters",
                   "specjax.drafters.protocol", "specjax.drafters.ddtree", "specjax.drafters.ddtree_graft",
                   "specjax.drafters.dflash", "specjax.drafters.domino", "specjax.drafters.dynamic_tree",
@@ -22,7 +22,7 @@ PUBLIC_MODULES = ["specjax", "specjax.tree", "specjax.verify", "specjax.decode",
                   "specjax.drafters.graft", "specjax.drafters.graft_dflash",
                   "specjax.drafters.retrieval", "specjax.drafters.token_recycling", "specjax.drafters.prompt_lookup",
                   "specjax.drafters.chain", "specjax.drafters.fixed_tree", "specjax.bench.harness",
-                  "specjax.bench.methods"]
+                  "specjax.bench.methods", "specjax.drafters.registry", "specjax.drafters.spec", "specjax.pipeline"]
 
 
 def test_the_stable_core_imports_from_the_top():

@@ -230,14 +230,14 @@ def prepare_prompts(prompts: list[list[int]], prompt_width: int | None = None, p
     return [pad_prompts([list(p)[-width:]], width, pad_id) for p in prompts]
 
 
-def resolve_methods(methods, draft, *, dflash=None, eagle3=None, domino=None, target_cfg=None) -> list[Method]:
-    """Parse spec strings against the draft config (and the DFlash / EAGLE-3 / Domino drafters
-    (cfg, params) with the target config, for ``dflash``, ``ddtree``, ``eagle3``, ``domino``);
-    reject duplicates and drafters without draft params."""
+def resolve_methods(methods, draft, *, target_cfg=None, **readers) -> list[Method]:
+    """Parse spec strings (`specjax.drafters.registry`) against the draft LM (cfg, params) and the
+    trained drafters that read the target, by kind ((cfg, params): dflash=, eagle3=, domino=, with
+    the target config); reject duplicates and drafters without draft params."""
     draft_cfg = draft[0] if draft is not None else None
-    out = [m if isinstance(m, Method) else parse_method(m, draft_cfg, dflash=dflash, eagle3=eagle3, domino=domino,
-                                                        target_cfg=target_cfg,
-                                                        draft_params=draft[1] if draft is not None else None)
+    out = [m if isinstance(m, Method) else parse_method(m, draft_cfg, target_cfg=target_cfg,
+                                                        draft_params=draft[1] if draft is not None else None,
+                                                        **readers)
            for m in methods]
     names = [m.name for m in out]
     if not out or len(set(names)) != len(names):

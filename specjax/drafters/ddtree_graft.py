@@ -32,13 +32,16 @@ import jax.numpy as jnp
 from flax import struct
 
 from specjax.drafters.ddtree import DDTreeDrafter, DDTreeState
+from specjax.drafters.dflash import BLOCK, block_drafter
+from specjax.drafters.graft import graft_params
 from specjax.drafters.graft import GraftParams, record_round
 from specjax.drafters.protocol import Verified
+from specjax.drafters.spec import Build, Field, MethodSpec, fields_from
 from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, accepted_from_table, graft, retrieve,
                                         update_from_prompt, update_from_round)
 from specjax.tree import Tree
 
-__all__ = ["DDTreeGraftDrafter", "DDTreeGraftState", "tree_log_q"]
+__all__ = ["DDTreeGraftDrafter", "DDTreeGraftState", "METHODS", "tree_log_q"]
 
 
 @struct.dataclass
@@ -198,3 +201,26 @@ class DDTreeGraftDrafter:
                                accepted_from_table(state.retrieved, verified.result))
         return state.replace(ddtree=self.ddtree.observe(state.ddtree, verified), retrieved_accepted=ret_acc,
                              table=update_from_round(state.table, state.root, verified))
+
+
+def _build(b: Build):
+    """ddtree-<N>: DDTree on the DFlash drafter; with ret=U, DDTree + retrieval (here, where both are defined)."""
+    v, given = b.values, b.given
+    block, params = block_drafter(b)
+    ddtree = DDTreeDrafter(block, v["N"], prune_mass=v["prune"])
+    if not v["ret"]:
+        if "width" in given or "merge" in given:
+            raise ValueError(f"DDTree fields 'width' and 'merge' belong to retrieval (ret=U >= 1), got {b.spec!r}")
+        return ddtree, params
+    drafter = DDTreeGraftDrafter(ddtree, v["ret"], width=v["width"], merge=bool(v["merge"]))
+    return drafter, graft_params(params, b.target_cfg.vocab_size, drafter.width, ())
+
+
+METHODS = (MethodSpec("ddtree", ("ddtree-<N>",), "DDTree: the N most probable prefixes under the DFlash drafter's "
+                      "marginals, verified as one tree (`DDTreeDrafter`); ret=U grafts a U-node retrieval template "
+                      "into the N (`DDTreeGraftDrafter`)", _build,
+                      positional=(Field("N", int, None, "tree nodes per round"),),
+                      fields=(BLOCK, *fields_from(DDTreeDrafter, {"prune": "prune_mass"}),
+                              Field("ret", int, 0, "retrieval nodes U grafted from the successor table (0: none)"),
+                              *fields_from(DDTreeGraftDrafter, {"width": "width", "merge": "merge"}, merge=int)),
+                      needs=("dflash",), label="DDTree"),)

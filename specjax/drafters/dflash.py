@@ -46,6 +46,7 @@ from flax import struct
 
 from specjax.draft_vocab import draft_head, draft_vocab_ids, split_draft_vocab, vocab_logits, weights_dtype
 from specjax.drafters.protocol import PromptContext, Verified
+from specjax.drafters.spec import Build, Field, MethodSpec, Reader
 from specjax.inputs import require_config
 from specjax.models.cache import KVCache, commit, init_cache
 from specjax.models.dflash import DFlashConfig
@@ -56,7 +57,7 @@ from specjax.tree import chain_tree
 __all__ = [
     "anchored_hidden", "block_hidden", "block_logits", "context_kv", "DFlashDrafter", "DFlashState", "draft_hidden",
     "drafter_features",
-    "ingest_context", "init_draft_cache", "target_outer", "write_region",
+    "ingest_context", "init_draft_cache", "METHODS", "READER", "target_outer", "write_region",
 ]
 
 
@@ -343,3 +344,24 @@ class DFlashDrafter:
                                     verified.features.astype(state.pending.dtype))
         pending = jnp.where(act[:, None, None, None], features, state.pending)
         return state.replace(pending=pending, pending_n=jnp.where(act, verified.num_kept, state.pending_n))
+
+
+def _count(params) -> int:
+    return sum(x.size for x in jax.tree.leaves(params))
+
+
+READER = Reader("dflash", "DFlash", lambda d, p: (f"{d.num_layers} layers, block {d.block_size}, reads target layers "
+                                                  f"{list(d.target_layer_ids)}, {_count(p):,} params"))
+
+
+def block_drafter(b: Build) -> tuple[DFlashDrafter, dict]:
+    """(DFlashDrafter, its params) for a method built on the DFlash drafter; its field `block`
+    (None: the trained block)."""
+    cfg, params = b.need("dflash")
+    return DFlashDrafter(cfg, b.target_cfg, block_size=b.values.get("block")), params
+
+
+BLOCK = Field("block", int, None, "block size B (default: the trained block)")
+METHODS = (MethodSpec("dflash", ("dflash",), "chain DFlash: one drafter forward over the target's features, argmax "
+                      "per position, a chain of B - 1 tokens (`DFlashDrafter`)", block_drafter, fields=(BLOCK,),
+                      needs=("dflash",), label="DFlash"),)

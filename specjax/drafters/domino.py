@@ -40,6 +40,7 @@ import jax.numpy as jnp
 
 from specjax.draft_vocab import add_to_columns, draft_vocab_ids, vocab_logits
 from specjax.drafters.dflash import DFlashDrafter, DFlashState, block_hidden
+from specjax.drafters.spec import Build, Field, MethodSpec, Reader
 from specjax.inputs import require_config
 from specjax.models.domino import DominoConfig
 from specjax.models.model import embed_tokens
@@ -47,7 +48,7 @@ from specjax.tree import chain_tree
 
 __all__ = [
     "correction", "DominoDrafter", "draft_rows", "draft_vocab_head", "gru_cell", "head_mask", "rollout", "sampler",
-    "teacher_forced_logits", "VERIFY_RULES",
+    "teacher_forced_logits", "METHODS", "READER", "VERIFY_RULES",
 ]
 
 VERIFY_RULES = ("rejection", "walk")
@@ -231,3 +232,26 @@ class DominoDrafter(DFlashDrafter):
         num = jnp.where(active, self.budget, 0).astype(jnp.int32)  # finished rows draft nothing
         probs = jnp.exp(sampling.log_probs(logits)) if self.uses_rejection(sampling) else None
         return chain_tree(tokens, num), probs, state
+
+
+READER = Reader("domino", "Domino", lambda d, p: (
+    f"{d.num_layers}-layer backbone, block {d.block_size}, GRU {d.gru_hidden}, rank {d.head_rank}, shift_label "
+    f"{d.shift_label}, reads target layers {list(d.target_layer_ids)}, "
+    f"{sum(x.size for x in jax.tree.leaves(p)):,} params"))
+
+
+def _build(b: Build):
+    head, verify = b.values["head"], b.values["verify"]
+    if head not in (0, 1):
+        raise ValueError(f"Domino field 'head' is 0 (backbone only) or 1, got {head}")
+    if verify not in VERIFY_RULES:
+        raise ValueError(f"Domino field 'verify' is one of {', '.join(VERIFY_RULES)}, got {verify!r}")
+    cfg, params = b.need("domino")
+    return DominoDrafter(cfg, b.target_cfg, use_head=bool(head), verify=verify), params
+
+
+METHODS = (MethodSpec("domino", ("domino",), "Domino: the DFlash backbone forward + the GRU / low-rank causal "
+                      "correction rolled out draft by draft, a chain (`DominoDrafter`)", _build,
+                      fields=(Field("head", int, 1, "1: with the causal head; 0: the backbone alone (same weights)"),
+                              Field("verify", str, "rejection", "rejection (chain rejection) or walk, at T > 0")),
+                      needs=("domino",), label="Domino"),)

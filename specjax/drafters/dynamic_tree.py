@@ -42,11 +42,13 @@ from flax import struct
 
 from specjax.drafters.draft_lm import DraftLMState, catch_up, check_compatible, init_state, settle_path
 from specjax.drafters.protocol import PromptContext, Verified
+from specjax.drafters.spec import Build, MethodSpec, fields_from
 from specjax.models.model import ModelConfig, forward
 from specjax.tree import Tree, normalize
 
 __all__ = [
-    "ARStepper", "build_tree", "DraftLMStepper", "DraftPool", "DynamicTreeDrafter", "DynamicTreeState",
+    "ARStepper", "build_tree", "DraftLMStepper", "DraftPool", "DynamicTreeDrafter", "DynamicTreeState", "METHODS",
+    "TREE_FIELDS", "tree_shape",
     "pool_expand", "pool_select", "pool_start", "ranked",
 ]
 
@@ -332,3 +334,19 @@ class DraftLMStepper:
         result = verified.result
         nodes = jnp.maximum(result.path_slots[:, 1:] - 1, 0)  # [B, D] tree node of each accepted step
         return settle_path(state, result, jnp.take_along_axis(node_slots, nodes, axis=1), verified.active)
+
+
+TREE_FIELDS = fields_from(DynamicTreeDrafter, {"topk": "top_k", "depth": "depth", "total": "total"})
+
+
+def tree_shape(b: Build) -> dict:
+    """The dynamic tree's shape from a method's topk / depth / total fields, as `DynamicTreeDrafter` keywords."""
+    return {"top_k": b.values["topk"], "depth": b.values["depth"], "total": b.values["total"]}
+
+
+def _build(b: Build):
+    return DynamicTreeDrafter(DraftLMStepper(b.need("draft")[0]), **tree_shape(b)), None
+
+
+METHODS = (MethodSpec("eagle2", ("eagle2",), "the EAGLE-2 dynamic tree over the draft LM (`DynamicTreeDrafter`)",
+                      _build, fields=TREE_FIELDS, needs=("draft",), label="dynamic tree"),)

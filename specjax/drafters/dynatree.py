@@ -63,13 +63,15 @@ from specjax.drafters.draft_lm import (DraftLMDrafter, DraftLMState, catch_up, c
                                        draft_cache_slots, init_state)
 from specjax.drafters.level_tree import (THRESHOLDS, Knobs, Level, LevelFn, TreeInfo, build_tree, draft_lm_level_fn,
                                          expand_level_topk, level_widths, log_thresholds)
+from specjax.drafters.spec import Build, Field, MethodSpec, fields_from
 from specjax.models.model import ModelConfig
 from specjax.ops import width_buckets
 from specjax.tree import Tree, tree_depth
 from specjax.verify import WalkResult
 
 __all__ = [
-    "DynaTreeDrafter", "DynaTreeParams", "DynaTreeState", "Schedule", "acceptance_statistic", "update_history",
+    "DynaTreeDrafter", "DynaTreeParams", "DynaTreeState", "METHODS", "ZOO_PRESET", "Schedule", "acceptance_statistic",
+    "update_history",
     # the level engine, re-exported from specjax.drafters.level_tree (they lived here first)
     "THRESHOLDS", "Knobs", "Level", "LevelFn", "TreeInfo", "build_tree", "draft_lm_level_fn", "expand_level_topk",
     "level_widths", "log_thresholds",
@@ -332,3 +334,25 @@ class DynaTreeDrafter(DraftLMDrafter):
                                                   acceptance_statistic(verified.tree, result), active, self.sched)
             state = state.replace(knobs=knobs, window=window, count=count)
         return state.replace(lm=commit_path(state.lm, result, active))
+
+
+def _build(b: Build):
+    phase = b.values["P"]
+    if phase not in (1, 2, 3):
+        raise ValueError(f"unknown DynaTree phase in {b.spec!r}: use dynatree-p1, dynatree-p2 or dynatree-p3")
+    return DynaTreeDrafter(b.need("draft")[0], phase=phase, **b.given), None
+
+
+# `dynatree-zoo`: Phase 3 tuned for the embedded pair (specjax.zoo) on *validation* wiki prompts
+# (notebooks/dynatree.py): its weak draft is rarely confident, so the paper's gates (rho_stop 0.1,
+# tau 0.05) stop paths after one or two tokens, and on a CPU every verified node costs target time:
+# narrow (B_max 2, B_mid 1, a second child only when c(u) < 0.1), small (N_max 16), loosely gated trees.
+ZOO_PRESET = ("dynatree-p3:n_max=16,d_max=6,d0=5,b_mid=1,b_max=2,tau_l=0.1,rho_stop=0.00001,rho_deep=0.00005,"
+              "tau=0.001")
+_KNOBS = [f.name for f in dataclasses.fields(DynaTreeDrafter)
+          if f.name != "phase" and isinstance(f.default, (bool, int, float))]
+METHODS = (MethodSpec("dynatree", ("dynatree-p<P>",),
+                      "DynaTree, Phase 1 / 2 / 3 of the paper's ablation, paper defaults (`DynaTreeDrafter`)", _build,
+                      positional=(Field("P", int, 3, "phase: 1, 2 or 3"),),
+                      fields=fields_from(DynaTreeDrafter, {k: k for k in _KNOBS}), needs=("draft",),
+                      aliases=(("dynatree", "dynatree-p3"), ("dynatree-zoo", ZOO_PRESET)), label="DynaTree"),)

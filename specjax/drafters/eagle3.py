@@ -45,14 +45,17 @@ from flax import struct
 from specjax.draft_vocab import (EXCLUDED_LOGIT, draft_head, draft_vocab_ids, split_draft_vocab, vocab_logits,
                                   weights_dtype, with_draft_vocab)
 from specjax.drafters.dflash import target_outer
+from specjax.drafters.dynamic_tree import TREE_FIELDS, DynamicTreeDrafter, tree_shape
 from specjax.drafters.protocol import PromptContext, Verified
+from specjax.drafters.spec import Build, Field, MethodSpec, Reader
 from specjax.inputs import require_config
 from specjax.models.cache import KVCache, commit, init_cache
 from specjax.models.eagle3 import Eagle3Config
 from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots
 from specjax.models.model import ModelConfig, check_params, embed_tokens, merge_module
 
-__all__ = ["Eagle3State", "Eagle3Stepper", "eagle3_drafter", "draft_step", "fuse", "logits_of", "own_head_logits",
+__all__ = ["Eagle3State", "Eagle3Stepper", "METHODS", "READER", "eagle3_drafter", "draft_step", "fuse", "logits_of",
+           "own_head_logits",
            "unrolled_hidden", "target_outer", "with_own_head"]
 
 
@@ -266,8 +269,6 @@ class Eagle3Stepper:
 
 def eagle3_drafter(cfg: Eagle3Config, target_cfg: ModelConfig, top_k: int = 10, depth: int = 8, total: int = 60):
     """EAGLE-3 on the EAGLE-2 dynamic tree (defaults: Graft's top_k 10, depth 8, K_max 60)."""
-    from specjax.drafters.dynamic_tree import DynamicTreeDrafter
-
     return DynamicTreeDrafter(Eagle3Stepper(cfg, target_cfg), top_k=top_k, depth=depth, total=total)
 
 
@@ -299,3 +300,30 @@ def unrolled_hidden(params: dict, cfg: Eagle3Config, target_params: dict, target
         g, cache = draft_step(params, cfg, target_params, target_cfg, g, nxt, pos, mask, cache, region_offset=j * s)
         outs.append(g)
     return jnp.stack(outs)
+
+
+READER = Reader("eagle3", "EAGLE-3", lambda d, p: (f"1 layer, reads target layers {list(d.target_layer_ids)}, "
+                                                   f"{sum(x.size for x in jax.tree.leaves(p)):,} params"))
+
+
+def _build_tree(b: Build):
+    cfg, params = b.need("eagle3")
+    return DynamicTreeDrafter(Eagle3Stepper(cfg, b.target_cfg), **tree_shape(b)), params
+
+
+def _build_chain(b: Build):
+    k = b.values["K"]
+    if k < 1:
+        raise ValueError(f"eagle3-chain<K> needs K >= 1, got {b.spec!r}")
+    cfg, params = b.need("eagle3")
+    return DynamicTreeDrafter(Eagle3Stepper(cfg, b.target_cfg), top_k=1, depth=k - 1, total=k), params
+
+
+METHODS = (
+    MethodSpec("eagle3", ("eagle3",), "EAGLE-3 (reads the target's low / mid / high features) on the EAGLE-2 dynamic "
+               "tree (`DynamicTreeDrafter`; Graft's defaults)", _build_tree, fields=TREE_FIELDS, needs=("eagle3",),
+               label="dynamic tree"),
+    MethodSpec("eagle3-chain", ("eagle3-chain<K>",), "EAGLE-3 drafting a greedy chain of K tokens (the dynamic tree "
+               "with top_k 1, depth K - 1, total K)", _build_chain,
+               positional=(Field("K", int, None, "draft tokens per round"),), needs=("eagle3",)),
+)

@@ -13,10 +13,11 @@ import dataclasses
 
 
 from specjax.drafters.draft_lm import DraftLMDrafter, StaticTreeShape
+from specjax.drafters.spec import Build, Field, MethodSpec
 from specjax.ops import top_k
 from specjax.models.model import ModelConfig
 
-__all__ = ["FixedTreeDrafter"]
+__all__ = ["FixedTreeDrafter", "METHODS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,3 +57,16 @@ class FixedTreeDrafter(DraftLMDrafter):
     def choose(self, parent_logits, k, level, key, sampling):
         """parent_logits f32[B, P, V] -> (top-k tokens int32[B, P, k], None)."""
         return top_k(parent_logits, k)[1].astype("int32"), None
+
+
+def _build(b: Build):
+    v = b.values
+    return FixedTreeDrafter(b.need("draft")[0], v["D"], v["B"], v["N"]), None
+
+
+METHODS = (MethodSpec("fixed", ("fixed<D>x<B>[n<N>]", "tree<D>x<B>[n<N>]"),
+                      "a fixed tree: the top-B children of every node down to depth D, at most N nodes "
+                      "(`FixedTreeDrafter`)", _build,
+                      positional=(Field("D", int, None, "depth"), Field("B", int, None, "children per node"),
+                                  Field("N", int, FixedTreeDrafter.max_nodes, "node budget")),
+                      needs=("draft",), aliases=(("fixed", "fixed5x2"), ("tree", "fixed5x2"))),)

@@ -40,13 +40,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from specjax.drafters.dynamic_tree import DraftLMStepper, pool_expand, pool_start, ranked
+from specjax.drafters.dynamic_tree import TREE_FIELDS, DraftLMStepper, pool_expand, pool_start, ranked
+from specjax.drafters.eagle3 import Eagle3Stepper
 from specjax.drafters.protocol import PromptContext, Verified
+from specjax.drafters.spec import Build, Field, MethodSpec, fields_from
 from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, accepted_from_table, empty_table, graft,
                                         retrieve, union, update_from_prompt, update_from_round)
 
 __all__ = [
-    "calibrate_thresholds", "draft_steps", "graft_params", "GraftDrafter", "GraftParams", "GraftState",
+    "calibrate_thresholds", "draft_steps", "graft_params", "GraftDrafter", "GraftParams", "GraftState", "METHODS",
     "PAPER_THRESHOLDS", "record_round", "speed_proxy",
 ]
 
@@ -398,3 +400,47 @@ def calibrate_thresholds(run, drafter: GraftDrafter, *, step_cost: float,
             best = max(grid, key=lambda v: (score(thr[:s] + [v] + thr[s + 1:]), -v))
             thr[s] = best
     return tuple(thr), [(t, p, m) for t, (p, m) in seen.items()]
+
+
+_VARIANTS = {"graft": ({}, "Graft (prune-then-graft): the EAGLE-2 tree of EAGLE-3 (base=eagle3) or the draft LM "
+                           "(base=lm), pruned at confidence checkpoints, retrieval grafted from the successor table "
+                           "(`GraftDrafter`)"),
+             "graft-root": (dict(fixed_stage=2), "Graft(ROOT): the fixed split without pruning (40 draft + 20 "
+                                                 "retrieved at the root every round)"),
+             "graft-tail": (dict(fixed_stage=2, tail=True), "Graft(TAIL): the 20-node template under the draft's "
+                                                            "best deepest leaf"),
+             "graft-prune": (dict(retrieval=False), "Graft's pruning without retrieval (\"w/o retrieval\")"),
+             "graft-dense": (dict(prune=False, retrieval=False), "neither pruning nor retrieval: the dense tree "
+                                                                 "through Graft's code")}
+
+
+def _needs(values) -> tuple[str, ...]:
+    return ("target", "draft") if values["base"] == "lm" else ("target", "eagle3")
+
+
+def _build(b: Build, variant: dict):
+    v = b.values
+    if v["base"] not in ("eagle3", "lm"):
+        raise ValueError(f"Graft field 'base' is eagle3 or lm, got {v['base']!r}")
+    try:
+        thr = tuple(float(x) for x in v["thr"].split("/")) if v["thr"] is not None else PAPER_THRESHOLDS
+    except ValueError:
+        raise ValueError(f"Graft field 'thr' is three confidences a/b/c, got {v['thr']!r}") from None
+    if v["base"] == "eagle3":
+        cfg, base_params = b.need("eagle3")
+        stepper = Eagle3Stepper(cfg, b.target_cfg)
+    else:
+        cfg, base_params = b.need("draft")
+        if base_params is None:
+            raise ValueError(f"method {b.spec!r} needs the draft model's params (base=lm wraps them with its table)")
+        stepper = DraftLMStepper(cfg)
+    drafter = GraftDrafter(stepper, top_k=v["topk"], depth=v["depth"], total=v["total"], width=v["width"],
+                           merge=bool(v["merge"]), **variant)
+    return drafter, graft_params(base_params, b.target_cfg.vocab_size, drafter.width, thr)
+
+
+_FIELDS = (*TREE_FIELDS, *fields_from(GraftDrafter, {"width": "width", "merge": "merge"}, merge=int),
+           Field("thr", str, None, "the three checkpoint confidences a/b/c (default: the paper's)"),
+           Field("base", str, "eagle3", "what grows the tree: eagle3 (the EAGLE-3 drafter) or lm (the draft LM)"))
+METHODS = tuple(MethodSpec(name, (name,), text, (lambda b, kw=kw: _build(b, kw)), fields=_FIELDS, needs=_needs,
+                           label="Graft") for name, (kw, text) in _VARIANTS.items())

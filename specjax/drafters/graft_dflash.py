@@ -20,13 +20,14 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.drafters.dflash import DFlashDrafter
-from specjax.drafters.graft import GraftParams
+from specjax.drafters.dflash import BLOCK, DFlashDrafter, block_drafter
+from specjax.drafters.graft import GraftParams, graft_params
 from specjax.drafters.protocol import Verified
 from specjax.drafters.retrieval import update_from_prompt, update_from_round
+from specjax.drafters.spec import Build, Field, MethodSpec
 from specjax.tree import chain_tree
 
-__all__ = ["DFlashTailDrafter", "TailState"]
+__all__ = ["DFlashTailDrafter", "METHODS", "TailState"]
 
 
 @struct.dataclass
@@ -127,3 +128,15 @@ class DFlashTailDrafter:
     def observe(self, state: TailState, verified: Verified) -> TailState:
         return state.replace(block=self.dflash.observe(state.block, verified),
                              table=update_from_round(state.table, state.root, verified))
+
+
+def _build(b: Build):
+    block, params = block_drafter(b)
+    drafter = DFlashTailDrafter(block)
+    return drafter, graft_params(params, b.target_cfg.vocab_size, drafter.width, (b.values["thr"],))
+
+
+METHODS = (MethodSpec("dflash-tail", ("dflash-tail",), "Graft(TAIL) on chain DFlash: the confident prefix of the "
+                      "DFlash chain, then the table's rank-0 chain (`DFlashTailDrafter`)", _build,
+                      fields=(Field("thr", float, 0.3, "confidence that ends the DFlash prefix"), BLOCK),
+                      needs=("dflash",), label="Graft(TAIL)-DFlash"),)

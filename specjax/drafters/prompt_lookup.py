@@ -19,9 +19,10 @@ import jax.numpy as jnp
 from flax import struct
 
 from specjax.drafters.protocol import Verified
+from specjax.drafters.spec import Build, MethodSpec, fields_from
 from specjax.tree import chain_tree
 
-__all__ = ["LookupState", "PromptLookupDrafter"]
+__all__ = ["LookupState", "METHODS", "PromptLookupDrafter"]
 
 
 @struct.dataclass
@@ -110,3 +111,13 @@ class PromptLookupDrafter:
         at = jnp.where(steps < n[:, None], state.length[:, None] + 1 + steps, h)  # h: dropped
         text = state.text.at[jnp.arange(b)[:, None], at].set(acc, mode="drop")
         return state.replace(text=text, length=state.length + jnp.where(verified.active, 1 + n, 0))
+
+
+def _build(b: Build):
+    return PromptLookupDrafter(max_ngram=b.values["ngram"], num_tokens=b.values["num"]), {}
+
+
+METHODS = (MethodSpec("pld", ("pld",), "prompt lookup: the K tokens after the earliest earlier occurrence of the last "
+                      "n..1 tokens (`PromptLookupDrafter`)", _build,
+                      fields=fields_from(PromptLookupDrafter, {"ngram": "max_ngram", "num": "num_tokens"}),
+                      label="prompt lookup"),)

@@ -22,9 +22,11 @@ import jax.numpy as jnp
 from flax import struct
 
 from specjax.drafters.protocol import PromptContext, Verified
-from specjax.drafters.retrieval import Template, retrieve, template_tree, update_from_prompt, update_from_round
+from specjax.drafters.retrieval import (Template, empty_table, retrieve, template_tree, update_from_prompt,
+                                       update_from_round)
+from specjax.drafters.spec import Build, MethodSpec, fields_from
 
-__all__ = ["RecyclingState", "TokenRecyclingDrafter"]
+__all__ = ["METHODS", "RecyclingState", "TokenRecyclingDrafter"]
 
 
 @struct.dataclass
@@ -108,3 +110,14 @@ class TokenRecyclingDrafter:
 
     def observe(self, state: RecyclingState, verified: Verified) -> RecyclingState:
         return state.replace(table=update_from_round(state.table, state.root, verified))
+
+
+def _build(b: Build):
+    drafter = TokenRecyclingDrafter(budget=b.values["budget"], width=b.values["width"], depth=b.values["depth"])
+    return drafter, empty_table(b.need("target").vocab_size, drafter.width)
+
+
+METHODS = (MethodSpec("tr", ("tr",), "Token Recycling: the best-first template of N nodes filled from the successor "
+                      "table alone (`TokenRecyclingDrafter`)", _build,
+                      fields=fields_from(TokenRecyclingDrafter, {k: k for k in ("budget", "width", "depth")}),
+                      needs=("target",), label="Token Recycling"),)

@@ -25,7 +25,8 @@ def _lm_arguments(ap) -> None:
     ap.add_argument("--model", choices=sorted(PRESETS), required=True, help="the preset to train")
     ap.add_argument("--tokenizer", required=True, help="tokenizer.json from python -m specjax.train.tokenizer")
     ap.add_argument("--out", required=True, help="run directory (checkpoints, summary.json)")
-    ap.add_argument("--export", default=None, help="write the final 16-bit HF checkpoint + tokenizer here")
+    ap.add_argument("--export", default=None, help="write the final 16-bit HF checkpoint + tokenizer here "
+                    "(default: no export)")
     ap.add_argument("--export-dtype", choices=("float16", "bfloat16"), default="float16",
                     help="(default: %(default)s)")
     ap.add_argument("--resume", action="store_true", help="continue from OUT/ckpt")
@@ -37,7 +38,7 @@ def _lm_arguments(ap) -> None:
         ap.add_argument("--" + f.replace("_", "-"), type=float, default=getattr(d, f), help="(default: %(default)s)")
     for flag, what in (("--hidden", "hidden size"), ("--layers", "layers"), ("--heads", "heads"),
                        ("--ffn", "MLP width")):
-        ap.add_argument(flag, type=int, default=None, help=f"override the preset's {what}")
+        ap.add_argument(flag, type=int, default=None, help=f"override the preset's {what} (default: the preset's)")
 
 
 def _lm(args) -> None:

@@ -307,8 +307,9 @@ def _continuous_shards(cfg, params, enc, recipe, order, cursor, per_shard, bar, 
     results = stream(params, cfg, prompts(), batch_size=recipe.batch_size, max_new_tokens=recipe.max_new_tokens,
                      max_prompt_tokens=recipe.max_prompt_tokens, eos_ids=tuple(cfg.eos_token_ids), seed=recipe.seed,
                      chunk=chunk, on_tokens=on_tokens)
-    for i, response in results:
-        finished[i] = response
+
+    def ready():  # the shards whose every prompt has finished, oldest first
+        nonlocal start, t0
         while start < len(order) and complete(start):
             n = min(per_shard, len(order) - start)
             kept = [i for i in range(start, start + n) if encoded[i]]
@@ -319,6 +320,11 @@ def _continuous_shards(cfg, params, enc, recipe, order, cursor, per_shard, bar, 
                       "pool_tokens_per_s": round(picked[0] / max(now - t0, 1e-9), 1)}
             yield _Shard(start, n, rows, now - t0, engine)
             start, t0, picked[0] = start + n, now, 0
+
+    for i, response in results:
+        finished[i] = response
+        yield from ready()
+    yield from ready()  # a last shard whose prompts were all skipped (too long) finishes with no answer
 
 
 def _write_shard(out: pathlib.Path, manifest: dict, order: list[TrainPrompt], shard: _Shard) -> None:

@@ -123,7 +123,8 @@ def add_arguments(ap: argparse.ArgumentParser, kind: str) -> None:
     ap.add_argument("--export", default=None, help="write the trained drafter + recipe.json here (default: none)")
     ap.add_argument("--resume", action="store_true", help="continue from OUT/ckpt (bit-exact)")
     ap.add_argument("--init", default=None, help="start from this exported drafter's weights (same architecture "
-                    "and draft vocabulary; a fresh optimiser and schedule) instead of a fresh initialisation")
+                    "and draft vocabulary; a fresh optimiser and schedule) instead of a fresh initialisation (default: a fresh "
+                    "initialisation)")
     ap.add_argument("--stop-after", type=int, default=None, help="run at most this many steps now, then "
                     "checkpoint (continue with --resume) (default: to the end)")
     ap.add_argument("--seq-len", type=int, default=448, help="padded sequence length S (default: %(default)s)")
@@ -162,7 +163,8 @@ def _mesh(spec: str | None):
 
 
 def _measured_tau(kind: DrafterKind, dcfg, tcfg, tparams, dparams, trainset: TrainSet, n: int) -> dict:
-    """Mean accepted length of greedy decoding with the drafter on the first n held-out prompts."""
+    """Mean accepted length of greedy decoding with the drafter on the first n held-out prompts (those
+    that reach a verification round)."""
     from specjax.decode import generate
     from specjax.models import pad_prompts
 
@@ -171,9 +173,12 @@ def _measured_tau(kind: DrafterKind, dcfg, tcfg, tparams, dparams, trainset: Tra
                                       trainset.shards.prompt_lengths[i]].tolist() for i in rows]
     toks, lens = pad_prompts(prompts)
     out = generate(tparams, tcfg, kind.drafter(dcfg, tcfg), dparams, toks, lens, 64)
-    taus = [float(t) for t in np.asarray(out.stats.mean_accepted_length())]
-    return {"prompts": len(prompts), "new_tokens": 64, "temperature": 0, "tau_mean": round(float(np.mean(taus)), 3),
-            "tau_per_prompt": [round(t, 3) for t in taus]}
+    rounds = np.asarray(out.stats.num_rounds)
+    taus = [float(t) for t, r in zip(np.asarray(out.stats.mean_accepted_length()), rounds) if r > 0]
+    # a prompt whose answer ends at its first token (EOS from the prefill) has no round: no τ
+    return {"prompts": len(prompts), "new_tokens": 64, "temperature": 0,
+            "tau_mean": round(float(np.mean(taus)), 3) if taus else None,
+            "tau_per_prompt": [round(t, 3) for t in taus], "prompts_without_rounds": int((rounds == 0).sum())}
 
 
 def run(kind_name: str, args, argv) -> None:

@@ -1,0 +1,149 @@
+"""The CLI refuses politely (issue 37 item 4): every misuse is one line, ``specjax <command>: error:
+<what to fix>``, exit status 2, no traceback, and (except for a checkpoint that fails to load)
+before any model loads.
+
+`MISUSE` is the table: (the arguments, the text the error must contain). ``{tmp}`` is a scratch
+directory holding ``bare/`` (config.json only), ``ckpt/`` (config.json + tokenizer.json, no
+weights) and ``junk/`` (a config.json that is not JSON). The CLI runs in process through
+`specjax.cli.main`, so the module takes seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from specjax import __version__, zoo
+from specjax.cli import main
+from specjax.drafters.registry import forms
+from specjax.train.__main__ import parser as train_parser
+
+MISUSE = [
+    (["generate", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
+    (["generate", "--temperature", "-1"], "--temperature must be >= 0 (0 = greedy), got -1.0"),
+    (["generate", "--prompt", ""], "--prompt is empty: give the text to continue"),
+    (["generate", "--prompt", "   "], "--prompt is empty"),
+    (["generate", "--temperature", "1", "--top-k", "0"], "--top-k must be >= 1, got 0"),
+    (["generate", "--temperature", "1", "--top-p", "1.5"], "--top-p must lie in (0, 1], got 1.5"),
+    (["generate", "--top-k", "5"], "--top-k / --top-p shape sampled output only: add --temperature > 0"),
+    (["generate", "--stop", ""], "--stop needs a non-empty string"),
+    (["generate", "--method", "beam4"], "unknown method 'beam4'; use one of: ar, chain<K>"),
+    (["generate", "--method", "ddtree"], "unknown method 'ddtree'"),
+    (["generate", "--method", "ddtree-8:depth=3"], "unknown DDTree field 'depth'; the fields are block=<int>"),
+    (["generate", "--method", "dflash:block=x"], "DFlash field 'block' needs an integer, got 'x'"),
+    (["generate", "--method", "chain4:k=2"], "chain<K> takes no overrides"),
+    (["generate", "--draft", "{tmp}/ckpt"], "--draft needs --checkpoint"),
+    (["generate", "--checkpoint", "{tmp}/nowhere"], "--checkpoint {tmp}/nowhere: no such directory"),
+    (["generate", "--checkpoint", "{tmp}/bare"], "--checkpoint {tmp}/bare has no tokenizer.json"),
+    (["generate", "--checkpoint", "{tmp}/ckpt", "--method", "ddtree-8"],
+     "method 'ddtree-8' needs a DFlash drafter trained for this target (--dflash DIR); this model has none"),
+    (["generate", "--checkpoint", "{tmp}/ckpt", "--method", "chain4"], "method 'chain4' needs a draft LM"),
+    (["generate", "--checkpoint", "{tmp}/ckpt", "--draft", "{tmp}/nowhere", "--method", "chain4"],
+     "--draft {tmp}/nowhere: no such directory"),
+    (["generate", "--checkpoint", "{tmp}/ckpt", "--dflash", "{tmp}/bare", "--method", "ddtree-8"],
+     "cannot run 'ddtree-8' on {tmp}/ckpt: no model.safetensors"),  # a bad checkpoint: after loading began
+    (["generate", "--checkpoint", "{tmp}/ckpt", "--method", "ar"],
+     "cannot run 'ar' on {tmp}/ckpt: no model.safetensors"),
+    (["generate", "--checkpoint", "{tmp}/junk", "--method", "ar"], "config.json is not valid JSON"),
+    (["generate", "--model", "smollm2-135m", "--method", "domino"],
+     "method 'domino' needs a Domino drafter trained for this target (--domino DIR)"),
+    (["generate", "--model", "smollm2-135m", "--method", "eagle2"], "method 'eagle2' needs a draft LM"),
+    (["generate", "--dflash", "{tmp}/nowhere"], "--dflash {tmp}/nowhere: no such directory"),
+    (["generate", "--max-new-tokens", "abc"], "argument --max-new-tokens: invalid int value: 'abc'"),
+    (["generate", "--model", "gpt5"], "argument --model: invalid choice: 'gpt5'"),
+    (["generate", "--bogus"], "unrecognized arguments: --bogus"),
+    ([], "the following arguments are required: COMMAND"),
+    (["bench", "--prompt", "The", "--prompts", "2", "--warmup", "2"], "0 <= --warmup < --prompts, got 2, 2"),
+    (["bench", "--random", "--methods", "ar,beam4"], "unknown method 'beam4'"),
+    (["bench", "--random", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    (["bench", "--random", "--prompt-len", "0"], "--prompt-len must be >= 1, got 0"),
+    (["bench", "--random", "--prompts", "6", "--warmup", "2", "--batch", "4"], "multiple of the batch"),
+    (["bench", "--prompt", ""], "--prompt is empty"),
+    (["bench", "--checkpoint", "{tmp}/ckpt", "--methods", "ar,ddtree-8"], "method 'ddtree-8' needs a DFlash drafter"),
+    (["bench", "--model", "smollm2-135m", "--methods", "ar,chain4"], "method 'chain4' needs a draft LM"),
+    (["bench", "--checkpoint", "{tmp}/bare"], "has no tokenizer.json"),
+    (["bench-device", "--shapes", "nope"], "unknown shape 'nope'"),
+]
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    source = zoo.path("tiny-neox-target")
+    for name, files in (("bare", ("config.json",)), ("ckpt", ("config.json", "tokenizer.json"))):
+        (root / name).mkdir()
+        for f in files:
+            shutil.copy(source / f, root / name / f)
+    (root / "junk").mkdir()
+    (root / "junk" / "config.json").write_text("{not json")
+    shutil.copy(source / "tokenizer.json", root / "junk" / "tokenizer.json")
+    return root
+
+
+@pytest.mark.parametrize("argv, says", MISUSE, ids=[" ".join(a) or "(nothing)" for a, _ in MISUSE])
+def test_misuse_is_one_polite_line_and_exit_2(argv, says, tmp, capsys):
+    argv = [a.format(tmp=tmp) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"specjax {argv[0]}: error: " if argv else "specjax: error: "), last
+    assert says.format(tmp=tmp) in last, f"{says.format(tmp=tmp)!r} not in {last!r}"
+
+
+def test_version_and_help(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"specjax {__version__}"
+    assert main(["generate", "--help"]) == 0
+    text = "".join(capsys.readouterr().out.split())
+    assert "".join(forms().split()) in text  # the --method help is the registry's list
+    for flag in ("--json", "--top-k", "--top-p", "--stop", "--dflash", "--eagle3", "--domino"):
+        assert flag in text
+
+
+def test_methods_command_prints_the_registry_table(capsys):
+    from specjax.drafters.registry import markdown_table
+
+    assert main(["methods"]) == 0
+    assert capsys.readouterr().out.strip() == markdown_table()
+
+
+def test_generate_json_with_stop_and_sampling_flags(capsys):
+    args = ["generate", "--method", "chain2", "--prompt", "The river flows through the", "--max-new-tokens", "8",
+            "--json"]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["method"] == "chain2" and report["speculative"]["vs_ar"] == "identical"
+    assert report["ar"]["tokens"] == 8 and report["speculative"]["tau"] >= 1
+    text = report["ar"]["text"]
+    stop = text.strip().split()[1]
+    assert main(args + ["--stop", stop]) == 0
+    cut = json.loads(capsys.readouterr().out)
+    assert cut["ar"]["text"] == text[: text.index(stop)] and stop not in cut["speculative"]["text"]
+    assert main(args + ["--temperature", "0.8", "--top-k", "20", "--top-p", "0.9"]) == 0
+    sampled = json.loads(capsys.readouterr().out)
+    assert sampled["sampling"] == "T=0.8" and sampled["speculative"]["vs_ar"] is None
+
+
+def _options(ap):
+    """(command, option action) for every option of every `python -m specjax.train` subcommand."""
+    for action in ap._actions:
+        if action.__class__.__name__ == "_SubParsersAction":
+            for name, sub in action.choices.items():
+                for opt in sub._actions:
+                    if opt.option_strings and opt.dest != "help":
+                        yield name, opt
+
+
+def test_train_subcommands_document_every_option():
+    """`python -m specjax.train COMMAND --help`: real subcommands, each option with help and its default."""
+    ap = train_parser()
+    commands = {name for name, _ in _options(ap)}
+    assert {"data", "features", "dflash", "eagle3", "domino", "lm", "eval"} <= commands
+    undocumented = [f"{name} {opt.option_strings[0]}" for name, opt in _options(ap) if not (opt.help or "").strip()]
+    assert not undocumented, f"options without help: {undocumented}"
+    no_default = [f"{name} {opt.option_strings[0]}" for name, opt in _options(ap)
+                  if not opt.required and opt.nargs != 0 and "default" not in (opt.help or "")]
+    assert not no_default, f"options whose help does not state the default: {no_default}"
