@@ -119,49 +119,59 @@ pd.DataFrame({"method": ["AR", f"DDTree-{BUDGET}"], "tokens": [NEW, NEW],
 # ## One round, taken apart
 #
 # The loop's body is public: `initial_state` prefills the target and the drafter, and
-# `speculative_round` is one draft → verify → walk → commit. Here the drafter's `propose` runs by
-# hand on the state after prefill, to see the tree and the mask the target verifies it under.
+# `speculative_round` is one draft → verify → walk → commit. Here the drafter's `propose` also
+# runs by hand before each of the first rounds, to see the tree and the mask the target verifies
+# it under; we draw the round where the target accepted the most.
 
 # %%
 slots, reserve = cache_sizes(drafter, tokens.shape[1], NEW)
 state = initial_state(params, cfg, drafter, dparams, tokens, lengths, jax.random.key(0), max_new_tokens=NEW,
                       eos_ids=(), sampling=Sampling(), pad_id=0, num_slots=slots, reserve=reserve)
-tree, _, _ = drafter.propose(state.draft_state, state.root, ~state.done, None, Sampling())
-after = speculative_round(params, cfg, drafter, state, max_new_tokens=NEW, eos_ids=(), sampling=Sampling())
-accepted = int(after.stats.accepted[0, 0])
-committed = np.asarray(after.out[0, :int(after.count[0])]).tolist()
+rounds_seen = []
+for r in range(min(8, NEW // 4)):
+    tree, _, _ = drafter.propose(state.draft_state, state.root, ~state.done, None, Sampling())
+    before = int(state.count[0])
+    after = speculative_round(params, cfg, drafter, state, max_new_tokens=NEW, eos_ids=(), sampling=Sampling())
+    accepted = int(after.stats.accepted[0, r])
+    # the round commits its root's accepted children chain, then the target's bonus token
+    new_tokens = np.asarray(after.out[0, before:int(after.count[0])]).tolist()
+    rounds_seen.append((accepted, r, tree, int(state.root[0]), new_tokens))
+    state = after
+accepted, r, tree, root, new_tokens = max(rounds_seen, key=lambda x: (x[0], -x[1]))
 
 tok, par, dep, val = (np.asarray(x[0]) for x in (tree.tokens, tree.parents, tree.depth, tree.valid))
 nodes = [i for i in range(len(tok)) if val[i]]
-# the accepted path: from the root, the child whose token the target committed, depth by depth
-path, parent = [], -1
-for t in committed[1:1 + accepted]:
+path, parent = [], -1  # the accepted nodes: from the root, the child whose token was committed
+for t in new_tokens[:accepted]:
     child = next(i for i in nodes if par[i] == parent and tok[i] == t)
     path.append(child)
     parent = child
-print(f"root {pair.decode([int(state.root[0])])!r}: {len(nodes)} drafted nodes, depth {dep[val].max()}; "
-      f"the target accepted {accepted} of them + its own bonus token")
+print(f"round {r + 1}: root {pair.decode([root])!r}, {len(nodes)} drafted nodes, depth {dep[val].max()}; the target "
+      f"accepted {accepted} of them + its own bonus token: {pair.decode(new_tokens)!r}")
 
 # %%
 fig, (ax_tree, ax_mask) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1.6, 1]})
-rows_at: dict[int, int] = {}
+per_depth = {d: [i for i in nodes if dep[i] == d] for d in sorted(set(dep[val].tolist()))}
+height = max(len(v) for v in per_depth.values())
 xy = {-1: (0, 0.0)}
-for i in nodes:  # parents come before children
-    d = int(dep[i])
-    xy[i] = (d, -rows_at.get(d, 0))
-    rows_at[d] = rows_at.get(d, 0) + 1
+for d, members in per_depth.items():  # each depth's nodes centred on the root's row, in their parents' order
+    members = sorted(members, key=lambda i: -xy[int(par[i])][1])
+    for k, i in enumerate(members):
+        xy[i] = (d, (len(members) - 1) / 2 - k)
+label = (lambda t: repr(pair.decode([int(t)]))[1:-1][:10])  # noqa: E731
 for i in nodes:
     (x0, y0), (x1, y1) = xy[int(par[i])], xy[i]
     on_path = i in path
     ax_tree.plot([x0, x1], [y0, y1], color="tab:green" if on_path else "0.75", lw=2.5 if on_path else 1, zorder=1)
-    ax_tree.text(x1, y1, repr(pair.decode([int(tok[i])]))[1:-1][:10], ha="center", va="center", fontsize=8,
-                 bbox=dict(boxstyle="round", fc="honeydew" if on_path else "white",
-                           ec="tab:green" if on_path else "0.6"), zorder=2)
-ax_tree.text(0, 0, repr(pair.decode([int(state.root[0])]))[1:-1][:10], ha="center", va="center", fontsize=8,
-             bbox=dict(boxstyle="round", fc="lightsteelblue"))
-ax_tree.set_xlabel("depth below the root")
+    ax_tree.text(x1, y1, label(tok[i]), ha="center", va="center", fontsize=8, zorder=2,
+                 bbox=dict(boxstyle="round", fc="honeydew" if on_path else "white", ec="tab:green" if on_path else "0.6"))
+ax_tree.text(0, 0, label(root), ha="center", va="center", fontsize=8, bbox=dict(boxstyle="round", fc="lightsteelblue"))
+ax_tree.set_xticks(range(0, max(per_depth) + 1))
+ax_tree.set_xlim(-0.4, max(per_depth) + 0.4)
+ax_tree.set_ylim(-height / 2 - 0.5, height / 2 + 0.5)
+ax_tree.set_xlabel("depth below the root (blue)")
 ax_tree.set_yticks([])
-ax_tree.set_title(f"DDTree-{BUDGET}: the drafted tree (green: accepted by the target)")
+ax_tree.set_title(f"DDTree-{BUDGET}, round {r + 1}: the drafted tree (green: accepted by the target)")
 mask = np.asarray(ancestor_mask(tree))[0]
 keep = [0] + [i + 1 for i in nodes]
 ax_mask.imshow(mask[np.ix_(keep, keep)], cmap="Greys", interpolation="nearest")
