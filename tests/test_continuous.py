@@ -72,3 +72,13 @@ def test_a_prompt_longer_than_the_pool_allows_is_refused(target):
     with pytest.raises(ValueError, match="EOS"):
         list(stream(params, cfg, [(0, [5, 6], False)], batch_size=2, max_new_tokens=4, max_prompt_tokens=8,
                     eos_ids=()))
+
+
+@pytest.mark.registry  # the training prompts are registry assets
+def test_the_generation_benchmark_counts_the_pools_tokens():
+    from specjax.bench.generation import pool_speed
+
+    out = pool_speed("zoo", start=0, warmup=1.0, seconds=1.0, batch_size=8, max_new_tokens=8, max_prompt_tokens=32,
+                     chunk=4)
+    assert out["tokens"] > 0 and out["seconds"] > 0
+    assert out["tokens_per_s"] == pytest.approx(out["tokens"] / out["seconds"], rel=0.1)  # seconds are rounded

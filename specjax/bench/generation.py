@@ -1,0 +1,72 @@
+"""Data-generation speed of the continuous engine: `python -m specjax.bench.generation`.
+
+    python -m specjax.bench.generation --target smollm2-135m --start 3072 --warmup 90 --seconds 240
+
+Runs `specjax.train.continuous.stream` (the data command's default engine, its recipe's settings:
+pool 128, 256 new tokens, 192 prompt tokens, every 4th prompt sampled) over the training prompts
+from index `--start` and counts the response tokens the pool picks between `--warmup` seconds
+(after the refill shapes have compiled) and `--warmup + --seconds`; prints them as JSON. Nothing
+is written. Run it with the machine otherwise idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+__all__ = ["pool_speed", "main"]
+
+
+def pool_speed(target: str, start: int, warmup: float, seconds: float, batch_size: int = 128,
+               max_new_tokens: int = 256, max_prompt_tokens: int = 192, chunk: int = 16) -> dict:
+    """{"tokens", "seconds", "tokens_per_s"} of the pool between `warmup` and `warmup + seconds`."""
+    from specjax.data.train_sources import DEFAULT_WEIGHTS, training_prompts
+    from specjax.train.continuous import stream
+    from specjax.train.data import encode_prompt, load_target
+
+    cfg, params, enc, _ = load_target(target)
+    order = training_prompts(dict(DEFAULT_WEIGHTS), 0)
+
+    def prompts():
+        for i in range(start, len(order)):
+            ids = encode_prompt(enc, order[i].text, max_prompt_tokens)
+            if ids:
+                yield i, ids, i % 4 == 3
+
+    t0 = time.time()
+    marks: dict[float, tuple[float, int]] = {}
+    picked = [0]
+
+    def on_tokens(n: int) -> None:
+        picked[0] += n
+        now = time.time() - t0
+        for m in (warmup, warmup + seconds):
+            if now >= m and m not in marks:
+                marks[m] = (now, picked[0])
+
+    for _ in stream(params, cfg, prompts(), batch_size=batch_size, max_new_tokens=max_new_tokens,
+                    max_prompt_tokens=max_prompt_tokens, eos_ids=tuple(cfg.eos_token_ids), chunk=chunk,
+                    on_tokens=on_tokens):
+        if warmup + seconds in marks:
+            break
+    if warmup + seconds not in marks:
+        raise ValueError("the prompts ran out before the measurement window ended: lower --start or --seconds")
+    (ta, ca), (tb, cb) = marks[warmup], marks[warmup + seconds]
+    return {"tokens": cb - ca, "seconds": round(tb - ta, 1), "tokens_per_s": round((cb - ca) / (tb - ta), 1),
+            "batch_size": batch_size, "chunk": chunk}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m specjax.bench.generation", description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default="smollm2-135m", help="zoo | smollm2-135m | HF directory (default: %(default)s)")
+    ap.add_argument("--start", type=int, default=0, help="first prompt index (default: %(default)s)")
+    ap.add_argument("--warmup", type=float, default=90, help="seconds not counted (default: %(default)s)")
+    ap.add_argument("--seconds", type=float, default=240, help="seconds counted (default: %(default)s)")
+    ap.add_argument("--batch-size", type=int, default=128, help="pool rows (default: %(default)s)")
+    args = ap.parse_args(argv)
+    print(json.dumps(pool_speed(args.target, args.start, args.warmup, args.seconds, args.batch_size)))
+
+
+if __name__ == "__main__":
+    main()
