@@ -23,16 +23,17 @@ def pool_speed(target: str, start: int, warmup: float, seconds: float, batch_siz
     """{"tokens", "seconds", "tokens_per_s"} of the pool between `warmup` and `warmup + seconds`."""
     from specjax.data.train_sources import DEFAULT_WEIGHTS, training_prompts
     from specjax.train.continuous import stream
-    from specjax.train.data import encode_prompt, load_target
+    from specjax.train.data import DataRecipe, encode_prompt, load_target, sampled_every
 
     cfg, params, enc, _ = load_target(target)
     order = training_prompts(dict(DEFAULT_WEIGHTS), 0)
+    every = sampled_every(DataRecipe(target=target))  # the data command's sampled prompts
 
     def prompts():
         for i in range(start, len(order)):
             ids = encode_prompt(enc, order[i].text, max_prompt_tokens)
             if ids:
-                yield i, ids, i % 4 == 3
+                yield i, ids, bool(every) and i % every == every - 1
 
     t0 = time.time()
     marks: dict[float, tuple[float, int]] = {}

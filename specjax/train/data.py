@@ -44,7 +44,7 @@ import numpy as np
 
 from specjax.data.train_sources import DEFAULT_WEIGHTS, SOURCES, TrainPrompt, dump_prompts, training_prompts
 
-__all__ = ["DataRecipe", "PromptEncoder", "TokenShards", "params_sha256", "encode_prompt", "load_target",
+__all__ = ["DataRecipe", "PromptEncoder", "TokenShards", "params_sha256", "encode_prompt", "load_target", "sampled_every",
            "add_arguments", "run", "generate_shards", "load_shards"]
 
 MANIFEST = "manifest.json"
@@ -230,7 +230,8 @@ def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | p
     return manifest
 
 
-def _sampled_every(recipe: DataRecipe) -> int:
+def sampled_every(recipe: DataRecipe) -> int:
+    """k: every k-th prompt (continuous) or batch (batched) is sampled at T = 1; 0: none."""
     return int(round(1 / recipe.sampled_fraction)) if recipe.sampled_fraction > 0 else 0
 
 
@@ -252,7 +253,7 @@ def _batched_shards(cfg, params, enc, recipe, order, cursor, per_shard, bar, chu
     from specjax.models import pad_prompts
     from specjax.sampling import Sampling
 
-    every = _sampled_every(recipe)
+    every = sampled_every(recipe)
     start = cursor
     while start < len(order):
         n = min(per_shard, len(order) - start)
@@ -283,7 +284,7 @@ def _continuous_shards(cfg, params, enc, recipe, order, cursor, per_shard, bar, 
     prompt of it has finished (the pool already works on the next shard's prompts)."""
     from specjax.train.continuous import stream
 
-    every = _sampled_every(recipe)
+    every = sampled_every(recipe)
     encoded: dict[int, list[int] | None] = {}
 
     def prompts():
