@@ -63,7 +63,7 @@ from specjax import zoo
 from specjax.bench.harness import environment, run_benchmark, write_json
 from specjax.bench.methods import parse_method
 from specjax.bench.round_split import domino_split
-from specjax.cli import dataset_prompts
+from specjax.data.datasets import dataset_prompts
 from specjax.decode import generate
 from specjax.models import load_checkpoint, pad_prompts
 from specjax.sampling import Sampling
@@ -83,7 +83,7 @@ OUT = pathlib.Path(os.environ.get("SPECJAX_NOTEBOOK_OUT", "results")) / "domino"
 OUT.mkdir(parents=True, exist_ok=True)
 
 if PROFILE == "gpu":
-    from specjax.cli import smollm2
+    from specjax.pipeline import smollm2
 
     if not zoo.has("smollm2-135m-domino"):
         raise FileNotFoundError("the gpu profile needs a SmolLM2 Domino drafter: train one with `python -m specjax.train "

@@ -71,7 +71,7 @@ from specjax import zoo
 from specjax.bench.harness import environment, run_benchmark, warm_up, write_json
 from specjax.bench.methods import parse_method
 from specjax.bench.round_split import graft_split
-from specjax.cli import dataset_prompts, dataset_texts
+from specjax.data.datasets import dataset_prompts, dataset_texts
 from specjax.decode import generate, generate_ar
 from specjax.drafters.graft import calibrate_thresholds, draft_steps
 from specjax.drafters.retrieval import Template, measured_rank_prior, table_rows_used
@@ -97,7 +97,7 @@ OUT = pathlib.Path(os.environ.get("SPECJAX_NOTEBOOK_OUT", "results")) / "graft"
 OUT.mkdir(parents=True, exist_ok=True)
 
 if PROFILE == "gpu":
-    from specjax.cli import smollm2
+    from specjax.pipeline import smollm2
 
     t_cfg, t_params, encode, _ = smollm2(chat=True)
     prefix, chat, draft = "smollm2-135m", True, None  # no SmolLM2 draft LM: the chain and base=lm rows are skipped

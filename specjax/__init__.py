@@ -22,8 +22,8 @@ Subpackages: `models` (Flax ports), `drafters`, `bench`, `train`, `data`, `zoo`,
 
 from specjax.core import generate_ar_core, generate_core
 from specjax.decode import (GenerateOutput, LoopState, RoundStats, SpeculativeOutput, cache_sizes, generate,
-                            generate_ar, initial_state, speculative_round, verify_tree)
-from specjax.drafters import *  # noqa: F403  (the drafter classes and protocol: specjax.drafters.__all__)
+                            generate_ar, initial_state, speculative_round)
+from specjax.drafters import *
 from specjax.drafters import __all__ as _drafters_all
 from specjax.drafters.registry import Method, method
 from specjax.models import (GPTNeoXConfig, KVCache, LlamaConfig, commit, forward, forward_tapped, init_cache,
@@ -32,18 +32,18 @@ from specjax.pipeline import Completion, Pipeline
 from specjax.sampling import Sampling
 from specjax.tree import (Tree, ancestor_mask, chain_tree, check_tree, node_positions, token_paths, tree_from_lists,
                           tree_from_paths)
-from specjax.verify import WalkResult, chain_rejection, greedy_walk, sampling_walk, walk
+from specjax.verify import TargetPass, WalkResult, chain_rejection, greedy_walk, sampling_walk, verify_tree, walk
 
 __version__ = "0.1.0"
 
 __all__ = [
     "GenerateOutput", "LoopState", "RoundStats", "SpeculativeOutput", "cache_sizes", "generate", "generate_ar",
-    "initial_state", "speculative_round", "verify_tree",
+    "initial_state", "speculative_round",
     "GPTNeoXConfig", "KVCache", "LlamaConfig", "commit", "forward", "forward_tapped", "init_cache", "init_params",
     "load_checkpoint", "pad_prompts", "prefill", "prefill_tapped", "save_checkpoint",
     "Sampling", "Method", "method", "Pipeline", "Completion", "generate_core", "generate_ar_core",
     "Tree", "ancestor_mask", "chain_tree", "check_tree", "node_positions", "token_paths", "tree_from_lists",
     "tree_from_paths",
-    "WalkResult", "chain_rejection", "greedy_walk", "sampling_walk", "walk",
+    "TargetPass", "WalkResult", "chain_rejection", "greedy_walk", "sampling_walk", "verify_tree", "walk",
     *_drafters_all,
 ]

@@ -42,15 +42,16 @@ import jax
 import numpy as np
 
 from specjax import __version__
-from specjax.bench import harness
+from specjax.bench import device, harness
 from specjax.bench.timing import timed_call
 from specjax.data import prompts as P
 from specjax.data.assets import AssetError
-from specjax.data.austen import austen_corpus
+from specjax.data.datasets import DATASETS, dataset_texts
 from specjax.decode import generate, generate_ar
 from specjax.drafters.registry import READERS, describe_readers, forms, markdown_table, method, needs_of
 from specjax.equality import compare_with_ar
 from specjax.models import CheckpointError, pad_prompts
+from specjax.models.model import LAYOUTS, stack_layers, with_layout
 from specjax.pipeline import DEFAULT_METHOD, MODELS, check_source, cut_at_stop, default_method, load_pair
 from specjax.sampling import Sampling
 
@@ -63,7 +64,6 @@ LOAD_ERRORS = (CheckpointError, AssetError, OSError, ValueError, KeyError)
 class UsageError(Exception):
     """A user error: `main` prints ``specjax <command>: error: <message>`` and returns 2."""
 
-
 def _timed(*runs):
     """Per call in `runs`: (output, median seconds over TIMED_RUNS warm calls). Every call is
     compiled and warmed first, then the calls alternate, so drift hits all of them alike."""
@@ -74,12 +74,6 @@ def _timed(*runs):
             outs[i], seconds = timed_call(run)
             times[i].append(seconds)
     return [(out, float(np.median(t))) for out, t in zip(outs, times)]
-
-
-def smollm2(chat: bool = True):
-    """SmolLM2-135M-Instruct (registry GGUF): (cfg, params, encode, decode); encode applies the chat template."""
-    pair = load_pair("smollm2-135m", ())
-    return pair.cfg, pair.params, (lambda text: pair.encode(text, chat)), pair.decode
 
 
 def _model_name(args) -> str:
@@ -155,7 +149,7 @@ def _generate(args) -> int:
     spec, needs, _ = _check_generate(args)
     model = _model_name(args)
     try:
-        pair = load_pair(model, needs, draft=args.draft, **_reader_dirs(args))
+        pair = load_pair(model, needs, draft=args.draft, layout=args.layout, **_reader_dirs(args))
         prompt = args.prompt if args.prompt is not None else _default_prompt(model)
         m = method(spec, pair.cfg, draft=pair.draft, **pair.readers)
     except LOAD_ERRORS as e:
@@ -200,7 +194,7 @@ def _generate(args) -> int:
 
 def _print_generate(report: dict, pair, args) -> None:
     ar, mode = report["ar"], report["sampling"]
-    print(f"target: {pair.cfg.model_type}, {sum(x.size for x in jax.tree.leaves(pair.params)):,} params; "
+    print(f"target: {pair.cfg.model_type}, {sum(x.size for x in jax.tree.leaves(stack_layers(pair.params))):,} params; "
           f"device {jax.devices()[0].platform}; prompt: {report['prompt']!r}")
     print(f"\n[AR {mode}] {ar['tokens']} tokens in {ar['seconds'] * 1e3:.1f} ms (median of {TIMED_RUNS}, "
           f"interleaved) = {ar['tokens_per_s']:.1f} tokens/s")
@@ -216,42 +210,17 @@ def _print_generate(report: dict, pair, args) -> None:
         print(sp["text"])
 
 
-DATASETS = ("wiki", "sharegpt", "austen", "humaneval", "gsm8k", "math500", "mbpp", "mtbench")
-
-
-def dataset_texts(name: str, split: str = "test", austen_chars: int = 2000, chat: bool = False) -> list[str]:
-    """Held-out prompt texts of a dataset (`specjax.data.prompts`): wiki / sharegpt prompts of
-    `split`; Austen: the first `austen_chars` characters of each `split` chapter (a PG-19-like
-    long-fiction set); the evaluation-only sets: their base-model (completion) prompt, or with `chat`
-    the user turn."""
-    if name == "wiki":
-        return [p.prompt for p in P.wiki_prompts(split)]
-    if name == "sharegpt":
-        return [p.prompt for p in P.sharegpt_prompts(split)]
-    if name == "austen":
-        return [text[:austen_chars].rsplit(" ", 1)[0] for text in austen_corpus(split)]
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; available: {DATASETS}")
-    records = getattr(P, f"{name}_prompts")()
-    return [p.prompt if chat else (p.completion_prompt or p.prompt) for p in records]
-
-
-def dataset_prompts(name: str, encode, count: int, length: int, chat: bool = False) -> list[list[int]]:
-    """Token lists of the first `count` held-out prompts of a dataset (`dataset_texts`), each
-    cut to its last `length` tokens (the notebooks' and benchmarks' prompt sets)."""
-    return [encode(t)[-length:] for t in dataset_texts(name, chat=chat)[:count]]
-
-
 def _bench_models(args):
     """(target (cfg, params), draft (cfg, params) or None, {reader kind: (cfg, params) or None} drafters reading
     the target, encode or None, target name, draft name)."""
     if args.random:
         target, draft = harness.random_pair()
+        target = (target[0], with_layout(target[1], args.layout))
         readers, encode, names = dict.fromkeys(READERS), None, ("random-neox-6x256", "random-neox-2x64")
     else:
         model = _model_name(args)
         try:
-            pair = load_pair(model, ("draft", *READERS), draft=args.draft, **_reader_dirs(args))
+            pair = load_pair(model, ("draft", *READERS), draft=args.draft, layout=args.layout, **_reader_dirs(args))
         except LOAD_ERRORS as e:
             raise UsageError(f"cannot load {model}: {e}") from None
         target, draft, readers = (pair.cfg, pair.params), pair.draft, {k: pair.readers.get(k) for k in READERS}
@@ -330,14 +299,16 @@ def _bench(args) -> int:
               "warmup": args.warmup, "counted_prompts": args.prompts - args.warmup,
               "max_new_tokens": args.max_new_tokens, "prompt_width": width,
               "sampling": "greedy" if sampling.greedy else f"temperature {args.temperature}",
-              "eos_ids": list(target[0].eos_token_ids) if args.stop_at_eos else [], "batch": args.batch}
+              "eos_ids": list(target[0].eos_token_ids) if args.stop_at_eos else [], "batch": args.batch,
+              "layout": args.layout}
     extra = describe_readers(readers, {k for m in methods for k in m.needs}) or None
     env = harness.environment(target_name, draft_name, target[1], extra)
     counted = len(prompts) - args.warmup
     print(f"\n{counted} counted prompt{'s' * (counted != 1)} ({source}, {args.warmup} warm-up discarded), "
           f"{args.max_new_tokens} new tokens each, prompt width {width}, {config['sampling']}, batch {args.batch}"
           + (f" ({counted // args.batch} timed calls per method; row tok/s = a row's tokens / its call's time, "
-             f"agg tok/s = all rows' tokens / call time, speedup = agg vs AR's)" if args.batch > 1 else "") + "\n")
+             f"agg tok/s = all rows' tokens / call time, speedup = agg vs AR's)" if args.batch > 1 else "")
+          + f"; the target's layers {args.layout}\n")
     print(harness.format_table(results))
     print("\nenvironment: " + ", ".join(f"{k}={v}" for k, v in env.items()))
     if args.json:
@@ -349,8 +320,6 @@ def _bench(args) -> int:
 
 def _bench_device(args) -> int:
     """`specjax bench-device`: raw device costs on random weights (`specjax.bench.device`)."""
-    from specjax.bench import device
-
     platform = jax.devices()[0].platform
     split = lambda text: tuple(x.strip() for x in text.split(",") if x.strip()) if text else None  # noqa: E731
     try:
@@ -358,7 +327,7 @@ def _bench_device(args) -> int:
         device.check_names(shapes, parts)
         settings = device.Settings.for_platform(platform, dtype=args.dtype, new_tokens=args.new_tokens,
                                                 context=args.context, long_cache=args.long_cache, batch=args.batch, reps=args.reps,
-                                                compile_methods=split(args.methods))
+                                                compile_methods=split(args.methods), layouts=split(args.layouts))
     except ValueError as e:
         raise UsageError(str(e)) from None
     report = device.run(shapes, parts, settings)
@@ -378,6 +347,10 @@ def _source_flags(p: argparse.ArgumentParser, group) -> None:
     for kind, reader in READERS.items():
         p.add_argument(f"--{kind}", metavar="DIR", help=f"{reader.label} drafter directory (default: the zoo's for "
                        f"this model, where one exists)")
+    p.add_argument("--layout", choices=LAYOUTS, default="stacked",
+                   help="the target's layer params: stacked (scanned, one compiled layer), unstacked (one copy "
+                        "per layer: a faster one-token decode step on a CPU, a longer first compile) or dual (both, "
+                        "twice the weight memory: AR steps unstacked, verify forwards stacked) (default: %(default)s)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -445,6 +418,8 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--batch", type=int, help="batch of the AR / verify / compile / round parts (default 1)")
     dev.add_argument("--reps", type=int, help="timed repetitions per figure, medians (default 10)")
     dev.add_argument("--methods", help="compile-part method specs (default ar,chain4,dynatree-p3,ddtree-64)")
+    dev.add_argument("--layouts", help="comma-separated layer layouts of the target timed by ar, verify, compile and "
+                                       "round: stacked, unstacked, dual (default: all on CPU, stacked elsewhere)")
     dev.add_argument("--json", help="write settings, environment, units and every figure here")
     return parser
 

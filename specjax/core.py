@@ -5,8 +5,8 @@
 prompts once to check their values (lengths, token ids, positions), accept convenient forms
 (lists of prompts, one prompt), place sharded inputs and size programs to share compiles
 (`reserve_new_tokens`). The cores here do none of the host work and read no array values: they
-take the canonical arrays and run the same loop (`decode._generate_ar_entry` /
-`decode._generate_entry`), so with the same inputs they return the same tokens as the front
+take the canonical arrays and run the same loop (`decode.generate_ar_entry` /
+`decode.generate_entry`), so with the same inputs they return the same tokens as the front
 functions. Both fronts are traceable as well: under a transformation they check shapes and
 dtypes only (`specjax.inputs.validate_prompts`).
 
@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.decode import GenerateOutput, SpeculativeOutput, _generate_ar_entry, _generate_entry, cache_sizes
+from specjax.decode import GenerateOutput, SpeculativeOutput, cache_sizes, generate_ar_entry, generate_entry
 from specjax.inputs import as_eos_ids, check_prompt_shapes, check_static_args
 from specjax.models.cache import check_capacity, init_cache
 from specjax.models.model import ModelConfig
@@ -88,7 +88,7 @@ def generate_ar_core(params, cfg: ModelConfig, tokens: jax.Array, prompt_lengths
     slots = t + max_new_tokens if cache_slots is None else cache_slots
     check_capacity(np.zeros(b), t + max_new_tokens, slots, what="prompt + max_new_tokens")
     cache = init_cache(cfg, b, slots, cache_dtype or jax.tree.leaves(params)[0].dtype)
-    return _generate_ar_entry(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens,
+    return generate_ar_entry(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens,
                               _eos_set(cfg, eos_ids), sampling, pad_id, matmul_precision)
 
 
@@ -107,5 +107,5 @@ def generate_core(params, cfg: ModelConfig, drafter, draft_params, tokens: jax.A
                                         pad_id, matmul_precision)
     drafter.validate(cfg)
     num_slots, reserve = cache_sizes(drafter, tokens.shape[1], max_new_tokens)
-    return _generate_entry(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens,
+    return generate_entry(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens,
                            _eos_set(cfg, eos_ids), sampling, pad_id, num_slots, reserve, matmul_precision)

@@ -17,8 +17,8 @@ are mostly far below their budget; the walk results do not depend on the width, 
 draws do). Not combinable with chain rejection.
 
 Public pieces: `generate` / `generate_ar`; `speculative_round` (one round over a
-`LoopState`, what the while loop runs) and `verify_tree` (target forward over a tree ->
-walk, with features and top-k), for users who drive rounds themselves. Inside your own
+`LoopState`, what the while loop runs; its verification is `specjax.verify.verify_tree`),
+for users who drive rounds themselves. Inside your own
 `jax.jit` / `jax.vmap`: `specjax.core` (`generate_core` / `generate_ar_core`, no host work);
 `generate` / `generate_ar` trace too, checking shapes only (`specjax.inputs.validate_prompts`).
 """
@@ -37,19 +37,19 @@ from typing import Any
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.inputs import check_generate_args, is_traced, validate_prompts
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache
-from specjax.models.model import ModelConfig, _prefill_unchecked, forward, forward_tapped, prefill_tapped
-from specjax.ops import device_widths, switch_on_width
-from specjax.ops import top_k as top_k_op
+from specjax.models.model import ModelConfig, forward, outer_params, prefill_tapped, prefill_unchecked
 from specjax.numerics import DEFAULT_PRECISION, decode_compiler_options, matmul_scope
+from specjax.ops import device_widths
+from specjax.ops import top_k as top_k_op
 from specjax.sampling import Sampling
 from specjax.sharding import init_cache_on, mesh_of, replicate
-from specjax.tree import Tree, ancestor_mask, node_positions, tree_depth
-from specjax.verify import WalkResult, chain_rejection, sample_targets, walk
+from specjax.tree import tree_depth
+from specjax.verify import verify_tree
 
 __all__ = [
     "cache_sizes", "eos_table", "finish", "generate", "generate_ar", "GenerateOutput", "initial_state", "is_eos",
-    "LoopState", "pick_token", "RoundStats", "speculative_round", "SpeculativeOutput", "target_layers", "TargetPass",
-    "validate_prompts", "verify_tree",
+    "LoopState", "pick_token", "RoundStats", "speculative_round", "SpeculativeOutput", "target_layers",
+    "validate_prompts",
 ]
 
 
@@ -105,14 +105,14 @@ _AR_JIT = dict(static_argnames=("cfg", "max_new_tokens", "sampling", "pad_id", "
                donate_argnames=("cache",))
 
 
-def _generate_ar_entry(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos, sampling, pad_id,
+def generate_ar_entry(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos, sampling, pad_id,
                        matmul_precision=DEFAULT_PRECISION, stop=None):
     with matmul_scope(matmul_precision):
         return _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos, sampling,
                                  pad_id, stop)
 
 
-_generate_ar = jax.jit(_generate_ar_entry, **_AR_JIT)
+_generate_ar = jax.jit(generate_ar_entry, **_AR_JIT)
 
 
 def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos, sampling, pad_id,
@@ -122,7 +122,7 @@ def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_t
     b = tokens.shape[0]
     limit = max_new_tokens if stop is None else stop
     key = jax.random.key(0) if key is None else key
-    _, last, cache = _prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precision=None)
+    _, last, cache = prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precision=None)
     key, sub = jax.random.split(key)
     first = pick_token(last, sub, sampling)
     out = jnp.full((b, max_new_tokens), pad_id, jnp.int32).at[:, 0].set(first)
@@ -191,7 +191,7 @@ def generate_ar(
     cache = init_cache_on(mesh, cfg, b, slots, dtype)
     eos = eos_table(cfg.eos_token_ids if eos_ids is None else eos_ids, mesh)
     traced = is_traced(params, tokens, prompt_lengths, key)  # under jit / vmap: no donation (vmap broadcasts it)
-    run = _entry_point(_generate_ar, _generate_ar_entry, cfg, donate=not traced)
+    run = _entry_point(_generate_ar, generate_ar_entry, cfg, donate=not traced)
     out = run(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32), cache, key,
               buffer, eos, sampling, pad_id, matmul_precision, stop=_stop_bound(max_new_tokens, mesh))
     return out if buffer == max_new_tokens else out.replace(tokens=out.tokens[:, :max_new_tokens])
@@ -281,89 +281,6 @@ class LoopState:
     key: jax.Array
 
 
-@struct.dataclass
-class TargetPass:
-    """What one verification forward produced (before the commit; N = tree budget, D = max_depth).
-
-    Fields:
-      result: `WalkResult` over the tree (path_slots int32[B, D+1], root first).
-      cache: the target `KVCache` with the block's K/V written in the pending slots, `lengths` unchanged.
-      features: [B, D+1, n, E] target features (n tapped layers, E = hidden size, params dtype) of the path slots
-        (root first), or None when no feature layers were asked for.
-      top_ids: int32[B, N+1, k] top-k tokens of the target logits at every slot (0 = root), descending;
-        slots past the verified width hold -1; None if k = 0.
-      top_logits: f32[B, N+1, k] the matching logits; -inf past the verified width; None if k = 0.
-    """
-
-    result: WalkResult
-    cache: KVCache
-    features: jax.Array | None = None
-    top_ids: jax.Array | None = None
-    top_logits: jax.Array | None = None
-
-
-def verify_tree(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KVCache, key: jax.Array,
-                sampling: Sampling, *, max_depth: int, draft_probs: jax.Array | None = None, rejection: bool = False,
-                feature_layers: tuple[int, ...] = (), top_k: int = 0, widths: tuple[int, ...] | None = None,
-                active: jax.Array | None = None) -> TargetPass:
-    """One target forward over [root, tree] with the ancestor mask, then the walk.
-
-    tree: Tree [B, N]; root int32[B] at position cache.lengths. Greedy walk at T = 0; at
-    T > 0 chain rejection when `rejection` (draft_probs f32[B, N, V] required), else the
-    lossless sampling walk. `widths` (static, ascending, ending at N): verify only the
-    smallest prefix of the tree slots holding every valid node of the `active` rows.
-    The width branch runs the forward and reduces its logits to what the rest needs, padded
-    to N + 1 slots (a target token per slot, the features of `feature_layers`, the top-k),
-    so every output has a static shape; the walk runs once, after the branch.
-    Nothing is committed: `commit(pass.cache, pass.result.path_slots, n)` does that.
-    """
-    b, budget = tree.tokens.shape
-    widths = (budget,) if widths is None else tuple(widths)
-    active = jnp.ones((b,), bool) if active is None else active
-    walked = sampling.greedy or not rejection  # else chain rejection, which needs the logits
-
-    def run(width, cache, tree, draft_probs):
-        # Only the width-dependent work is in the branch (the forward and what reads its
-        # logits); the walk runs once after the switch, on the slot targets padded to N + 1
-        # (one compiled walk instead of one per width: issue 16 item 5).
-        sub = jax.tree.map(lambda x: x[:, :width], tree)
-        block = jnp.concatenate([root[:, None], sub.tokens], axis=1)  # [B, width+1]
-        logits, cache, feats = forward_tapped(params, cfg, block, node_positions(sub, cache.lengths),
-                                              ancestor_mask(sub, max_depth), cache, feature_layers)
-        pad = ((0, 0), (0, budget - width))
-        if sampling.greedy:  # greedy walk: the target's argmax per slot, [B, N+1] (past width + 1: unread)
-            out = jnp.pad(jnp.argmax(logits, axis=-1).astype(jnp.int32), pad)
-        elif rejection:  # the full width only (checked below): the result itself
-            out = chain_rejection(sub.tokens, draft_probs, logits, key, sampling.temperature, sampling.top_k,
-                                  sampling.top_p)
-        else:  # the lossless sampling walk: one sample of the processed target per slot
-            out = jnp.pad(sample_targets(logits, key, sampling.temperature, sampling.top_k, sampling.top_p), pad)
-        feats = jnp.pad(feats, pad + ((0, 0),) * (feats.ndim - 2)) if feature_layers else None  # [B, N+1, n, E]
-        top_ids = top_logits = None
-        if top_k:
-            vals, ids = top_k_op(logits, top_k)  # [B, width+1, k]
-            top_ids = jnp.pad(ids.astype(jnp.int32), pad + ((0, 0),), constant_values=-1)
-            top_logits = jnp.pad(vals, pad + ((0, 0),), constant_values=-jnp.inf)
-        return out, jnp.int32(width), cache, feats, top_ids, top_logits
-
-    if rejection and len(widths) > 1:
-        raise ValueError("chain rejection needs the full width (its draft probs and results have it)")
-    # Slots past the last valid node of every row are dead weight: verify at the smallest
-    # static width that holds them (parents precede children, so a prefix of the slots is a tree).
-    extent = jnp.max(jnp.where(tree.valid & active[:, None], jnp.arange(1, budget + 1)[None], 0))
-    out, width, cache, feats, top_ids, top_logits = switch_on_width(extent, widths, run, (cache, tree, draft_probs))
-    if walked:
-        # The verified prefix only: an inactive row may hold valid nodes past `width`.
-        valid = tree.valid & (jnp.arange(budget)[None] < width)
-        result = walk(tree.replace(valid=valid), out, max_depth)
-    else:
-        result = out
-    features = None
-    if feature_layers:
-        features = jnp.take_along_axis(feats, result.path_slots[:, :, None, None], axis=1)  # [B, D+1, n, E]
-    return TargetPass(result=result, cache=cache, features=features, top_ids=top_ids, top_logits=top_logits)
-
-
 def speculative_round(params, cfg: ModelConfig, drafter, state: LoopState, *, max_new_tokens: int | jax.Array,
                       eos_ids: tuple[int, ...] | jax.Array, sampling: Sampling) -> LoopState:
     """One round of the loop: propose -> `verify_tree` -> keep -> commit -> observe -> emit.
@@ -440,7 +357,7 @@ def initial_state(params, cfg: ModelConfig, drafter, draft_params, tokens: jax.A
     key, sub = jax.random.split(key)
     root = pick_token(last, sub, sampling)
     context = PromptContext(features=features if layers else None,
-                            target_params={k: v for k, v in params.items() if k != "layers"},
+                            target_params=outer_params(params),
                             top_ids=top_k_op(logits, topk)[1].astype(jnp.int32) if topk else None)
     dstate = drafter.init(draft_params, tokens, prompt_lengths, reserve, context)
     count = jnp.ones((b,), jnp.int32)
@@ -468,14 +385,14 @@ _SPEC_JIT = dict(static_argnames=("cfg", "drafter", "max_new_tokens", "sampling"
                                   "reserve", "matmul_precision"))
 
 
-def _generate_entry(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos,
+def generate_entry(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos,
                     sampling, pad_id, num_slots, reserve, matmul_precision=DEFAULT_PRECISION, stop=None):
     with matmul_scope(matmul_precision):  # target and drafter, prefill, verify and decode: one policy
         return _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens,
                               eos, sampling, pad_id, num_slots, reserve, stop)
 
 
-_generate = jax.jit(_generate_entry, **_SPEC_JIT)
+_generate = jax.jit(generate_entry, **_SPEC_JIT)
 
 
 @functools.cache
@@ -483,7 +400,7 @@ def _compiled_with(entry, options: tuple[tuple[str, object], ...], donate: bool 
     """`entry` jitted with XLA `options` (specjax.numerics.decode_compiler_options): one jit
     object per option set, so each keeps its own compile cache. `donate=False`: without
     donating the cache (under `jax.vmap` it is broadcast, and a donated one would go unused)."""
-    jit_args = dict(_AR_JIT if entry is _generate_ar_entry else _SPEC_JIT)
+    jit_args = dict(_AR_JIT if entry is generate_ar_entry else _SPEC_JIT)
     if not donate:
         jit_args.pop("donate_argnames", None)
     return jax.jit(entry, compiler_options=dict(options), **jit_args)
@@ -561,7 +478,7 @@ def generate(
     num_slots, reserve = cache_sizes(drafter, tokens.shape[1], max_new_tokens, reserve_new_tokens)
     mesh = mesh_of(params, tokens)
     eos = eos_table(cfg.eos_token_ids if eos_ids is None else eos_ids, mesh)
-    run = _entry_point(_generate, _generate_entry, cfg)
+    run = _entry_point(_generate, generate_entry, cfg)
     out = run(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, reserve, eos, sampling, pad_id,
               num_slots, reserve, matmul_precision, stop=_stop_bound(max_new_tokens, mesh))
     if reserve == max_new_tokens:

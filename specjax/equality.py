@@ -34,6 +34,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.models import init_cache, pad_prompts, prefill
+
 __all__ = ["Agreement", "ar_logits", "compare_with_ar", "count", "near_tie_eps", "UNIT_ROUNDOFF"]
 
 # unit roundoff of the arithmetic the logits come from (TF32 keeps 10 mantissa bits; bf16x3 ~ f32)
@@ -85,8 +87,6 @@ class Agreement:
 
 def ar_logits(params, cfg, sequence, matmul_precision: str = "highest") -> np.ndarray:
     """AR's float32 logits f64[V] for the token after `sequence` (a plain prefill)."""
-    from specjax.models import init_cache, pad_prompts, prefill
-
     tokens, lengths = pad_prompts([list(sequence)])
     dtype = jax.tree.leaves(params)[0].dtype
     logits, _, _ = prefill(params, cfg, tokens, lengths, init_cache(cfg, 1, tokens.shape[1], dtype),

@@ -22,19 +22,22 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tokenizers import Tokenizer
 
 from specjax import zoo
 from specjax.data.assets import fetch
 from specjax.decode import generate, generate_ar
+from specjax.drafters.protocol import CarriesOver
 from specjax.drafters.registry import READERS, Method, needs_of
 from specjax.drafters.registry import method as build_method
 from specjax.inputs import pad_prompts
 from specjax.models import load_checkpoint
 from specjax.models.gguf import load_gguf
+from specjax.models.model import LAYOUTS, with_layout
 from specjax.sampling import Sampling
 
 __all__ = ["DEFAULT_METHOD", "MODELS", "Completion", "Pair", "Pipeline", "check_source", "cut_at_stop",
-           "default_method", "load_pair"]
+           "default_method", "load_pair", "smollm2"]
 
 # The fastest method on the embedded pair in a same-run benchmark (docs/results.md).
 DEFAULT_METHOD = "ddtree-8"
@@ -131,8 +134,12 @@ class Pair:
 
 
 def load_pair(model: str = "zoo", needs: Sequence[str] = ("draft", *READERS), *, draft=None, dtype=jnp.float32,
-              **readers) -> Pair:
-    """Load `model` (see `check_source`) with those of `needs` ("draft", reader kinds) it has."""
+              layout: str = "stacked", **readers) -> Pair:
+    """Load `model` (see `check_source`) with those of `needs` ("draft", reader kinds) it has.
+    layout: the target's layer layout (`specjax.models.model.LAYOUTS`: on a CPU "unstacked" runs
+    one-token decode steps faster and compiles longer, "dual" keeps both for AR and verify forwards)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layer layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
     where = check_source(model, draft, **readers)
     if model == "zoo":
         cfg, params, tok = zoo.load("tiny-neox-target", dtype)
@@ -141,13 +148,18 @@ def load_pair(model: str = "zoo", needs: Sequence[str] = ("draft", *READERS), *,
         cfg, params, tok = load_gguf(fetch("smollm2_135m_instruct_q4_1"))
         prefix = ()
     else:
-        from tokenizers import Tokenizer
-
         tok = Tokenizer.from_file(str(Path(model) / "tokenizer.json"))
         cfg, params = load_checkpoint(model, dtype)
         prefix = ()
     loaded = {k: _load_from(where[k], dtype) for k in needs if k in where}
-    return Pair(model, cfg, params, tok, prefix, loaded.pop("draft", None), loaded)
+    return Pair(model, cfg, with_layout(params, layout), tok, prefix, loaded.pop("draft", None), loaded)
+
+
+def smollm2(chat: bool = True, layout: str = "stacked"):
+    """SmolLM2-135M-Instruct (registry GGUF) as (cfg, params, encode, decode); `encode` applies the chat
+    template when `chat` (the notebooks' way in; `load_pair("smollm2-135m")` is the same model)."""
+    pair = load_pair("smollm2-135m", (), layout=layout)
+    return pair.cfg, pair.params, (lambda text: pair.encode(text, chat)), pair.decode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,12 +211,13 @@ class Pipeline:
 
     @classmethod
     def load(cls, model: str = "zoo", method: str | None = None, *, draft=None, dtype=jnp.float32,
-             **readers) -> Pipeline:
+             layout: str = "stacked", **readers) -> Pipeline:
         """Load `model` and build `method` for it (default: `default_method` of what the model has).
 
         model: "zoo", "smollm2-135m" or an HF checkpoint directory; method: a method string such as
         "ddtree-8", "eagle3", "chain4", "ar"; draft: a draft LM directory; readers: dflash= / eagle3= /
-        domino= directories of trained drafters (default: the zoo's for a named model). Raises
+        domino= directories of trained drafters (default: the zoo's for a named model); layout: the
+        target's layer layout (`specjax.models.model.LAYOUTS`: "unstacked" / "dual" decode faster on a CPU). Raises
         ValueError, before loading weights, when the method needs a model that is not there.
         """
         available = check_source(model, draft, **readers)
@@ -215,7 +228,7 @@ class Pipeline:
             what = {"draft": "a draft LM (draft=DIR)", **{k: f"{r.what} ({k}=DIR)" for k, r in READERS.items()}}
             raise ValueError(f"method {spec!r} needs {', '.join(what[k] for k in missing)}; model {model!r} has "
                              f"none: pass it, or choose another method")
-        pair = load_pair(model, needs, draft=draft, dtype=dtype, **readers)
+        pair = load_pair(model, needs, draft=draft, dtype=dtype, layout=layout, **readers)
         return cls(pair, build_method(spec, pair.cfg, draft=pair.draft, **pair.readers))
 
     def generate(self, prompts: str | Sequence[str], max_new_tokens: int = 64, *, temperature: float = 0.0,
@@ -263,7 +276,7 @@ class Pipeline:
                 out = generate(self.pair.params, self.pair.cfg, self.method.drafter, params, tokens, lengths, n,
                                sampling=sampling, key=sub, eos_ids=eos_ids, reserve_new_tokens=step)
                 row_rounds = np.asarray(out.stats.num_rounds)
-                if getattr(self.method.drafter, "carry_over", None) is not None:
+                if isinstance(self.method.drafter, CarriesOver):
                     params = self.method.drafter.carry_over(params, out.draft_state)
             got, counts = np.asarray(out.tokens), np.asarray(out.num_tokens)
             for b in range(len(ids)):

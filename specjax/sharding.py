@@ -66,6 +66,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from specjax.models.cache import KVCache, init_cache
 from specjax.models.gpt_neox import GPTNeoXConfig
 from specjax.models.llama import LlamaConfig
+from specjax.models.model import stack_layers
 
 DATA, MODEL = "data", "model"
 _ = None  # a replicated dimension, for the rule tables below
@@ -189,7 +190,9 @@ def param_specs(params: dict, cfg, mesh: Mesh) -> dict:
 
 
 def shard_params(params: dict, cfg, mesh: Mesh) -> dict:
-    """The target params placed tensor-parallel on `mesh` (`param_specs`), replicated over "data"."""
+    """The target params placed tensor-parallel on `mesh` (`param_specs`), replicated over "data"
+    (in the stacked layout: unstacked params, `specjax.models.model.unstack_layers`, are stacked first)."""
+    params = stack_layers(params)
     shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), param_specs(params, cfg, mesh),
                              is_leaf=lambda x: isinstance(x, P))
     return jax.device_put(params, shardings)  # each device receives only its shards

@@ -11,12 +11,14 @@ token after the root; index i + 1 = node i). This module turns them into a `Walk
   * `chain_rejection` -- Leviathan-style rejection sampling of a chain drafted with known
                          draft probabilities (proofs/chain_rejection.md).
   * `walk`            -- the shared pointer chase given one target token per slot.
-  * `process_logits`, `target_probs` -- temperature / top-k / top-p processing; the
-                         sampling methods are lossless w.r.t. this processed distribution.
+The sampling methods are lossless w.r.t. the processed target distribution of
+`specjax.sampling.process_logits` (temperature / top-k / top-p).
 
 All functions are batched, static-shape and jit-able; the only loop is a
 `lax.while_loop` over depth (<= max_depth) with a vectorised child match per step.
 The cache commit is then `commit(cache, result.path_slots, result.num_accepted + 1)`.
+`verify_tree` is the whole verification of a round: the target forward over [root, tree]
+(`tree_forward`, at the smallest static width holding the tree) and the walk.
 
 Randomness: the `key` given to a sampling verifier must be independent of everything
 the drafter used to build the tree (split it off before drafting, never reuse it).
@@ -30,15 +32,18 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.tree import Tree, match_child
+from specjax.models.cache import KVCache
+from specjax.models.model import ModelConfig, forward_tapped
+from specjax.ops import switch_on_width
+from specjax.ops import top_k as top_k_op
+from specjax.sampling import Sampling, process_logits, sampling_settings, target_probs
+from specjax.tree import Tree, ancestor_mask, match_child, node_positions
 
 __all__ = [
-    "chain_rejection", "greedy_walk", "process_logits", "sample_targets", "sampling_walk", "target_probs", "walk",
+    "chain_rejection", "greedy_walk", "sample_targets", "sampling_walk", "TargetPass", "tree_forward", "verify_tree",
+    "walk",
     "WalkResult",
 ]
-
-_NEG_INF = -jnp.inf
-
 
 @struct.dataclass
 class WalkResult:
@@ -71,71 +76,6 @@ class WalkResult:
         """int32[B, D+1]: accepted tokens followed by the bonus (num_accepted + 1 valid)."""
         toks = jnp.concatenate([self.accepted_tokens, jnp.zeros_like(self.bonus[:, None])], axis=1)
         return toks.at[jnp.arange(toks.shape[0]), self.num_accepted].set(self.bonus)
-
-
-# ----------------------------------------------------------------------------------------
-# Logit processing
-# ----------------------------------------------------------------------------------------
-
-
-def _per_row(x, ndim: int, dtype) -> jax.Array:
-    """Scalar or [B] parameter -> array broadcastable against [B, ..., V] (ndim dims)."""
-    x = jnp.asarray(x, dtype)
-    return x.reshape(x.shape + (1,) * (ndim - x.ndim))
-
-
-def _unpack(temperature, top_k, top_p):
-    """A `specjax.sampling.Sampling` in the temperature slot stands for all three settings."""
-    if hasattr(temperature, "temperature") and hasattr(temperature, "top_p"):
-        if top_k is not None or top_p is not None:
-            raise ValueError("pass either a Sampling or temperature / top_k / top_p, not both")
-        return temperature.temperature, temperature.top_k, temperature.top_p
-    return temperature, top_k, top_p
-
-
-def process_logits(logits: jax.Array, temperature, top_k=None, top_p=None) -> jax.Array:
-    """Temperature, then top-k, then top-p (nucleus); removed tokens get -inf.
-
-    logits f32[B, ..., V]; temperature, top_k, top_p: Python scalars or arrays of shape
-    [B] (per row), or one `Sampling` in place of all three (the convention of `generate`;
-    every verifier below takes either). Returns f32[B, ..., V] whose softmax is the
-    processed target.
-
-    * temperature == 0: greedy; only the (first) argmax keeps a finite logit (0).
-    * top_k: keep the tokens whose logit is >= the k-th largest (ties at the boundary are
-      kept); k <= 0 or k >= V disables it. None skips it (no sort).
-    * top_p: on the distribution left after temperature and top-k, keep the smallest
-      prefix of the descending order whose mass reaches top_p, i.e. token j is kept iff
-      the mass strictly before it is < top_p (ties with the last kept probability are
-      kept); top_p >= 1 disables it. None skips it.
-    """
-    temperature, top_k, top_p = _unpack(temperature, top_k, top_p)
-    logits = logits.astype(jnp.float32)
-    nd, v = logits.ndim, logits.shape[-1]
-    t = _per_row(temperature, nd, jnp.float32)
-    greedy = t <= 0
-    x = logits / jnp.where(greedy, 1.0, t)
-    if top_k is not None:
-        k = _per_row(top_k, nd, jnp.int32)
-        desc = -jnp.sort(-x, axis=-1)
-        kth = jnp.take_along_axis(desc, jnp.broadcast_to(jnp.clip(k - 1, 0, v - 1), desc.shape[:-1] + (1,)), axis=-1)
-        on = (k > 0) & (k < v)
-        x = jnp.where(on & (x < kth), _NEG_INF, x)
-    if top_p is not None:
-        p = _per_row(top_p, nd, jnp.float32)
-        probs = jax.nn.softmax(x, axis=-1)
-        desc = -jnp.sort(-probs, axis=-1)
-        before = jnp.cumsum(desc, axis=-1) - desc  # mass strictly before each sorted entry
-        count = jnp.maximum(jnp.sum(before < p, axis=-1, keepdims=True), 1)
-        threshold = jnp.take_along_axis(desc, count - 1, axis=-1)
-        x = jnp.where((p < 1.0) & (probs < threshold), _NEG_INF, x)
-    hard = jnp.where(jnp.arange(v) == jnp.argmax(logits, axis=-1, keepdims=True), 0.0, _NEG_INF)
-    return jnp.where(greedy, hard, x)
-
-
-def target_probs(logits: jax.Array, temperature, top_k=None, top_p=None) -> jax.Array:
-    """Processed target distribution f32[B, ..., V] (softmax of `process_logits`)."""
-    return jax.nn.softmax(process_logits(logits, temperature, top_k, top_p), axis=-1)
 
 
 # ----------------------------------------------------------------------------------------
@@ -247,7 +187,7 @@ def chain_rejection(
     token equals the target argmax, bonus = argmax. Result as `walk`, with
     path_slots = 0, 1, ..., num_accepted (then padding) and max_depth K.
     """
-    temperature, top_k, top_p = _unpack(temperature, top_k, top_p)
+    temperature, top_k, top_p = sampling_settings(temperature, top_k, top_p)
     b, k = draft_tokens.shape
     draft_tokens = draft_tokens.astype(jnp.int32)
     idx = jnp.arange(k)
@@ -282,3 +222,101 @@ def chain_rejection(
     return WalkResult(path_slots=path.astype(jnp.int32), num_accepted=num,
                       accepted_tokens=jnp.where(kept, draft_tokens, 0), bonus=bonus)
 
+
+# ----------------------------------------------------------------------------------------
+# The target's pass over a tree
+# ----------------------------------------------------------------------------------------
+
+
+def tree_forward(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KVCache,
+                 feature_layers: tuple[int, ...] = (), max_depth: int | None = None, mask: jax.Array | None = None,
+                 positions: jax.Array | None = None):
+    """The target forward over the block [root, tree]: int32[B, N+1] at positions lengths + depth
+    (`node_positions`), each slot attending to its ancestors (`ancestor_mask`; both may be given
+    precomputed). Returns `forward_tapped`'s (logits f32[B, N+1, V], cache with the block's K/V in
+    the pending slots, features [B, N+1, n, E])."""
+    block = jnp.concatenate([root[:, None], tree.tokens], axis=1)  # [B, N+1]
+    mask = ancestor_mask(tree, max_depth) if mask is None else mask
+    positions = node_positions(tree, cache.lengths) if positions is None else positions
+    return forward_tapped(params, cfg, block, positions, mask, cache, feature_layers)
+
+
+@struct.dataclass
+class TargetPass:
+    """What one verification forward produced (before the commit; N = tree budget, D = max_depth).
+
+    Fields:
+      result: `WalkResult` over the tree (path_slots int32[B, D+1], root first).
+      cache: the target `KVCache` with the block's K/V written in the pending slots, `lengths` unchanged.
+      features: [B, D+1, n, E] target features (n tapped layers, E = hidden size, params dtype) of the path slots
+        (root first), or None when no feature layers were asked for.
+      top_ids: int32[B, N+1, k] top-k tokens of the target logits at every slot (0 = root), descending;
+        slots past the verified width hold -1; None if k = 0.
+      top_logits: f32[B, N+1, k] the matching logits; -inf past the verified width; None if k = 0.
+    """
+
+    result: WalkResult
+    cache: KVCache
+    features: jax.Array | None = None
+    top_ids: jax.Array | None = None
+    top_logits: jax.Array | None = None
+
+
+def verify_tree(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KVCache, key: jax.Array,
+                sampling: Sampling, *, max_depth: int, draft_probs: jax.Array | None = None, rejection: bool = False,
+                feature_layers: tuple[int, ...] = (), top_k: int = 0, widths: tuple[int, ...] | None = None,
+                active: jax.Array | None = None) -> TargetPass:
+    """One target forward over [root, tree] with the ancestor mask, then the walk.
+
+    tree: Tree [B, N]; root int32[B] at position cache.lengths. Greedy walk at T = 0; at
+    T > 0 chain rejection when `rejection` (draft_probs f32[B, N, V] required), else the
+    lossless sampling walk. `widths` (static, ascending, ending at N): verify only the
+    smallest prefix of the tree slots holding every valid node of the `active` rows.
+    The width branch runs the forward and reduces its logits to what the rest needs, padded
+    to N + 1 slots (a target token per slot, the features of `feature_layers`, the top-k),
+    so every output has a static shape; the walk runs once, after the branch.
+    Nothing is committed: `commit(pass.cache, pass.result.path_slots, n)` does that.
+    """
+    b, budget = tree.tokens.shape
+    widths = (budget,) if widths is None else tuple(widths)
+    active = jnp.ones((b,), bool) if active is None else active
+    walked = sampling.greedy or not rejection  # else chain rejection, which needs the logits
+
+    def run(width, cache, tree, draft_probs):
+        # Only the width-dependent work is in the branch (the forward and what reads its
+        # logits); the walk runs once after the switch, on the slot targets padded to N + 1
+        # (one compiled walk instead of one per width: issue 16 item 5).
+        sub = jax.tree.map(lambda x: x[:, :width], tree)
+        logits, cache, feats = tree_forward(params, cfg, sub, root, cache, feature_layers, max_depth)
+        pad = ((0, 0), (0, budget - width))
+        if sampling.greedy:  # greedy walk: the target's argmax per slot, [B, N+1] (past width + 1: unread)
+            out = jnp.pad(jnp.argmax(logits, axis=-1).astype(jnp.int32), pad)
+        elif rejection:  # the full width only (checked below): the result itself
+            out = chain_rejection(sub.tokens, draft_probs, logits, key, sampling.temperature, sampling.top_k,
+                                  sampling.top_p)
+        else:  # the lossless sampling walk: one sample of the processed target per slot
+            out = jnp.pad(sample_targets(logits, key, sampling.temperature, sampling.top_k, sampling.top_p), pad)
+        feats = jnp.pad(feats, pad + ((0, 0),) * (feats.ndim - 2)) if feature_layers else None  # [B, N+1, n, E]
+        top_ids = top_logits = None
+        if top_k:
+            vals, ids = top_k_op(logits, top_k)  # [B, width+1, k]
+            top_ids = jnp.pad(ids.astype(jnp.int32), pad + ((0, 0),), constant_values=-1)
+            top_logits = jnp.pad(vals, pad + ((0, 0),), constant_values=-jnp.inf)
+        return out, jnp.int32(width), cache, feats, top_ids, top_logits
+
+    if rejection and len(widths) > 1:
+        raise ValueError("chain rejection needs the full width (its draft probs and results have it)")
+    # Slots past the last valid node of every row are dead weight: verify at the smallest
+    # static width that holds them (parents precede children, so a prefix of the slots is a tree).
+    extent = jnp.max(jnp.where(tree.valid & active[:, None], jnp.arange(1, budget + 1)[None], 0))
+    out, width, cache, feats, top_ids, top_logits = switch_on_width(extent, widths, run, (cache, tree, draft_probs))
+    if walked:
+        # The verified prefix only: an inactive row may hold valid nodes past `width`.
+        valid = tree.valid & (jnp.arange(budget)[None] < width)
+        result = walk(tree.replace(valid=valid), out, max_depth)
+    else:
+        result = out
+    features = None
+    if feature_layers:
+        features = jnp.take_along_axis(feats, result.path_slots[:, :, None, None], axis=1)  # [B, D+1, n, E]
+    return TargetPass(result=result, cache=cache, features=features, top_ids=top_ids, top_logits=top_logits)

@@ -314,7 +314,7 @@ def check_train():
     """The training loop on a mesh = on one device: 3 steps, every logged loss and every param leaf."""
     import tempfile
 
-    from specjax.drafters.dflash import target_outer
+    from specjax.models.dflash_net import target_outer
     from specjax.train import dflash as TD, eagle3 as TE
     from specjax.train.loop import TrainSet, train
     from specjax.train.vocab import vocab_tables

@@ -354,8 +354,8 @@ def test_sharegpt_counts_and_splits(asset_cache):
     test = P.sharegpt_prompts("test")
     assert 400 <= len(test) <= 1200
     assert [r.id for r in test] == [r.id for r in P.sharegpt_prompts("test")]
-    train_first = {P._normalise(p.prompt) for p in P.sharegpt_prompts("train")}
-    assert not any(P._normalise(r.prompt) in train_first for r in test + P.sharegpt_prompts("valid"))
+    train_first = {P.normalise(p.prompt) for p in P.sharegpt_prompts("train")}
+    assert not any(P.normalise(r.prompt) in train_first for r in test + P.sharegpt_prompts("valid"))
     corpus = P.sharegpt_corpus("train")
     assert len(corpus) == len(convs["train"]) and corpus[0].startswith(("User: ", "Assistant: ", "System: "))
 

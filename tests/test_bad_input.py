@@ -272,7 +272,7 @@ BAD = [
 ]
 
 
-ENTRY_POINTS = ("_generate_entry", "_generate_ar_entry", "_prefill_unchecked")  # the programs a bad call must not reach
+ENTRY_POINTS = ("generate_entry", "generate_ar_entry", "prefill_unchecked")  # the programs a bad call must not reach
 
 
 @pytest.mark.parametrize("case", BAD, ids=[b.id for b in BAD])

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from specjax.bench import harness
-from specjax.equality import Agreement
 from specjax.bench.methods import Method, parse_method
 from specjax.drafters.chain import ChainDrafter
 from specjax.drafters.dynatree import DynaTreeDrafter
 from specjax.drafters.fixed_tree import FixedTreeDrafter
+from specjax.equality import Agreement
 from specjax.models import GPTNeoXConfig, init_params
 
 TARGET = GPTNeoXConfig(vocab_size=32, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, rotary_dim=4)
@@ -380,6 +380,20 @@ def test_round_split_times_every_part_and_projection_arithmetic():
     assert costs["width"] == 24 and costs["nodes"] == 24  # unpruned: the full budget is verified
     proj = project_speedup({8: {"ar_step": 2.0, "round": 4.0}, 16: {"ar_step": 2.0, "round": 5.0}}, {8: 3.0, 32: 9.0})
     assert proj == {8: 1.5}
+
+
+def test_round_costs_from_cited_figures_interpolate_the_verify_forward():
+    from specjax.bench.round_split import costs_from_figures
+
+    # verify at T = 1 / 64 / 256: 8 / 10 / 22 ms; budget N verifies N + 1 tokens
+    costs = costs_from_figures([0, 63, 127, 511], ar_ms=5.0, verify_ms={1: 8.0, 64: 10.0, 256: 22.0}, select_ms=1.0,
+                               draft_ms=0.5)
+    assert costs[0]["verify"] == 8.0 and costs[63]["verify"] == 10.0  # at the measured widths
+    assert costs[127]["verify"] == pytest.approx(10.0 + 12.0 * 64 / 192)  # between 64 and 256
+    assert costs[511]["verify"] == pytest.approx(22.0 + 12.0 * 256 / 192)  # past 256: the last segment's slope
+    assert all(c["round"] == pytest.approx(c["verify"] + 1.5) and c["ar_step"] == 5.0 for c in costs.values())
+    with pytest.raises(ValueError, match="two widths"):
+        costs_from_figures([8], 1.0, {1: 2.0}, 0.0, 0.0)
 
 
 # ======================================================================== batch > 1

@@ -8,8 +8,8 @@ import dataclasses
 
 import numpy as np
 
-from specjax.decode import (_compiled_with, _generate, _generate_ar, _generate_ar_entry, _generate_entry,
-                            cache_sizes, generate_ar)
+from specjax.decode import (_compiled_with, _generate, _generate_ar, cache_sizes, generate_ar, generate_ar_entry,
+                            generate_entry)
 from specjax.drafters.chain import ChainDrafter
 from specjax.models import init_cache, pad_prompts
 from specjax.numerics import TRITON_GEMM_OFF_FROM_HIDDEN, decode_compiler_options
@@ -33,14 +33,14 @@ def test_loops_compiled_with_the_gpu_options_give_the_same_tokens():
     params, dparams = random_params(cfg, 3), random_params(dcfg, 4)
     tokens, lengths = pad_prompts([[1, 2, 3, 4], [5, 6]], PROMPT_WIDTH)
     ar = generate_ar(params, cfg, tokens, lengths, MAX_NEW, eos_ids=())
-    with_options = _compiled_with(_generate_ar_entry, OFF)
-    assert with_options is _compiled_with(_generate_ar_entry, OFF) and with_options is not _generate_ar
+    with_options = _compiled_with(generate_ar_entry, OFF)
+    assert with_options is _compiled_with(generate_ar_entry, OFF) and with_options is not _generate_ar
     cache = init_cache(cfg, 2, PROMPT_WIDTH + MAX_NEW, np.float32)
     out = with_options(params, cfg, tokens, lengths, cache, None, MAX_NEW, (), Sampling(), 0)
     np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(ar.tokens))
     drafter = ChainDrafter(dcfg, 3)
     slots, reserve = cache_sizes(drafter, PROMPT_WIDTH, MAX_NEW)
     args = (params, cfg, drafter, dparams, tokens, lengths, None, MAX_NEW, (), Sampling(), 0, slots, reserve)
-    spec = _compiled_with(_generate_entry, OFF)(*args)
+    spec = _compiled_with(generate_entry, OFF)(*args)
     np.testing.assert_array_equal(np.asarray(spec.tokens), np.asarray(_generate(*args).tokens))
     np.testing.assert_array_equal(np.asarray(spec.tokens), np.asarray(ar.tokens))

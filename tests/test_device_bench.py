@@ -8,6 +8,7 @@ import pytest
 
 from specjax.bench import device
 from specjax.cli import main
+from specjax.models.model import LAYOUTS
 
 SMALL = dict(reps=3, new_tokens=32, prompt_len=16, context=32, long_cache=2048, verify_widths=(1, 8), select_budget=32,
              select_batches=(2,), compile_methods=("ar",), round_budget=8, bandwidth_mib=8)
@@ -37,34 +38,41 @@ def test_every_part_reports_positive_figures_with_units_and_settings(report):
     tiny = report["shapes"]["tiny"]
     assert tiny["config"]["vocab_size"] == 512 and _positive(tiny["weight_bytes"]) and _positive(tiny["num_params"])
     assert tiny["weight_bytes"] == 4 * tiny["num_params"]  # float32
-    ar = tiny["ar"]
-    for key in ("ms_per_token", "generate_N_ms", "generate_1_ms", "bound_ms_per_token", "ratio_to_bound"):
-        assert _positive(ar[key]), key
-    long = ar["long_cache"]  # 2048 slots: attention reads a 1024-slot prefix bucket
-    assert long["slots"] == 2048 and _positive(long["ms_per_token"])
-    assert math.isclose(long["ratio_to_short_cache"], long["ms_per_token"] / ar["ms_per_token"])
-    assert [r["T"] for r in tiny["verify"]] == [1, 8]
-    assert all(_positive(r["ms"]) and _positive(r["ms_per_token"]) and r["context"] == 32 for r in tiny["verify"])
     assert [(r["batch"], r["method"]) for r in tiny["select"]] == [(2, "levels"), (2, "pops")]
     assert all(_positive(r["ms"]) and r["vocab_V"] == 512 and r["depth_L"] == 16 and r["budget"] == 32
                for r in tiny["select"])
-    assert [r["method"] for r in tiny["compile"]] == ["ar"]
-    assert all(_positive(r["first_call_s"]) and _positive(r["warm_call_s"]) and _positive(r["compile_s"])
-               and math.isclose(r["compile_s"], r["first_call_s"] - r["warm_call_s"]) for r in tiny["compile"])
-    for r in tiny["compile"]:  # the stages jax reports: traced and lowered, then compiled or loaded from the cache
-        assert _positive(r["trace_s"]) and _positive(r["lower_s"]) and (r["xla_compile_s"] > 0 or r["cache_hits"] > 0)
-        assert r["trace_s"] + r["lower_s"] + r["xla_compile_s"] <= r["first_call_s"]
-    rnd = tiny["round"]
-    for part in ("draft", "select", "mask", "verify", "walk_commit", "round", "ar_step"):
-        assert _positive(rnd[f"{part}_ms"]), part
-    assert rnd["verify_width"] == 8 and rnd["tree_nodes"] == 8 and rnd["budget"] == 8  # prune_mass 0: full budget
+    assert s["layouts"] == list(LAYOUTS) and list(tiny["layouts"]) == list(LAYOUTS)
+    for layout, parts in tiny["layouts"].items():  # CPU: every layer-dependent part in every layout
+        ar = parts["ar"]
+        for key in ("ms_per_token", "generate_N_ms", "generate_1_ms", "bound_ms_per_token", "ratio_to_bound"):
+            assert _positive(ar[key]), (layout, key)
+        long = ar["long_cache"]  # 2048 slots: attention reads a 1024-slot prefix bucket
+        assert long["slots"] == 2048 and _positive(long["ms_per_token"])
+        assert math.isclose(long["ratio_to_short_cache"], long["ms_per_token"] / ar["ms_per_token"])
+        one, eight = parts["verify"]
+        assert (one["T"], eight["T"]) == (1, 8) and all(r["context"] == 32 for r in (one, eight))
+        assert all(_positive(r["ms"]) and _positive(r["ms_per_token"]) for r in (one, eight))
+        assert one["extra_ms_per_token"] is None and math.isclose(one["ratio_to_T1"], 1.0)
+        assert math.isclose(eight["extra_ms_per_token"], (eight["ms"] - one["ms"]) / 7)
+        assert math.isclose(eight["ratio_to_T1"], eight["ms"] / one["ms"])
+        assert [r["method"] for r in parts["compile"]] == ["ar"]
+        assert all(_positive(r["first_call_s"]) and _positive(r["warm_call_s"]) and _positive(r["compile_s"])
+                   and math.isclose(r["compile_s"], r["first_call_s"] - r["warm_call_s"]) for r in parts["compile"])
+        for r in parts["compile"]:  # the stages jax reports: traced and lowered, then compiled or loaded from a cache
+            assert _positive(r["trace_s"]) and _positive(r["lower_s"]) and (r["xla_compile_s"] > 0 or r["cache_hits"] > 0)
+            assert r["trace_s"] + r["lower_s"] + r["xla_compile_s"] <= r["first_call_s"]
+        rnd = parts["round"]
+        for part in ("draft", "select", "mask", "verify", "walk_commit", "round", "ar_step"):
+            assert _positive(rnd[f"{part}_ms"]), part
+        assert rnd["verify_width"] == 8 and rnd["tree_nodes"] == 8 and rnd["budget"] == 8  # prune_mass 0: full budget
 
 
 def test_bound_is_weight_bytes_over_measured_bandwidth(report):
     tiny, bw = report["shapes"]["tiny"], report["bandwidth"]["measured_GBps"]
-    assert math.isclose(tiny["ar"]["bound_ms_per_token"], tiny["weight_bytes"] / (bw * 1e9) * 1e3, rel_tol=1e-9)
-    assert math.isclose(tiny["ar"]["ratio_to_bound"], tiny["ar"]["ms_per_token"] / tiny["ar"]["bound_ms_per_token"],
-                        rel_tol=1e-9)
+    for parts in tiny["layouts"].values():  # the same weights in either layout: the same bound
+        ar = parts["ar"]
+        assert math.isclose(ar["bound_ms_per_token"], tiny["weight_bytes"] / (bw * 1e9) * 1e3, rel_tol=1e-9)
+        assert math.isclose(ar["ratio_to_bound"], ar["ms_per_token"] / ar["bound_ms_per_token"], rel_tol=1e-9)
 
 
 def test_bandwidth_bound_arithmetic_on_made_up_numbers():
@@ -102,20 +110,25 @@ def test_unknown_shape_or_part_and_bad_settings_are_named():
         device.Settings(long_cache=-1)
     with pytest.raises(ValueError, match="new_tokens must be >= 2"):
         device.Settings(new_tokens=1)
+    with pytest.raises(ValueError, match="layouts must be some of stacked, unstacked, dual"):
+        device.Settings(layouts=("ragged",))
 
 
 def test_cli_bench_device_writes_json(tmp_path, capsys):
     path = tmp_path / "dev.json"
     args = ["bench-device", "--shapes", "tiny", "--parts", "ar", "--new-tokens", "64", "--long-cache", "0",
-            "--reps", "3", "--json", str(path)]
+            "--reps", "3", "--layouts", "unstacked", "--json", str(path)]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "bandwidth:" in out and "AR decode:" in out and "ms/token" in out
+    assert "bandwidth:" in out and "[unstacked] AR decode:" in out and "ms/token" in out and "[stacked]" not in out
     rep = json.loads(path.read_text())
-    assert _positive(rep["shapes"]["tiny"]["ar"]["ratio_to_bound"]) and rep["settings"]["parts"] == ["ar"]
+    ar = rep["shapes"]["tiny"]["layouts"]["unstacked"]["ar"]
+    assert _positive(ar["ratio_to_bound"]) and rep["settings"]["parts"] == ["ar"]
     assert rep["settings"]["new_tokens"] == 64 and rep["settings"]["dtype"] == "float32"
-    assert rep["settings"]["long_cache"] == 0 and "long_cache" not in rep["shapes"]["tiny"]["ar"]
+    assert rep["settings"]["long_cache"] == 0 and "long_cache" not in ar and rep["settings"]["layouts"] == ["unstacked"]
     assert main(["bench-device", "--shapes", "tiny,nope"]) == 2
     assert "unknown shape 'nope'" in capsys.readouterr().err
     assert main(["bench-device", "--parts", "ar,walk"]) == 2
     assert "unknown part 'walk'" in capsys.readouterr().err
+    assert main(["bench-device", "--layouts", "stacked,flat"]) == 2
+    assert "layouts must be some of stacked, unstacked, dual" in capsys.readouterr().err

@@ -23,6 +23,7 @@ from specjax.drafters import dflash as D
 from specjax.drafters.protocol import Drafter, PromptContext
 from specjax.models import (CheckpointError, GPTNeoXConfig, LlamaConfig, init_cache, init_params, load_checkpoint,
                             pad_prompts, prefill_tapped, save_checkpoint)
+from specjax.models import dflash_net as DN
 from specjax.models.dflash import DFlashConfig, default_target_layer_ids
 from specjax.models.model import project_to_vocab
 from specjax.sampling import Sampling
@@ -129,8 +130,8 @@ def test_training_mask_forward_equals_inference_for_every_anchor(name):
     feats = features_of(tparams, target, np.asarray(tokens).tolist(), cfg.target_layer_ids, s)
     anchors = jnp.asarray([[1, 4, 9, 10], [0, 3, 5, 0]], jnp.int32)
     valid = jnp.asarray([[True, True, True, True], [True, True, True, False]])
-    hidden = D.anchored_hidden(dparams, cfg, D.target_outer(tparams), target, feats, tokens, anchors, valid)
-    train_logits = project_to_vocab(D.target_outer(tparams), target, hidden[:, :, 1:])  # [B, W, L, V]
+    hidden = DN.anchored_hidden(dparams, cfg, DN.target_outer(tparams), target, feats, tokens, anchors, valid)
+    train_logits = project_to_vocab(DN.target_outer(tparams), target, hidden[:, :, 1:])  # [B, W, L, V]
     drafter = D.DFlashDrafter(cfg, target)
     worst = 0.0
     for b in range(2):
@@ -139,7 +140,7 @@ def test_training_mask_forward_equals_inference_for_every_anchor(name):
                 continue
             a = int(anchors[b, j])
             state = drafter.init(dparams, tokens[b:b + 1], jnp.asarray([max(a, 1)]), 4,
-                                 PromptContext(features=feats[b:b + 1], target_params=D.target_outer(tparams)))
+                                 PromptContext(features=feats[b:b + 1], target_params=DN.target_outer(tparams)))
             if a == 0:  # no context at all: empty the cache
                 state = state.replace(cache=state.cache.replace(lengths=jnp.zeros((1,), jnp.int32)))
             logits, _ = drafter.block_logits(state, tokens[b:b + 1, a])
@@ -190,7 +191,7 @@ def test_context_cache_equals_features_of_the_committed_tokens_after_every_round
         ctx, pend, tlen = (np.asarray(x) for x in (ds.cache.lengths, ds.pending_n, state.cache.lengths))
         np.testing.assert_array_equal(ctx + pend, tlen)
         feats = features_of(tparams, target, seqs, cfg.target_layer_ids, width)
-        ref = D.ingest_context(dparams, cfg, D.init_draft_cache(cfg, len(seqs), width + 2 * drafter.block,
+        ref = DN.ingest_context(dparams, cfg, DN.init_draft_cache(cfg, len(seqs), width + 2 * drafter.block,
                                                                jnp.float32), feats, jnp.asarray(ctx))
         for b in range(len(prompts)):
             m = int(ctx[b])

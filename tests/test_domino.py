@@ -27,6 +27,8 @@ from specjax.drafters import dflash as D
 from specjax.drafters import domino as DO
 from specjax.drafters.protocol import PromptContext
 from specjax.models import init_params, load_checkpoint, pad_prompts, save_checkpoint
+from specjax.models import dflash_net as DN
+from specjax.models import domino_net as DON
 from specjax.models.domino import DominoConfig
 from specjax.models.model import embed_tokens, project_to_vocab
 from specjax.sampling import Sampling
@@ -46,7 +48,7 @@ def domino_cfg(target, block_size=5, shift=False, prefix=0, layers=(0, 2), num_l
 def init_state(drafter, dparams, tparams, target, tokens, lengths):
     feats = features_of(tparams, target, [list(map(int, t[:n])) for t, n in zip(np.asarray(tokens), np.asarray(lengths))],
                         drafter.target_layers, tokens.shape[1])
-    return drafter.init(dparams, tokens, lengths, 8, PromptContext(features=feats, target_params=D.target_outer(tparams)))
+    return drafter.init(dparams, tokens, lengths, 8, PromptContext(features=feats, target_params=DN.target_outer(tparams)))
 
 
 # ============================================================================ architecture, loading, errors
@@ -62,7 +64,7 @@ def test_gru_cell_matches_torch():
             "w_hh": {"kernel": jnp.asarray(cell.weight_hh.detach().numpy().T)}}
     e, h = torch.randn(3, e_dim), torch.randn(3, d)
     ref = cell(e, h).detach().numpy()
-    got = np.asarray(DO.gru_cell(head, jnp.asarray(e.numpy()), jnp.asarray(h.numpy())))
+    got = np.asarray(DON.gru_cell(head, jnp.asarray(e.numpy()), jnp.asarray(h.numpy())))
     np.testing.assert_allclose(got, ref, atol=1e-6)
 
 
@@ -105,9 +107,9 @@ def random_rows(cfg, target, seed, batch=2):
     k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
     rows = jax.random.normal(k1, (batch, cfg.num_draft_positions, cfg.hidden_size))
     tparams = random_params(target, seed)
-    base = project_to_vocab(D.target_outer(tparams), target, rows)
+    base = project_to_vocab(DN.target_outer(tparams), target, rows)
     inputs = jax.random.randint(k2, (batch, cfg.num_draft_positions), 0, target.vocab_size)
-    return D.target_outer(tparams), rows, base, inputs
+    return DN.target_outer(tparams), rows, base, inputs
 
 
 @pytest.mark.parametrize("shift", [False, True])
@@ -117,11 +119,11 @@ def test_c2_final_logits_at_draft_i_ignore_later_tokens(shift):
     cfg = domino_cfg(target, shift=shift)
     dparams = random_params(cfg, 1)
     touter, rows, base, inputs = random_rows(cfg, target, 2)
-    ref = DO.teacher_forced_logits(cfg, dparams, touter, target, rows, base, inputs)
+    ref = DON.teacher_forced_logits(cfg, dparams, touter, target, rows, base, inputs)
     k = cfg.num_draft_positions
     for i in range(1, k):
         other = inputs.at[:, i:].set((inputs[:, i:] + 1 + jnp.arange(k - i)) % target.vocab_size)
-        got = DO.teacher_forced_logits(cfg, dparams, touter, target, rows, base, other)
+        got = DON.teacher_forced_logits(cfg, dparams, touter, target, rows, base, other)
         np.testing.assert_array_equal(np.asarray(got[:, :i]), np.asarray(ref[:, :i]))
         assert float(jnp.abs(got[:, i:] - ref[:, i:]).max()) > 1e-4  # not vacuous: later drafts do see them
 
@@ -138,7 +140,7 @@ def test_c3_training_view_equals_inference_rollout_with_forced_tokens(shift):
     feats = features_of(tparams, target, np.asarray(tokens).tolist(), cfg.target_layer_ids, s)
     anchors = jnp.asarray([[1, 4, 7], [2, 3, 5]], jnp.int32)
     valid = jnp.ones((2, 3), bool)
-    touter = D.target_outer(tparams)
+    touter = DN.target_outer(tparams)
     _, train_final = TD.block_logits_pair(dparams, cfg, touter, target, feats, tokens, anchors, valid, "tf")
     drafter = DO.DominoDrafter(cfg, target)
     k = cfg.num_draft_positions
@@ -147,10 +149,10 @@ def test_c3_training_view_equals_inference_rollout_with_forced_tokens(shift):
     def inference_logits(dparams, touter, row_tokens, row_feats, a):
         state = drafter.init(dparams, row_tokens, a[None], 4, PromptContext(features=row_feats, target_params=touter))
         hidden, state = D.block_hidden(cfg, target, state, row_tokens[:, a], None, cfg.block_size)
-        rows = DO.draft_rows(cfg, hidden)
+        rows = DON.draft_rows(cfg, hidden)
         truth = jax.lax.dynamic_slice(jnp.pad(row_tokens[0], (0, k)), (a + 1,), (k,))  # zeros past the sequence
         forced = lambda logits, i, key: truth[i][None]  # noqa: E731
-        return DO.rollout(cfg, dparams, touter, target, rows, project_to_vocab(touter, target, rows),
+        return DON.rollout(cfg, dparams, touter, target, rows, project_to_vocab(touter, target, rows),
                           row_tokens[:, a], forced, jax.random.split(jax.random.key(0), k))[1]
 
     worst = 0.0
@@ -169,7 +171,7 @@ def test_c5_pure_prefix_uses_base_logits_only():
     cfg = domino_cfg(target, shift=True, prefix=1)
     dparams = random_params(cfg, 4)
     touter, rows, base, inputs = random_rows(cfg, target, 5)
-    final = DO.teacher_forced_logits(cfg, dparams, touter, target, rows, base, inputs)
+    final = DON.teacher_forced_logits(cfg, dparams, touter, target, rows, base, inputs)
     np.testing.assert_array_equal(np.asarray(final[:, 0]), np.asarray(base[:, 0]))
     assert float(jnp.abs(final[:, 1:] - base[:, 1:]).min(axis=-1).max()) > 0
 
@@ -232,10 +234,10 @@ def test_c9_every_round_starts_the_gru_from_zero(shift, all_rows):
     tree1, _, state = drafter.propose(state, jnp.asarray([5, 9]), active, jax.random.key(0), Sampling())
     root2 = jnp.asarray([11, 2])
     hidden, _ = D.block_hidden(cfg, target, state, root2, active, cfg.block_size)
-    rows = DO.draft_rows(cfg, hidden)
-    base = project_to_vocab(D.target_outer(tparams), target, rows)
+    rows = DON.draft_rows(cfg, hidden)
+    base = project_to_vocab(DN.target_outer(tparams), target, rows)
     tree2, _, _ = drafter.propose(state, root2, active, jax.random.key(1), Sampling())
-    emb = np.asarray(embed_tokens(D.target_outer(tparams), target, jnp.arange(target.vocab_size)), np.float64)
+    emb = np.asarray(embed_tokens(DN.target_outer(tparams), target, jnp.arange(target.vocab_size)), np.float64)
     ref = numpy_rollout(dparams["head"], emb, np.asarray(rows, np.float64), np.asarray(base, np.float64),
                         np.asarray(root2), cfg.pure_prefix_len)
     np.testing.assert_array_equal(np.asarray(tree2.tokens), ref[:, : drafter.budget])  # a rollout is sequential
@@ -261,7 +263,7 @@ def test_c6_lambda_schedule_and_no_head_gradient_at_lambda_one():
 
     @functools.partial(jax.jit, static_argnames="prefix")  # lam traced: one program per prefix
     def grads(lam, prefix):
-        loss = lambda p: TD.domino_loss(p, cfg, D.target_outer(tparams), target, feats, tokens, mask, anchors,  # noqa
+        loss = lambda p: TD.domino_loss(p, cfg, DN.target_outer(tparams), target, feats, tokens, mask, anchors,  # noqa
                                         valid, lam, dataclasses.replace(tc, prefix=prefix))[0]
         return jax.grad(loss)(dparams)
 
@@ -371,7 +373,6 @@ def test_rejection_accepts_at_least_as_often_as_the_walk():
         taus[rule] = float(np.mean(out.stats.mean_accepted_length()))
     print(taus)
     assert taus["rejection"] > taus["walk"]
-
 
 
 # ============================================================================ the trained zoo drafter

@@ -17,19 +17,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specjax import draft_vocab as DV
 from specjax import zoo
+from specjax import draft_vocab as DV
 from specjax.decode import generate, generate_ar
 from specjax.drafters.ddtree import DDTreeDrafter
-from specjax.drafters.dflash import DFlashDrafter, target_outer
-from specjax.drafters.domino import DominoDrafter, rollout, teacher_forced_logits
-from specjax.drafters.eagle3 import eagle3_drafter, logits_of
+from specjax.drafters.dflash import DFlashDrafter
+from specjax.drafters.domino import DominoDrafter
+from specjax.drafters.eagle3 import eagle3_drafter
 from specjax.drafters.protocol import PromptContext
 from specjax.models import (CheckpointError, GPTNeoXConfig, LlamaConfig, init_cache, init_params, load_checkpoint,
                             pad_prompts, prefill_tapped, save_checkpoint)
 from specjax.models.dflash import DFlashConfig
+from specjax.models.dflash_net import target_outer
 from specjax.models.domino import DominoConfig
+from specjax.models.domino_net import rollout, teacher_forced_logits
 from specjax.models.eagle3 import Eagle3Config
+from specjax.models.eagle3_net import logits_of
 from specjax.models.loading import DRAFT_VOCAB_TENSOR, read_safetensors, write_safetensors
 from specjax.models.model import project_to_vocab
 from specjax.sampling import Sampling

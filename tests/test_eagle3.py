@@ -21,13 +21,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specjax.decode import _generate, generate, generate_ar
-from specjax.drafters.dflash import target_outer
 from specjax.drafters.dynamic_tree import DraftLMStepper, DynamicTreeDrafter
-from specjax.drafters.eagle3 import Eagle3Stepper, eagle3_drafter, logits_of, unrolled_hidden
+from specjax.drafters.eagle3 import Eagle3Stepper, eagle3_drafter
 from specjax.drafters.protocol import Drafter, PromptContext
 from specjax.models import (CheckpointError, GPTNeoXConfig, init_cache, load_checkpoint, pad_prompts, prefill,
                             prefill_tapped, save_checkpoint)
+from specjax.models.dflash_net import target_outer
 from specjax.models.eagle3 import Eagle3Config, default_target_layer_ids
+from specjax.models.eagle3_net import logits_of, unrolled_hidden
 from specjax.models.hf_config import UnsupportedConfigError
 from specjax.sampling import Sampling
 from specjax.tree import check_tree
@@ -241,7 +242,7 @@ def test_draft_cache_holds_target_feature_rows_of_the_committed_tokens_after_eve
     rows == the target's committed length; the committed K/V equal those of a from-scratch
     step-0 forward over the committed sequence (row t = (f_t, x_{t+1})), never the tree's own
     states; the pending rows are the features and tokens of the last round's committed tokens."""
-    from specjax.drafters.eagle3 import draft_step, fuse, init_draft_cache
+    from specjax.models.eagle3_net import draft_step, fuse, init_draft_cache
     from tests.test_dflash import ROUNDS_MAX_NEW, committed_rounds, features_of
 
     target = TARGETS[name]

@@ -7,12 +7,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.decode import generate, generate_ar, verify_tree
+from specjax.decode import generate, generate_ar
 from specjax.drafters.fixed_tree import FixedTreeDrafter
 from specjax.drafters.protocol import Drafter
 from specjax.models import forward_tapped, init_cache, pad_prompts, prefill
 from specjax.sampling import Sampling
 from specjax.tree import ancestor_mask, node_positions, tree_from_lists
+from specjax.verify import verify_tree
 from tests.test_decode import MAX_NEW, PAIRS, PROMPT_WIDTH, random_params
 
 LAYERS = (1, 0)

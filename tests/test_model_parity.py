@@ -16,21 +16,22 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 import jax
 import jax.numpy as jnp
 
-from specjax.models import (
-    config_from_hf, forward_tapped, init_cache, load_checkpoint, pad_prompts, prefill, prefill_tapped,
-)
+from specjax.models import (config_from_hf, forward_tapped, init_cache, load_checkpoint, pad_prompts, prefill,
+                            prefill_tapped)
 from specjax.models.layers import rope_inv_freq
-from specjax.models.model import _merge
+from specjax.models.model import LAYOUTS, _merge, with_layout
 from specjax.tree import ancestor_mask, node_positions, tree_from_lists
 from tests.tiny_models import LLAMA3_ROPE, VARIANTS, hf_logits
 
 PROMPTS = [[5, 17, 3, 44, 9, 60, 2, 31, 8, 12, 40], [7, 1, 66], [23, 23, 23, 4, 58, 19]]
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_logits_match_transformers(variant, hf_checkpoint):
+def test_logits_match_transformers(variant, layout, hf_checkpoint):
     model, directory = hf_checkpoint(variant)
     cfg, params = load_checkpoint(directory)
+    params = with_layout(params, layout)  # scanned layers, or one traced copy per layer: both match HF
     tokens, lengths = pad_prompts(PROMPTS)
     logits, last, cache = prefill(params, cfg, tokens, lengths, init_cache(cfg, len(PROMPTS), 16))
     worst = 0.0
@@ -77,12 +78,15 @@ def test_tapped_features_match_transformers_prefill(variant, hf_checkpoint):
     assert worst <= 1e-4
 
 
-@pytest.mark.parametrize("variant", ["neox_parallel", "qwen3_gqa_untied"])
-def test_tapped_features_match_transformers_tree_block(variant, hf_checkpoint):
+@pytest.mark.parametrize("variant, layout", [("neox_parallel", "stacked"), ("qwen3_gqa_untied", "stacked"),
+                                             ("neox_parallel", "unstacked"), ("qwen3_gqa_untied", "unstacked")])
+def test_tapped_features_match_transformers_tree_block(variant, layout, hf_checkpoint):
     """Features of a verified tree block (ancestor mask, positions start + depth) equal HF's
-    hidden states of the root-to-node path run as a plain sequence after the prompt."""
+    hidden states of the root-to-node path run as a plain sequence after the prompt, in either
+    layer layout (the unstacked one writes the features from L traced layer copies, not a scan)."""
     model, directory = hf_checkpoint(variant)
     cfg, params = load_checkpoint(directory)
+    params = with_layout(params, layout)
     prompt = PROMPTS[0]
     tokens, lengths = pad_prompts([prompt])
     _, _, cache = prefill(params, cfg, tokens, lengths, init_cache(cfg, 1, 32))

@@ -119,3 +119,21 @@ def test_every_public_dataclass_documents_its_fields():
             missing[f"{cls.__module__}.{cls.__qualname__}"] = absent
     assert not missing, ("dataclass fields without a `name: description` entry in the class docstring's "
                          "\"Fields:\" block: " + "; ".join(f"{c}: {', '.join(f)}" for c, f in missing.items()))
+
+
+def test_the_optional_drafter_contracts_are_declared_where_they_are_relied_on():
+    """DDTree needs a `BlockDrafter`, the harness and `Pipeline` carry a `CarriesOver` drafter's params
+    from one generation to the next, wrappers inherit `Wrapper`: checked by isinstance on the methods
+    the registry builds for the embedded pair, never by probing for attributes."""
+    from specjax.drafters.protocol import BlockDrafter, CarriesOver, Wrapper
+    from specjax.pipeline import load_pair
+
+    pair = load_pair("zoo")
+    specs = ("chain4", "dflash", "domino", "ddtree-8", "ddtree-16:ret=4", "dflash-tail", "graft", "tr", "pld")
+    built = {s: specjax.method(s, pair.cfg, draft=pair.draft, **pair.readers).drafter for s in specs}
+    assert {s for s, d in built.items() if isinstance(d, BlockDrafter)} == {"dflash", "domino"}
+    assert {s for s, d in built.items() if isinstance(d, CarriesOver)} == {"ddtree-16:ret=4", "dflash-tail", "graft", "tr"}
+    assert {s for s, d in built.items() if isinstance(d, Wrapper)} == {"ddtree-8", "ddtree-16:ret=4", "dflash-tail"}
+    for s in ("ddtree-8", "ddtree-16:ret=4", "dflash-tail"):  # a wrapper reads what its inner drafter reads
+        d = built[s]
+        assert d.target_layers == built["dflash"].target_layers and d.max_depth == d.inner.max_depth

@@ -32,11 +32,14 @@ from specjax.drafters.dflash import DFlashDrafter
 from specjax.drafters.protocol import PromptContext
 from specjax.models import (CheckpointError, LlamaConfig, UnsupportedConfigError, init_params, load_checkpoint,
                             pad_prompts, save_checkpoint)
+from specjax.models import dflash_net as DN
+from specjax.models import domino_net as DON
+from specjax.models import eagle3_net as E3N
 from specjax.models.dflash import DFlashConfig
 from specjax.models.domino import DominoConfig
 from specjax.models.eagle3 import Eagle3Config
-from specjax.models.model import embed_tokens
 from specjax.models.loading import read_safetensors, write_safetensors
+from specjax.models.model import embed_tokens
 from tests.tiny_models import perturbed
 
 E, HEADS, KV, D, FFN, VOCAB, N_DRAFT = 32, 4, 2, 8, 64, 48, 2
@@ -236,9 +239,9 @@ def test_reference_dflash_last_layer_tap_reads_the_final_norm_in_decoding_and_tr
     cfg, dparams = load_checkpoint(write_reference(tmp_path / "ref", hf))
     assert cfg.norm_last_layer and cfg.target_layer_ids == (0, 3)
     tparams = perturbed(init_params(TARGET, jax.random.key(1)), 2, 0.3)
-    touter = DF.target_outer(tparams)
+    touter = DN.target_outer(tparams)
     feats = jax.random.normal(jax.random.key(2), (2, 5, 2, E))
-    got = np.asarray(DF.drafter_features(cfg, touter, TARGET, feats))
+    got = np.asarray(DN.drafter_features(cfg, touter, TARGET, feats))
     np.testing.assert_array_equal(got[:, :, 0], np.asarray(feats[:, :, 0]))  # other taps: the raw residual
     np.testing.assert_allclose(got[:, :, 1], np_rms(feats[:, :, 1], tparams["final_norm"]["weight"],
                                                     TARGET.rms_norm_eps), rtol=1e-5, atol=1e-5)
@@ -246,8 +249,8 @@ def test_reference_dflash_last_layer_tap_reads_the_final_norm_in_decoding_and_tr
     tokens = jnp.asarray([[1, 5, 9, 2, 7]] * 2)
     anchors, valid = jnp.asarray([[1, 2]] * 2), jnp.ones((2, 2), bool)
     np.testing.assert_allclose(
-        np.asarray(DF.anchored_hidden(dparams, cfg, touter, TARGET, feats, tokens, anchors, valid)),
-        np.asarray(DF.anchored_hidden(dparams, raw, touter, TARGET, jnp.asarray(got), tokens, anchors, valid)),
+        np.asarray(DN.anchored_hidden(dparams, cfg, touter, TARGET, feats, tokens, anchors, valid)),
+        np.asarray(DN.anchored_hidden(dparams, raw, touter, TARGET, jnp.asarray(got), tokens, anchors, valid)),
         rtol=1e-5, atol=1e-5)
     ctx = PromptContext(features=feats, target_params=touter)
     lengths = jnp.asarray([5, 3])
@@ -308,11 +311,11 @@ def test_reference_domino_layout_loads_matches_torch_and_decodes_losslessly(tmp_
     backbone = {k: v for k, v in params.items() if k != "head"}
     assert_trees_equal(backbone, expected_params(tensors))  # the backbone is DFlash's, tensor for tensor
     tparams = perturbed(init_params(TARGET, jax.random.key(1)), 2, 0.3)
-    touter = DF.target_outer(tparams)
+    touter = DN.target_outer(tparams)
     k = cfg.num_draft_positions
     rows = jax.random.normal(jax.random.key(3), (2, k, E))
     inputs = jax.random.randint(jax.random.key(4), (2, k), 0, VOCAB)
-    got = DO.teacher_forced_logits(cfg, params, touter, TARGET, rows, jnp.zeros((2, k, VOCAB)), inputs)
+    got = DON.teacher_forced_logits(cfg, params, touter, TARGET, rows, jnp.zeros((2, k, VOCAB)), inputs)
     emb = np.asarray(embed_tokens(touter, TARGET, inputs), np.float64)
     want = torch_domino_correction(tensors, emb, np.asarray(rows, np.float64), cfg.pure_prefix_len)
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
@@ -435,12 +438,12 @@ def test_reference_eagle3_layout_loads_and_matches_numpy(tmp_path):
     np.testing.assert_array_equal(np.asarray(params["draft_vocab"]["ids"]), ids)
     cfg.check_target(T8)
     tparams = perturbed(init_params(T8, jax.random.key(1)), 2, 0.3)
-    touter = DF.target_outer(tparams)
+    touter = DN.target_outer(tparams)
     s = 6
     feats = jax.random.normal(jax.random.key(3), (1, s, 3, E))
     tokens = jax.random.randint(jax.random.key(4), (1, s), 0, VOCAB)
-    hidden = E3.unrolled_hidden(params, cfg, touter, T8, feats, tokens, 1)[0]  # row t reads token x_{t+1}
-    got = np.asarray(E3.logits_of(params, cfg, touter, T8, hidden))[0]  # [S, V]
+    hidden = E3N.unrolled_hidden(params, cfg, touter, T8, feats, tokens, 1)[0]  # row t reads token x_{t+1}
+    got = np.asarray(E3N.logits_of(params, cfg, touter, T8, hidden))[0]  # [S, V]
     nxt = np.concatenate([np.asarray(tokens[0, 1:]), [0]])
     emb = np.asarray(embed_tokens(touter, T8, jnp.asarray(nxt)), np.float64)
     want = numpy_eagle3(tensors, np.asarray(feats[0], np.float64), emb)
@@ -479,12 +482,12 @@ def test_specjax_eagle3_own_head_saves_to_the_reference_layout(tmp_path):
     params = with_draft_vocab(init_params(old, jax.random.key(5)), ids)
     with pytest.raises(ValueError, match="with_own_head"):
         save_checkpoint(tmp_path / "old", old, params, layout="reference")
-    cfg, own = E3.with_own_head(params, old, tparams, T8)
+    cfg, own = E3N.with_own_head(params, old, tparams, T8)
     assert cfg.draft_vocab_size == ids.size
     hidden = jax.random.normal(jax.random.key(6), (2, 3, E))
-    touter = DF.target_outer(tparams)
-    np.testing.assert_allclose(np.asarray(E3.logits_of(own, cfg, touter, T8, hidden)),
-                               np.asarray(E3.logits_of(params, old, touter, T8, hidden)), rtol=1e-5, atol=1e-5)
+    touter = DN.target_outer(tparams)
+    np.testing.assert_allclose(np.asarray(E3N.logits_of(own, cfg, touter, T8, hidden)),
+                               np.asarray(E3N.logits_of(params, old, touter, T8, hidden)), rtol=1e-5, atol=1e-5)
     out = save_checkpoint(tmp_path / "out", cfg, own, dtype=ml_dtypes.bfloat16, layout="reference")
     saved = read_safetensors(out / "model.safetensors")
     assert set(saved) == EAGLE_REFERENCE_KEYS

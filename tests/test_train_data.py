@@ -7,8 +7,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from specjax.data.prompts import (_normalise, gsm8k_prompts, humaneval_prompts, math500_prompts, mbpp_prompts,
-                                  mtbench_prompts, sharegpt_prompts, wiki_prompts)
+from specjax.data.prompts import (gsm8k_prompts, humaneval_prompts, math500_prompts, mbpp_prompts, mtbench_prompts,
+                                  normalise, sharegpt_prompts, wiki_prompts)
 from specjax.train.data import DataRecipe, generate_shards, load_shards, load_target
 
 COMMITTED = pathlib.Path(__file__).parent.parent / "specjax" / "zoo" / "data" / "smollm2-135m-instruct"
@@ -52,7 +52,7 @@ def _evaluation_prompts() -> tuple[set, list]:
     bench = [p.prompt for f in (gsm8k_prompts, math500_prompts, humaneval_prompts, mbpp_prompts) for p in f()]
     bench += [t for p in mtbench_prompts() for t in p.turns]
     held = [p.prompt for s in ("valid", "test") for f in (sharegpt_prompts, wiki_prompts) for p in f(s)]
-    return {_normalise(t) for t in bench + held}, sorted({_normalise(t) for t in bench if len(t) >= 40})
+    return {normalise(t) for t in bench + held}, sorted({normalise(t) for t in bench if len(t) >= 40})
 
 
 def test_the_committed_shards_share_no_prompt_with_any_evaluation_set():
@@ -66,7 +66,7 @@ def test_the_committed_shards_share_no_prompt_with_any_evaluation_set():
              for line in (COMMITTED / s["prompts_file"]).read_text(encoding="utf-8").split("\n") if line]
     assert len(texts) == len(data) == manifest["totals"]["sequences"]
     for text in texts:
-        norm = _normalise(text)
+        norm = normalise(text)
         assert norm not in exact, text
         assert not any(b in norm for b in bench if len(b) <= len(norm)), text
     responses = np.diff(data.offsets) - data.prompt_lengths

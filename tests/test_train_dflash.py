@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax.drafters.dflash import anchored_hidden, target_outer
 from specjax.models import init_params, load_checkpoint
+from specjax.models.dflash_net import anchored_hidden, target_outer
 from specjax.models.model import project_to_vocab
 from specjax.train import dflash as T
 from specjax.train.loop import export, train, warm_start

@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax.drafters.dflash import target_outer
 from specjax.models import init_params, load_checkpoint
+from specjax.models.dflash_net import target_outer
 from specjax.models.domino import DominoConfig
 from specjax.train import dflash as TD
 from specjax.train import domino as T

@@ -11,10 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax.drafters.dflash import target_outer
-from specjax.drafters.eagle3 import unrolled_hidden
 from specjax.models import causal_mask, forward_tapped, init_cache, init_params
+from specjax.models.dflash_net import target_outer
 from specjax.models.eagle3 import Eagle3Config
+from specjax.models.eagle3_net import unrolled_hidden
 from specjax.models.model import final_norm
 from specjax.train import eagle3 as T
 from specjax.train.loop import train

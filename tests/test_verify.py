@@ -25,6 +25,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from scipy import stats
 
+from specjax import sampling as S
 from specjax import tree as T
 from specjax import verify as Vf
 from tests.strategies import children_tokens, float_arrays, trees, walk_logits
@@ -34,7 +35,7 @@ B, N, V = 3, 8, 6
 greedy_walk = jax.jit(Vf.greedy_walk, static_argnames="max_depth")
 sampling_walk = jax.jit(Vf.sampling_walk, static_argnames="max_depth")
 chain_rejection = jax.jit(Vf.chain_rejection)
-process_logits = jax.jit(Vf.process_logits)
+process_logits = jax.jit(S.process_logits)
 
 
 def ref_walk(tree, targets, r, max_depth):
@@ -94,7 +95,7 @@ def test_sampling_walk_structure(data):
     logits = data.draw(walk_logits(tree, V, integer=False))
     key = jax.random.key(data.draw(st.integers(0, 2**31 - 1)))
     res = sampling_walk(tree, logits, key, 1.0, top_k=3)
-    allowed = np.asarray(Vf.target_probs(logits, 1.0, top_k=3)) > 0
+    allowed = np.asarray(S.target_probs(logits, 1.0, top_k=3)) > 0
     for r in range(B):
         n = int(res.num_accepted[r])
         path = np.asarray(res.path_slots[r])[: n + 1].tolist()
@@ -169,7 +170,7 @@ def test_process_logits_matches_reference(logits, temperature, top_k, top_p):
     want = ref_process(logits, t, k, p)
     np.testing.assert_allclose(got, want, atol=2e-5)
     np.testing.assert_array_equal(got > 0, want > 0)  # the same support, exactly
-    np.testing.assert_allclose(np.asarray(Vf.target_probs(jnp.asarray(logits), t, k, p)), want, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(S.target_probs(jnp.asarray(logits), t, k, p)), want, atol=2e-5)
 
 
 # ---- chain rejection ------------------------------------------------------------------
@@ -205,7 +206,7 @@ def test_chain_rejection_temperature_zero_is_greedy_chain(data):
 @given(logits=float_arrays((B, K + 1, V)), seed=st.integers(0, 2**31 - 1))
 def test_chain_rejection_extreme_drafts(logits, seed):
     key_draft, key_verify = jax.random.split(jax.random.key(seed))
-    p = Vf.target_probs(jnp.asarray(logits), 0.8, top_k=4)
+    p = S.target_probs(jnp.asarray(logits), 0.8, top_k=4)
     tokens = jax.random.categorical(key_draft, jnp.log(p[:, :K]), axis=-1)
     # q == p: every ratio is 1, so every token is accepted and the bonus comes from p[K].
     res = chain_rejection(tokens, p[:, :K], jnp.asarray(logits), key_verify, 0.8, top_k=4)
@@ -250,7 +251,7 @@ def exact_distribution(target):
 
 def draft_dist(prev2, prev1, draft):
     t, k = draft
-    return Vf.target_probs(jnp.asarray(DRAFT_TABLE)[prev2, prev1], t, k, None)
+    return S.target_probs(jnp.asarray(DRAFT_TABLE)[prev2, prev1], t, k, None)
 
 
 def propose_tree(prev2, prev1, key, draft):
@@ -290,7 +291,7 @@ def tree_round(prev2, prev1, key, cfg, bug):
     samples = Vf.sample_targets(logits, k_verify, *cfg["target"])
     if bug == "shared_noise":  # one Gumbel draw reused at every slot: samples not independent
         g = jax.random.gumbel(k_verify, (logits.shape[0], 1, VS))
-        return Vf.walk(tree, jnp.argmax(Vf.process_logits(logits, *cfg["target"]) + g, -1), 3)
+        return Vf.walk(tree, jnp.argmax(S.process_logits(logits, *cfg["target"]) + g, -1), 3)
     # bug == "draft_argmax": accept a draft token whenever it is the draft's argmax
     slot_tok = jnp.concatenate([prev1[:, None], tree.tokens], 1)
     slot_prev = jnp.concatenate([prev2[:, None], jnp.take_along_axis(
@@ -321,7 +322,7 @@ def chain_round(prev2, prev1, key, cfg, bug):
 def broken_chain(tokens, q, logits, key, target, bug):
     """Chain rejection with a deliberate bug, to show the test has power."""
     k_u, k_r = jax.random.split(key)
-    p = Vf.target_probs(logits, *target)
+    p = S.target_probs(logits, *target)
     px = jnp.take_along_axis(p[:, :3], tokens[..., None], -1)[..., 0]
     qx = jnp.take_along_axis(q, tokens[..., None], -1)[..., 0]
     accept = jax.random.uniform(k_u, px.shape) * qx < px

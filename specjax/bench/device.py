@@ -5,7 +5,9 @@ times, for named model shapes (`SHAPES`: the real HF configs' numbers, random pa
 `specjax.models.model.init_params`; `tiny` is a toy shape for CPU / CI), batch `batch`
 (default 1), greedy, `eos_ids=()` (no row ever stops early). Every timing is the median
 of `reps` warm calls after one excluded warm-up (compile) call, each call ended by
-`jax.block_until_ready`; host wall clock (`time.perf_counter`).
+`jax.block_until_ready`; host wall clock (`time.perf_counter`). The ar, verify, compile
+and round parts are timed for each of `layouts` (the target's layer params stacked and
+scanned, or unstacked: `specjax.models.model.unstack_layers`; JSON: shapes.<shape>.layouts.<layout>.<part>).
 
   bandwidth  measured device memory bandwidth: a jitted elementwise y <- y + x in place (y
              donated) over two `bandwidth_mib` MiB float32 arrays; (bytes read + bytes
@@ -27,7 +29,8 @@ of `reps` warm calls after one excluded warm-up (compile) call, each call ended 
              pending tokens at a `context`-token context (cache lengths = context, zero
              K/V: values do not change the cost), for T in `verify_widths`, causal mask
              (a tree's ancestor mask is the same dense bool[B, T, T]); ms per call and per
-             token.
+             token; with T = 1 among the widths, also extra_ms_per_token = (ms(T) - ms(1)) / (T - 1)
+             and ratio_to_T1 = ms(T) / ms(1) (a verify forward in decode steps).
   select     DDTree `specjax.drafters.ddtree.select_tree` jitted on random log-probs
              f32[B, L, V] (log_softmax of N(0, 3^2) logits), V = the shape's vocabulary,
              for every batch in `select_batches`, method "levels" and "pops"; ms per call.
@@ -57,12 +60,23 @@ import json
 import os
 import time
 
+import flax
 import jax
 import jax.numpy as jnp
+import jaxlib
 import numpy as np
 
+from specjax.bench.methods import parse_method
+from specjax.bench.round_split import round_split
+from specjax.bench.timing import compile_totals
+from specjax.decode import generate, generate_ar
+from specjax.drafters.ddtree import DDTreeDrafter, select_tree
+from specjax.drafters.dflash import DFlashDrafter
+from specjax.models.cache import init_cache
+from specjax.models.dflash import DFlashConfig
 from specjax.models.gpt_neox import GPTNeoXConfig
 from specjax.models.llama import LlamaConfig
+from specjax.models.model import LAYOUTS, causal_mask, forward, init_params, with_layout
 from specjax.numerics import DEFAULT_PRECISION, matmul_scope
 
 PARTS = ("ar", "verify", "select", "compile", "round")
@@ -114,6 +128,8 @@ class Settings:
       reps: warm calls per timing (the median is reported), after one excluded warm-up call.
       bandwidth_mib: MiB of each of the two float32 arrays of the bandwidth kernel (256 on CPU).
       matmul_precision: jax matmul precision, one of `specjax.numerics.PRECISIONS` (default "highest").
+      layouts: the target's layer layouts timed (`specjax.models.model.LAYOUTS`), each for the ar,
+        verify, compile and round parts: "stacked" (scanned) and, on a CPU, "unstacked" and "dual" as well.
     """
 
     dtype: str = "bfloat16"
@@ -133,6 +149,7 @@ class Settings:
     reps: int = 10
     bandwidth_mib: int = 1024
     matmul_precision: str = DEFAULT_PRECISION
+    layouts: tuple[str, ...] = ("stacked",)
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
@@ -147,14 +164,16 @@ class Settings:
             raise ValueError(f"new_tokens must be >= 2 (ms/token is (t_N - t_1) / (N - 1)), got {self.new_tokens}")
         if not self.verify_widths or min(self.verify_widths) < 1:
             raise ValueError(f"verify_widths must be positive token counts, got {self.verify_widths}")
+        if not self.layouts or set(self.layouts) - set(LAYOUTS):
+            raise ValueError(f"layouts must be some of {', '.join(LAYOUTS)}, got {self.layouts}")
         bad = set(self.select_methods) - {"levels", "pops"}
         if bad:
             raise ValueError(f"unknown select_tree method(s) {sorted(bad)}; use levels, pops")
 
     @classmethod
     def for_platform(cls, platform: str, **overrides) -> "Settings":
-        """GPU/TPU: the issue's sizes in bfloat16. CPU: float32 and 256 MiB bandwidth arrays."""
-        base = {} if platform != "cpu" else dict(dtype="float32", bandwidth_mib=256)
+        """GPU/TPU: the issue's sizes in bfloat16. CPU: float32, 256 MiB bandwidth arrays, both layer layouts."""
+        base = {} if platform != "cpu" else dict(dtype="float32", bandwidth_mib=256, layouts=LAYOUTS)
         return cls(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
 
 
@@ -224,8 +243,6 @@ def measure_bandwidth(mib: int, reps: int) -> dict:
 
 def random_params(cfg, dtype, seed: int = 0):
     """init_params(cfg, key(seed), dtype) (one small jitted program per config)."""
-    from specjax.models.model import init_params
-
     return init_params(cfg, jax.random.key(seed), dtype)
 
 
@@ -238,8 +255,6 @@ def random_prompt(cfg, batch: int, length: int, seed: int = 0):
 def time_ar(cfg, params, s: Settings) -> dict:
     """AR decode ms/token (module docstring): (t_N - t_1) / (N - 1) over generate_ar, on a cache
     of prompt_len + new_tokens slots and (`long_cache` > 0) on a `long_cache`-slot one."""
-    from specjax.decode import generate_ar
-
     tokens, lengths = random_prompt(cfg, s.batch, s.prompt_len)
 
     def per_token(slots):
@@ -263,9 +278,6 @@ def time_ar(cfg, params, s: Settings) -> dict:
 
 def time_verify(cfg, params, s: Settings) -> list[dict]:
     """Target forward of T pending tokens at a `context`-token cache, per T (module docstring)."""
-    from specjax.models.cache import init_cache
-    from specjax.models.model import causal_mask, forward
-
     dtype = jax.tree.leaves(params)[0].dtype
     cache = init_cache(cfg, s.batch, s.context + max(s.verify_widths), dtype)
     state = {"cache": cache.replace(lengths=jnp.full((s.batch,), s.context, jnp.int32))}
@@ -287,13 +299,15 @@ def time_verify(cfg, params, s: Settings) -> list[dict]:
 
         ms = _median_s(call, s.reps) * 1e3
         rows.append({"T": width, "context": s.context, "ms": ms, "ms_per_token": ms / width})
+    one = next((r["ms"] for r in rows if r["T"] == 1), None)
+    for r in rows:  # what each pending token adds to the one-token forward (a decode step)
+        r["extra_ms_per_token"] = (r["ms"] - one) / (r["T"] - 1) if one is not None and r["T"] > 1 else None
+        r["ratio_to_T1"] = r["ms"] / one if one else None
     return rows
 
 
 def time_select(vocab: int, s: Settings) -> list[dict]:
     """select_tree latency on random log-probs f32[B, L, V] per batch and method (module docstring)."""
-    from specjax.drafters.ddtree import select_tree
-
     rows = []
     for batch in s.select_batches:
         logits = 3.0 * jax.random.normal(jax.random.key(batch), (batch, s.select_depth, vocab), jnp.float32)
@@ -308,8 +322,6 @@ def time_select(vocab: int, s: Settings) -> list[dict]:
 
 def _dflash(cfg, s: Settings, dtype, block: int = 16):
     """A random DFlash drafter for `cfg`: (DFlashConfig, params)."""
-    from specjax.models.dflash import DFlashConfig
-
     layers = s.dflash_layers or (5 if cfg.num_layers >= 8 else 1)
     dcfg = DFlashConfig.for_target(cfg, num_layers=layers, block_size=block, mask_token_id=0)
     return dcfg, random_params(dcfg, dtype, seed=2)
@@ -320,10 +332,6 @@ def time_compile(cfg, params, s: Settings) -> list[dict]:
     jax.clear_caches(), and the first call's stages as jax reports them: tracing (trace_s),
     lowering to MLIR (lower_s), XLA compilation (xla_compile_s), programs loaded from a
     persistent compilation cache (cache_hits; then compile_s is a load time, not a compile)."""
-    from specjax.bench.methods import parse_method
-    from specjax.bench.timing import compile_totals
-    from specjax.decode import generate, generate_ar
-
     dtype = jax.tree.leaves(params)[0].dtype
     draft_cfg = GPTNeoXConfig(vocab_size=cfg.vocab_size, hidden_size=64, num_layers=2, num_heads=4,
                               intermediate_size=256, rotary_dim=4)
@@ -361,10 +369,6 @@ def time_compile(cfg, params, s: Settings) -> list[dict]:
 
 def time_round(cfg, params, s: Settings) -> dict:
     """round_split of a DDTree round (budget `round_budget`, prune_mass 0) over a random DFlash drafter, ms."""
-    from specjax.bench.round_split import round_split
-    from specjax.drafters.ddtree import DDTreeDrafter
-    from specjax.drafters.dflash import DFlashDrafter
-
     dtype = jax.tree.leaves(params)[0].dtype
     dcfg, dparams = _dflash(cfg, s, dtype)
     drafter = DDTreeDrafter(DFlashDrafter(dcfg, cfg), s.round_budget, prune_mass=0.0)
@@ -400,42 +404,50 @@ def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print) -
                  "num_params": int(sum(x.size for x in jax.tree.leaves(params)))}
         log(f"\n== {name} ({cfg.model_type}, {entry['num_params'] / 1e6:.1f}M params, {s.dtype}, "
             f"{entry['weight_bytes'] / 1e6:.1f} MB weights, batch {s.batch})")
-        if "ar" in parts:
-            ar = time_ar(cfg, params, s)
-            entry["ar"] = {**ar, **bandwidth_bound(entry["weight_bytes"], report["bandwidth"]["measured_GBps"],
-                                                   ar["ms_per_token"])}
-            log(f"AR decode: {ar['ms_per_token']:.3f} ms/token (prompt {s.prompt_len}, {s.new_tokens} new); bound "
-                f"{entry['ar']['bound_ms_per_token']:.3f} ms (weights / measured bandwidth), ratio "
-                f"{entry['ar']['ratio_to_bound']:.2f}")
-            if "long_cache" in ar:
-                lc = ar["long_cache"]
-                log(f"AR decode on a {lc['slots']}-slot cache: {lc['ms_per_token']:.3f} ms/token, "
-                    f"{lc['ratio_to_short_cache']:.2f}x the short cache's")
-        if "verify" in parts:
-            entry["verify"] = time_verify(cfg, params, s)
-            log(f"verify forward at context {s.context}: " + ", ".join(
-                f"T={r['T']}: {r['ms']:.2f} ms" for r in entry["verify"]))
         if "select" in parts:
             entry["select"] = time_select(cfg.vocab_size, s)
             log(f"select_tree L={s.select_depth} V={cfg.vocab_size} budget {s.select_budget}: " + ", ".join(
                 f"B={r['batch']} {r['method']}: {r['ms']:.2f} ms" for r in entry["select"]))
-        if "compile" in parts:
-            entry["compile"] = time_compile(cfg, params, s)
-            log("first compile (first call - warm call; of it XLA): " + ", ".join(
-                f"{r['method']}: {r['compile_s']:.1f} s ({r['xla_compile_s']:.1f} s)" for r in entry["compile"]))
-        if "round" in parts:
-            entry["round"] = time_round(cfg, params, s)
-            r = entry["round"]
-            log(f"DDTree-{s.round_budget} round (verify width {r['verify_width']}): " + ", ".join(
-                f"{k[:-3]} {v:.2f}" for k, v in r.items() if k.endswith("_ms")) + " ms")
+        layered = [p for p in parts if p != "select"]
+        if layered:
+            entry["layouts"] = {layout: _time_layout(cfg, with_layout(params, layout), layout, layered, s,
+                                                     entry["weight_bytes"], report.get("bandwidth"), log)
+                                for layout in s.layouts}
         report["shapes"][name] = entry
         del params
     return report
 
 
+def _time_layout(cfg, params, layout: str, parts, s: Settings, weights: int, bandwidth: dict | None, log) -> dict:
+    """The layout-dependent parts (ar, verify, compile, round) of one shape with its params in `layout`."""
+    out = {}
+    if "ar" in parts:
+        ar = time_ar(cfg, params, s)
+        out["ar"] = {**ar, **bandwidth_bound(weights, bandwidth["measured_GBps"], ar["ms_per_token"])}
+        log(f"[{layout}] AR decode: {ar['ms_per_token']:.3f} ms/token (prompt {s.prompt_len}, {s.new_tokens} new); "
+            f"bound {out['ar']['bound_ms_per_token']:.3f} ms (weights / measured bandwidth), ratio "
+            f"{out['ar']['ratio_to_bound']:.2f}")
+        if "long_cache" in ar:
+            lc = ar["long_cache"]
+            log(f"[{layout}] AR decode on a {lc['slots']}-slot cache: {lc['ms_per_token']:.3f} ms/token, "
+                f"{lc['ratio_to_short_cache']:.2f}x the short cache's")
+    if "verify" in parts:
+        out["verify"] = time_verify(cfg, params, s)
+        log(f"[{layout}] verify forward at context {s.context}: " + ", ".join(
+            f"T={r['T']}: {r['ms']:.2f} ms" for r in out["verify"]))
+    if "compile" in parts:
+        out["compile"] = time_compile(cfg, params, s)
+        log(f"[{layout}] first compile (first call - warm call; of it XLA): " + ", ".join(
+            f"{r['method']}: {r['compile_s']:.1f} s ({r['xla_compile_s']:.1f} s)" for r in out["compile"]))
+    if "round" in parts:
+        out["round"] = time_round(cfg, params, s)
+        r = out["round"]
+        log(f"[{layout}] DDTree-{s.round_budget} round (verify width {r['verify_width']}): " + ", ".join(
+            f"{k[:-3]} {v:.2f}" for k, v in r.items() if k.endswith("_ms")) + " ms")
+    return out
+
+
 def _environment() -> dict:
-    import flax
-    import jaxlib
 
     dev = jax.devices()[0]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # CPU timings drift with the host's load

@@ -38,9 +38,10 @@ import numpy as np
 from specjax.bench.device import DTYPES, SHAPES
 from specjax.bench.timing import timed_call
 from specjax.draft_vocab import draft_head, frequent_ids, vocab_logits, with_draft_vocab
-from specjax.drafters.dflash import DFlashDrafter, target_outer
+from specjax.drafters.dflash import DFlashDrafter
 from specjax.drafters.protocol import PromptContext
 from specjax.models.dflash import DFlashConfig
+from specjax.models.dflash_net import target_outer
 from specjax.models.model import init_params
 from specjax.numerics import DEFAULT_PRECISION, matmul_scope
 

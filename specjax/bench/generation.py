@@ -15,16 +15,16 @@ import argparse
 import json
 import time
 
+from specjax.data.train_sources import DEFAULT_WEIGHTS, training_prompts
+from specjax.train.continuous import stream
+from specjax.train.data import DataRecipe, encode_prompt, load_target, sampled_every
+
 __all__ = ["pool_speed", "main"]
 
 
 def pool_speed(target: str, start: int, warmup: float, seconds: float, batch_size: int = 128,
                max_new_tokens: int = 256, max_prompt_tokens: int = 192, chunk: int = 16) -> dict:
     """{"tokens", "seconds", "tokens_per_s"} of the pool between `warmup` and `warmup + seconds`."""
-    from specjax.data.train_sources import DEFAULT_WEIGHTS, training_prompts
-    from specjax.train.continuous import stream
-    from specjax.train.data import DataRecipe, encode_prompt, load_target, sampled_every
-
     cfg, params, enc, _ = load_target(target)
     order = training_prompts(dict(DEFAULT_WEIGHTS), 0)
     every = sampled_every(DataRecipe(target=target))  # the data command's sampled prompts

@@ -110,14 +110,21 @@ import types
 import typing
 import warnings
 
+import flax
 import jax
+import jaxlib
 import numpy as np
+from tqdm import tqdm
 
 from specjax.bench.batching import call_times, calls_of, check_batches, group_batches, row_outputs
 from specjax.bench.methods import Method, parse_method
 from specjax.bench.timing import timed_call
+from specjax.decode import generate, generate_ar
+from specjax.drafters.protocol import CarriesOver
 from specjax.equality import Agreement, compare_with_ar
 from specjax.equality import count as equality_count
+from specjax.models import GPTNeoXConfig, init_params, pad_prompts
+from specjax.models.model import layout_of, stack_layers
 from specjax.sampling import Sampling
 
 __all__ = ["Method", "MethodResult", "check_batches", "environment", "format_table", "parse_method", "prepare_prompts",
@@ -225,7 +232,6 @@ def prepare_prompts(prompts: list[list[int]], prompt_width: int | None = None, p
     width = max(len(p) for p in prompts) if prompt_width is None else prompt_width
     if width < 1:
         raise ValueError(f"prompt_width must be >= 1, got {width}")
-    from specjax.models import pad_prompts
 
     return [pad_prompts([list(p)[-width:]], width, pad_id) for p in prompts]
 
@@ -264,7 +270,6 @@ class _Runner:
         return sub
 
     def __call__(self, tokens, lengths, n, reserve):
-        from specjax.decode import generate, generate_ar
 
         cfg, params = self.target
         # `reserve`: the program is compiled for the full generation and stopped after n tokens,
@@ -275,7 +280,7 @@ class _Runner:
         drafter = self.method.drafter
         out = generate(params, cfg, drafter, self.draft_params, tokens, lengths, n, sampling=self.sampling,
                        key=self._next_key(), eos_ids=self.eos_ids, reserve_new_tokens=reserve)
-        if getattr(drafter, "carry_over", None) is not None:
+        if isinstance(drafter, CarriesOver):
             self.draft_params = drafter.carry_over(self.draft_params, out.draft_state)
         return out
 
@@ -287,7 +292,7 @@ def warm_up(method: Method, target, prompts: list[list[int]], *, max_new_tokens:
     the method with those warm params. Use prompts disjoint from the evaluation set (the
     paper warms up on ShareGPT). Generations use the benchmark's shapes (`prompt_width`,
     `max_new_tokens`), so the benchmark reuses their compiled program."""
-    if getattr(method.drafter, "carry_over", None) is None:
+    if not isinstance(method.drafter, CarriesOver):
         raise ValueError(f"method {method.name!r} keeps no state across requests: nothing to warm up")
     if method.draft_params_override is None:
         raise ValueError(f"method {method.name!r} has no draft params to warm up (its table)")
@@ -314,8 +319,6 @@ def _record(index: int, lengths, out, seconds: float, ttft: float | None) -> _Ru
 def _measure(runners, calls, max_new_tokens: int, warmup: int, ttft: bool, progress: bool) -> dict[str, list[_Run]]:
     """Steps 2-4 of the protocol: every method's runs on every call's prompts (warm-up ones
     included; `warmup` counts calls), one `_Run` per row, prompt index = call * B + row."""
-    from tqdm import tqdm
-
     runs: dict[str, list[_Run]] = {m.name: [] for m, _ in runners}
     size = calls[0][0].shape[0]
     what = "prompt" if size == 1 else f"batch of {size}"
@@ -464,8 +467,6 @@ def summarise(method: str, runs: list[_Run], hist_size: int, agreement: list[Agr
 def random_pair(vocab: int = 512, seed: int = 0):
     """Random GPT-NeoX target (6 x 256) and draft (2 x 64) as ((cfg, params), (cfg, params)):
     acceptance is meaningless, only the machinery's overhead shows."""
-    from specjax.models import GPTNeoXConfig, init_params
-
     target = GPTNeoXConfig(vocab_size=vocab, hidden_size=256, num_layers=6, num_heads=8, intermediate_size=1024,
                            rotary_dim=8)
     draft = GPTNeoXConfig(vocab_size=vocab, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=256,
@@ -488,13 +489,11 @@ def _git_commit() -> str | None:
 
 def environment(target_name: str, draft_name: str | None, target_params, extra: dict | None = None) -> dict:
     """What the numbers were measured on (no hostname): device, library versions, dtype, CPUs."""
-    import flax
-    import jaxlib
-
     dev = jax.devices()[0]
-    leaves = jax.tree.leaves(target_params)
+    leaves = jax.tree.leaves(stack_layers(target_params))  # each weight once, whatever the layout
     env = {
         "target": target_name, "draft": draft_name, "target_params": int(sum(x.size for x in leaves)),
+        "target_layout": layout_of(target_params),
         "dtype": str(leaves[0].dtype) if leaves else None, "platform": dev.platform,
         "device_kind": dev.device_kind, "device_count": jax.device_count(), "cpu_count": os.cpu_count(),
         "machine": platform.machine(), "os": platform.system(), "python": platform.python_version(),

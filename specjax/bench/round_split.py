@@ -31,12 +31,12 @@ from specjax.bench.timing import median_seconds
 from specjax.decode import cache_sizes, initial_state, speculative_round
 from specjax.drafters.retrieval import retrieve, union, update_table
 from specjax.models.cache import commit
-from specjax.models.model import forward, forward_tapped
+from specjax.models.model import forward
 from specjax.numerics import DEFAULT_PRECISION, matmul_scope
 from specjax.ops import device_widths
 from specjax.sampling import Sampling
 from specjax.tree import ancestor_mask, chain_tree, node_positions
-from specjax.verify import greedy_walk, sampling_walk
+from specjax.verify import greedy_walk, sampling_walk, tree_forward
 
 PARTS = ("draft", "select", "mask", "verify", "walk_commit", "round", "ar_step")
 
@@ -106,8 +106,7 @@ def _round_split(target, drafter, draft_params, tokens, lengths, rounds_before, 
 
     @jax.jit
     def verify(cache, tree, mask, root):
-        block = jnp.concatenate([root[:, None], tree.tokens], axis=1)
-        return forward_tapped(params, cfg, block, node_positions(tree, cache.lengths), mask, cache, layers)
+        return tree_forward(params, cfg, tree, root, cache, layers, mask=mask)
 
     t_logits, t_cache, feats = verify(state.cache, tree, mask, state.root)
 
@@ -141,6 +140,26 @@ def project_speedup(costs: dict[int, dict[str, float]], taus: dict[int, float]) 
     return {n: taus[n] * costs[n]["ar_step"] / costs[n]["round"] for n in costs if n in taus}
 
 
+def costs_from_figures(budgets, ar_ms: float, verify_ms: dict[int, float], select_ms: float,
+                       draft_ms: float) -> dict[int, dict[str, float]]:
+    """Round costs per budget from per-part figures measured elsewhere (e.g. `bench-device` on a GPU),
+    in `round_split`'s form for `project_speedup`: round(N) = draft + select + verify(N + 1), the
+    verify forward of the root and N nodes linearly interpolated between the measured widths
+    (verify_ms: pending tokens T -> ms; extrapolated from the last two beyond them)."""
+    widths = sorted(verify_ms)
+    if len(widths) < 2:
+        raise ValueError(f"need verify figures at two widths at least, got {widths}")
+
+    def verify(t):
+        hi = next((i for i, w in enumerate(widths) if w >= t), len(widths) - 1)
+        lo, hi = (hi - 1, hi) if hi > 0 else (0, 1)
+        w0, w1 = widths[lo], widths[hi]
+        return verify_ms[w0] + (verify_ms[w1] - verify_ms[w0]) * (t - w0) / (w1 - w0)
+
+    return {n: {"draft": draft_ms, "select": select_ms, "verify": verify(n + 1), "ar_step": ar_ms,
+                "round": draft_ms + select_ms + verify(n + 1)} for n in budgets}
+
+
 DOMINO_PARTS = ("backbone", "head", "verify", "round")
 
 
@@ -169,9 +188,7 @@ def domino_split(target, drafter, draft_params, tokens, lengths, *, rounds_befor
 
         @jax.jit
         def verify(cache, tree, root):
-            block = jnp.concatenate([root[:, None], tree.tokens], axis=1)
-            return forward_tapped(params, cfg, block, node_positions(tree, cache.lengths),
-                                  ancestor_mask(tree, drafter.max_depth), cache, layers)
+            return tree_forward(params, cfg, tree, root, cache, layers, drafter.max_depth)
 
         return {
             "backbone": _median_ms(backbone, ds, root, active, reps=reps),
@@ -225,8 +242,7 @@ def graft_split(target, drafter, draft_params, tokens, lengths, *, rounds_before
 
         @jax.jit
         def verify(cache, tree, mask, pos, root):
-            block = jnp.concatenate([root[:, None], tree.tokens], axis=1)
-            return forward_tapped(params, cfg, block, pos, mask, cache, layers)[0]
+            return tree_forward(params, cfg, tree, root, cache, layers, mask=mask, positions=pos)[0]
 
         t_logits = verify(state.cache, tree, mask, pos, root)
 

@@ -19,21 +19,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.data.assets import cache_root
+from specjax.models import init_params
+from specjax.models.dflash_net import target_outer
+from specjax.train import drafter_cli
+from specjax.train.data import load_shards, load_target, params_sha256
+from specjax.train.features import build_feature_cache, data_sha256
+from specjax.train.loop import TrainSet, make_optimizer
+from specjax.train.vocab import vocab_tables
+
 __all__ = ["time_steps", "main"]
 
 
 def time_steps(kind_name: str, target: str, data_dir: str, sizes: tuple[int, ...], steps: int, batch_size: int,
                seq_len: int, anchors: int, cache: str | None = None) -> dict:
     """{"K": {"median_s", "steps_s"}} per draft vocabulary size, and the setting."""
-    from specjax.data.assets import cache_root
-    from specjax.drafters.dflash import target_outer
-    from specjax.models import init_params
-    from specjax.train import drafter_cli
-    from specjax.train.data import load_shards, load_target, params_sha256
-    from specjax.train.features import build_feature_cache, data_sha256
-    from specjax.train.loop import TrainSet, make_optimizer
-    from specjax.train.vocab import vocab_tables
-
     kind = drafter_cli.KINDS[kind_name]
     tcfg, tparams, _, reserved = load_target(target)
     shards = load_shards(data_dir)

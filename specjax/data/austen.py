@@ -26,7 +26,7 @@ import zlib
 from typing import Any
 
 from specjax.data.assets import MANIFEST, AssetError, fetch
-from specjax.data.prompts import _check_split, split_of
+from specjax.data.prompts import check_split, split_of
 
 __all__ = ["TITLES", "read_lazyload_db", "austen_novels", "austen_chapters", "austen_corpus"]
 
@@ -201,5 +201,5 @@ def austen_chapters() -> list[dict[str, Any]]:
 
 def austen_corpus(split: str = "train") -> list[str]:
     """Chapter texts of ``split`` (see module doc for the split rule)."""
-    _check_split(split)
+    check_split(split)
     return [c["text"] for c in austen_chapters() if c["split"] == split]

@@ -42,7 +42,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from specjax.data.assets import AssetError, MANIFEST, fetch
+from specjax.data.assets import MANIFEST, AssetError, fetch
 
 __all__ = [
     "Prompt",
@@ -107,12 +107,12 @@ def split_of(key: str, dataset: str) -> str:
     return "test"
 
 
-def _check_split(split: str) -> None:
+def check_split(split: str) -> None:
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
 
 
-def _normalise(text: str) -> str:
+def normalise(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
@@ -151,7 +151,7 @@ def _first_sentence(text: str) -> tuple[str, str]:
 
 def wiki_prompts(split: str = "test") -> list[Prompt]:
     """Article openings of ``split``: prompt = first sentence, reference = the rest of the opening."""
-    _check_split(split)
+    check_split(split)
     out = []
     for a in wiki_articles():
         if a["split"] == split:
@@ -163,7 +163,7 @@ def wiki_prompts(split: str = "test") -> list[Prompt]:
 
 def wiki_corpus(split: str = "train") -> list[str]:
     """Full article openings of ``split`` as plain text (one string per article)."""
-    _check_split(split)
+    check_split(split)
     return [a["text"] for a in wiki_articles() if a["split"] == split]
 
 
@@ -229,7 +229,7 @@ def sharegpt_conversations(split: str = "train") -> list[dict[str, Any]]:
 
     Roles are normalised to ``user``/``assistant``/``system``.
     """
-    _check_split(split)
+    check_split(split)
     return [c for c in _sharegpt(fetch("sharegpt"))
             if c["turns"] and split_of(_sharegpt_key(c["id"]), "sharegpt") == split]
 
@@ -247,17 +247,17 @@ def sharegpt_prompts(split: str = "test") -> list[Prompt]:
 
     ``valid``/``test`` exclude prompts that also open a train conversation (see module doc).
     """
-    _check_split(split)
+    check_split(split)
     banned: set[str] = set()
     if split != "train":
-        banned = {_normalise(p) for c in sharegpt_conversations("train")
+        banned = {normalise(p) for c in sharegpt_conversations("train")
                   if (p := _first_user_turn(c["turns"])[0]) is not None}
     out, seen = [], set()
     for c in sharegpt_conversations(split):
         prompt, reply = _first_user_turn(c["turns"])
         if prompt is None:
             continue
-        key = _normalise(prompt)
+        key = normalise(prompt)
         if key in banned or key in seen:
             continue
         seen.add(key)
@@ -276,7 +276,7 @@ def sharegpt_corpus(split: str = "train") -> list[str]:
 # --------------------------------------------------------------------------- code & math benchmarks
 
 
-def _jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
+def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
     raw = path.read_bytes()
     if path.suffix == ".gz":
         raw = gzip.decompress(raw)
@@ -295,7 +295,7 @@ def _humaneval(path: pathlib.Path) -> tuple[Prompt, ...]:
     return tuple(
         Prompt(id=d["task_id"], prompt=d["prompt"], reference=d["canonical_solution"], completion_prompt=d["prompt"],
                meta={"entry_point": d["entry_point"], "test": d["test"]})
-        for d in _jsonl(path)
+        for d in read_jsonl(path)
     )
 
 
@@ -309,7 +309,7 @@ def _gsm8k(path: pathlib.Path) -> tuple[Prompt, ...]:
     return tuple(
         Prompt(id=str(r["doc"]["id"]), prompt=r["doc"]["question"], reference=r["doc"]["answer"],
                answer=r["doc"]["short_answer"], completion_prompt=r["request"]["context"])
-        for r in _jsonl(path)
+        for r in read_jsonl(path)
     )
 
 
@@ -340,7 +340,7 @@ def last_boxed(text: str) -> str | None:
 @functools.lru_cache(maxsize=None)
 def _math500(path: pathlib.Path) -> tuple[Prompt, ...]:
     out = []
-    for r in _jsonl(path):
+    for r in read_jsonl(path):
         d = r["doc"]
         out.append(Prompt(id=str(d["index"]), prompt=d["problem"], reference=d["solution"],
                           answer=last_boxed(d["solution"]) or d["answer"], completion_prompt=r["request"]["context"],
@@ -359,7 +359,7 @@ _FENCED = re.compile(r"```\n(.*?)\n```", re.S)
 @functools.lru_cache(maxsize=None)
 def _mbpp(path: pathlib.Path) -> tuple[Prompt, ...]:
     out = []
-    for r in _jsonl(path):
+    for r in read_jsonl(path):
         d, ctx = r["doc"], r["request"]["context"]
         m = _FENCED.search(ctx)
         if m is None:
@@ -378,7 +378,7 @@ def mbpp_prompts() -> list[Prompt]:
 @functools.lru_cache(maxsize=None)
 def _mtbench(path: pathlib.Path) -> tuple[Prompt, ...]:
     out = []
-    for d in _jsonl(path):
+    for d in read_jsonl(path):
         refs = tuple(d.get("reference") or ())
         out.append(Prompt(id=str(d["question_id"]), prompt=d["turns"][0], reference=refs[0] if refs else None,
                           turns=tuple(d["turns"]), meta={"category": d["category"], "references": refs}))

@@ -31,8 +31,8 @@ from typing import Iterable
 import numpy as np
 
 from specjax.data.assets import fetch
-from specjax.data.prompts import (_jsonl, _normalise, gsm8k_prompts, humaneval_prompts, math500_prompts,
-                                  mbpp_prompts, mtbench_prompts, sharegpt_prompts, wiki_articles, wiki_prompts)
+from specjax.data.prompts import (gsm8k_prompts, humaneval_prompts, math500_prompts, mbpp_prompts, mtbench_prompts,
+                                  normalise, read_jsonl, sharegpt_prompts, wiki_articles, wiki_prompts)
 
 __all__ = ["TrainPrompt", "SOURCES", "DEFAULT_WEIGHTS", "source_prompts", "training_prompts", "evaluation_texts",
            "is_evaluation_text"]
@@ -66,19 +66,19 @@ def _wiki() -> list[TrainPrompt]:
 
 
 def _math() -> list[TrainPrompt]:
-    held_out = {_normalise(p.prompt) for p in math500_prompts()}
+    held_out = {normalise(p.prompt) for p in math500_prompts()}
     out = []
     for subject in MATH_SUBJECTS:
-        for r in _jsonl(fetch(f"math_{subject}")):
+        for r in read_jsonl(fetch(f"math_{subject}")):
             problem = r["doc"]["problem"]
-            if _normalise(problem) not in held_out:
+            if normalise(problem) not in held_out:
                 out.append(TrainPrompt("math", f"{subject}/{r['doc']['index']}", problem))
     return out
 
 
 def _code() -> list[TrainPrompt]:
     seen, out = set(), []
-    for r in _jsonl(fetch("basic_skills_coding")):
+    for r in read_jsonl(fetch("basic_skills_coding")):
         doc = r["doc"]
         if doc["id"] in seen:  # one request per answer choice: keep the stub once
             continue
@@ -133,10 +133,10 @@ def _evaluation() -> tuple[frozenset, frozenset]:
                   for p in f()]
     benchmarks += [t for p in mtbench_prompts() for t in p.turns]
     held_out = [p.prompt for split in ("valid", "test") for f in (sharegpt_prompts, wiki_prompts) for p in f(split)]
-    exact = frozenset(_normalise(t) for t in benchmarks + held_out)
+    exact = frozenset(normalise(t) for t in benchmarks + held_out)
     # A benchmark prompt pasted inside a longer training prompt (a GSM8K question in a ShareGPT
     # turn) is caught by its first words; held-out ShareGPT / wiki openings are matched exactly.
-    openings = frozenset(tuple(w[:_WINDOW]) for w in (_normalise(t).split() for t in benchmarks)
+    openings = frozenset(tuple(w[:_WINDOW]) for w in (normalise(t).split() for t in benchmarks)
                          if len(w) >= _WINDOW)
     return exact, openings
 
@@ -149,7 +149,7 @@ def evaluation_texts() -> frozenset:
 def is_evaluation_text(text: str) -> bool:
     """True iff `text` is an evaluation prompt, or holds the first 8 words of a benchmark prompt (normalised)."""
     exact, openings = _evaluation()
-    norm = _normalise(text)
+    norm = normalise(text)
     if norm in exact:
         return True
     words = norm.split()

@@ -21,11 +21,11 @@ from specjax.drafters.fixed_tree import FixedTreeDrafter
 from specjax.drafters.graft import GraftDrafter, GraftParams, graft_params
 from specjax.drafters.graft_dflash import DFlashTailDrafter
 from specjax.drafters.prompt_lookup import PromptLookupDrafter
-from specjax.drafters.protocol import Drafter, PromptContext, Verified
+from specjax.drafters.protocol import BlockDrafter, CarriesOver, Drafter, PromptContext, Verified, Wrapper
 from specjax.drafters.token_recycling import TokenRecyclingDrafter
 
 __all__ = [
-    "ChainDrafter", "DDTreeDrafter", "DDTreeGraftDrafter", "DFlashDrafter", "DFlashTailDrafter", "DominoDrafter",
+    "BlockDrafter", "CarriesOver", "Wrapper", "ChainDrafter", "DDTreeDrafter", "DDTreeGraftDrafter", "DFlashDrafter", "DFlashTailDrafter", "DominoDrafter",
     "DraftLMStepper", "Drafter", "DynaTreeDrafter", "DynamicTreeDrafter", "Eagle3Stepper", "FixedTreeDrafter",
     "GraftDrafter", "GraftParams", "PromptContext", "PromptLookupDrafter", "TokenRecyclingDrafter", "Verified",
     "eagle3_drafter", "graft_params", "select_tree", "select_tree_scored",

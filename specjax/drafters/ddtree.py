@@ -32,6 +32,7 @@ from jax import lax
 
 from flax import struct
 
+from specjax.drafters.protocol import BlockDrafter, Wrapper
 from specjax.ops import top_k, width_buckets
 from specjax.tree import Tree
 
@@ -336,7 +337,7 @@ class DDTreeState:
 
 
 @dataclasses.dataclass(frozen=True)
-class DDTreeDrafter:
+class DDTreeDrafter(Wrapper):
     """DDTree decoding (paper §4, Algorithm 1) on any drafter that returns per-position marginals.
 
     Fields:
@@ -364,7 +365,7 @@ class DDTreeDrafter:
     method: str = "levels"
 
     def __post_init__(self):
-        if not callable(getattr(self.block_drafter, "block_logits", None)):
+        if not isinstance(self.block_drafter, BlockDrafter):
             raise TypeError(f"DDTree builds its tree from per-position marginals: the block drafter must have "
                             f"block_logits(state, root, active), {type(self.block_drafter).__name__} has none")
         if isinstance(self.budget, bool) or not isinstance(self.budget, (int, np.integer)) or self.budget < 1:
@@ -380,12 +381,8 @@ class DDTreeDrafter:
 
     # ---------------------------------------------------------------- static attributes
     @property
-    def max_depth(self) -> int:
-        return self.block_drafter.max_depth  # L: the walk never goes deeper than the block
-
-    @property
-    def target_layers(self) -> tuple[int, ...]:
-        return tuple(getattr(self.block_drafter, "target_layers", ()))
+    def inner(self):
+        return self.block_drafter  # its block of L positions bounds the walk: max_depth = L
 
     @property
     def target_topk(self) -> int:
@@ -404,9 +401,6 @@ class DDTreeDrafter:
     def log_min_prob(self) -> float:
         """log of the pruning threshold prune_mass / N (-inf when pruning is off)."""
         return math.log(self.prune_mass / self.budget) if self.prune_mass > 0 else -math.inf
-
-    def validate(self, target_cfg) -> None:
-        self.block_drafter.validate(target_cfg)
 
     def uses_rejection(self, sampling) -> bool:
         return False  # sampling walk (DDTree §4.4): marginals are not the path-conditional proposal

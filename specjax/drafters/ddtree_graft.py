@@ -33,12 +33,11 @@ from flax import struct
 
 from specjax.drafters.ddtree import DDTreeDrafter, DDTreeState
 from specjax.drafters.dflash import BLOCK, block_drafter
-from specjax.drafters.graft import graft_params
-from specjax.drafters.graft import GraftParams, record_round
-from specjax.drafters.protocol import Verified
-from specjax.drafters.spec import Build, Field, MethodSpec, fields_from
+from specjax.drafters.graft import GraftParams, graft_params, record_round
+from specjax.drafters.protocol import Verified, Wrapper
 from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, accepted_from_table, graft, retrieve,
                                         update_from_prompt, update_from_round)
+from specjax.drafters.spec import Build, Field, MethodSpec, fields_from
 from specjax.tree import Tree
 
 __all__ = ["DDTreeGraftDrafter", "DDTreeGraftState", "METHODS", "tree_log_q"]
@@ -82,7 +81,7 @@ def tree_log_q(tree: Tree, log_q: jax.Array) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class DDTreeGraftDrafter:
+class DDTreeGraftDrafter(Wrapper):
     """DDTree with U retrieval-template nodes grafted into its budget (module docstring).
 
     The template: Graft's Table 7 template when U is one of its sizes (20 / 36 / 52) and it
@@ -125,16 +124,12 @@ class DDTreeGraftDrafter:
         return Template.best_first(self.retrieval, self.width, depth)
 
     @property
+    def inner(self):
+        return self.ddtree  # its depth L bounds the template's (at most min(9, L) deep)
+
+    @property
     def budget(self) -> int:
         return self.ddtree.budget
-
-    @property
-    def max_depth(self) -> int:
-        return self.ddtree.max_depth  # the template is at most min(9, L) deep
-
-    @property
-    def target_layers(self) -> tuple[int, ...]:
-        return self.ddtree.target_layers
 
     @property
     def target_topk(self) -> int:
@@ -145,7 +140,7 @@ class DDTreeGraftDrafter:
         return self.ddtree.verify_widths  # `graft` puts every valid node before the padding
 
     def validate(self, target_cfg) -> None:
-        self.ddtree.validate(target_cfg)
+        super().validate(target_cfg)
         if self.width > target_cfg.vocab_size:
             raise ValueError(f"table width {self.width} exceeds the vocabulary ({target_cfg.vocab_size})")
 

@@ -29,7 +29,7 @@ from specjax.inputs import require_config
 from specjax.models.cache import KVCache, commit, init_cache
 from specjax.models.gpt_neox import GPTNeoXConfig
 from specjax.models.llama import LlamaConfig
-from specjax.models.model import ModelConfig, _prefill_unchecked, check_params, forward
+from specjax.models.model import ModelConfig, check_params, forward, prefill_unchecked
 from specjax.tree import Tree
 from specjax.verify import WalkResult
 
@@ -88,7 +88,7 @@ def init_state(draft_cfg, params, tokens, prompt_lengths, num_slots: int, budget
     b = tokens.shape[0]
     dtype = jax.tree.leaves(params)[0].dtype
     cache = init_cache(draft_cfg, b, num_slots, dtype)
-    _, _, cache = _prefill_unchecked(params, draft_cfg, tokens, prompt_lengths, cache,
+    _, _, cache = prefill_unchecked(params, draft_cfg, tokens, prompt_lengths, cache,
                                      matmul_precision=None)  # inherits the loop's policy
     return DraftLMState(params=params, cache=cache, pending_tokens=jnp.zeros((b, max_pending), jnp.int32),
                         num_pending=jnp.zeros((b,), jnp.int32), forwarded=jnp.zeros((b, budget), bool))

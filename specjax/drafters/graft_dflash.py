@@ -22,7 +22,7 @@ from flax import struct
 
 from specjax.drafters.dflash import BLOCK, DFlashDrafter, block_drafter
 from specjax.drafters.graft import GraftParams, graft_params
-from specjax.drafters.protocol import Verified
+from specjax.drafters.protocol import Verified, Wrapper
 from specjax.drafters.retrieval import update_from_prompt, update_from_round
 from specjax.drafters.spec import Build, Field, MethodSpec
 from specjax.tree import chain_tree
@@ -51,7 +51,7 @@ class TailState:
 
 
 @dataclasses.dataclass(frozen=True)
-class DFlashTailDrafter:
+class DFlashTailDrafter(Wrapper):
     """Graft(TAIL) on chain DFlash (module docstring).
 
     Proposes a chain Tree [B, L] (L = block - 1): the confident DFlash prefix, then the table's
@@ -70,23 +70,16 @@ class DFlashTailDrafter:
             raise ValueError(f"table width k must be >= 1, got {self.width}")
 
     @property
+    def inner(self):
+        return self.dflash
+
+    @property
     def budget(self) -> int:
         return self.dflash.budget
 
     @property
-    def max_depth(self) -> int:
-        return self.dflash.max_depth
-
-    @property
-    def target_layers(self) -> tuple[int, ...]:
-        return self.dflash.target_layers
-
-    @property
     def target_topk(self) -> int:
         return self.width
-
-    def validate(self, target_cfg) -> None:
-        self.dflash.validate(target_cfg)
 
     def uses_rejection(self, sampling) -> bool:
         return False

@@ -31,7 +31,7 @@ from flax import struct
 from specjax.tree import Tree
 from specjax.verify import WalkResult
 
-__all__ = ["Drafter", "PromptContext", "Verified"]
+__all__ = ["BlockDrafter", "CarriesOver", "Drafter", "PromptContext", "Verified", "Wrapper"]
 
 
 @struct.dataclass
@@ -95,7 +95,12 @@ class Drafter(Protocol):
                    receive (0-based; () for none)
     target_topk    int: k of the per-slot target top-k in `Verified` (0 for none)
     verify_widths  optional tuple[int, ...] ascending, ending at `budget`: the target then
-                   verifies the smallest prefix of the tree holding every valid node
+                   verifies the smallest prefix of the tree holding every valid node (default:
+                   the whole budget)
+
+    Optional contracts, checked with isinstance: `BlockDrafter` (block marginals in one pass, what
+    DDTree needs of the drafter it wraps) and `CarriesOver` (params that learn across generations);
+    drafters built around another one inherit `Wrapper`.
 
     Shapes: `propose(state, root int32[B], active bool[B], key, sampling)` returns a Tree [B, N]
     (N = budget), draft probs f32[B, D, V] or None, and the new state; `observe` gets a `Verified`.
@@ -122,3 +127,52 @@ class Drafter(Protocol):
 
     def observe(self, state, verified: Verified):
         """-> state, after the round described by `verified` was committed."""
+
+
+@runtime_checkable
+class BlockDrafter(Protocol):
+    """A drafter that drafts a whole block of positions in one pass (DFlash, and Domino's backbone):
+    what DDTree builds its tree from (`specjax.drafters.ddtree.DDTreeDrafter`).
+
+    max_depth      int: L, the positions of a block after the root
+    block_logits   (state, root int32[B], active bool[B] or None) -> (logits f32[B, L, V], state): the
+                   drafter's marginal at each block position, given the committed context and `root`
+    """
+
+    max_depth: int
+
+    def block_logits(self, state, root: jax.Array, active: jax.Array | None = None):
+        """-> (logits f32[B, L, V], state)."""
+
+
+@runtime_checkable
+class CarriesOver(Protocol):
+    """A drafter whose params learn during a generation (Graft's successor table): the next
+    `generate` call should start from `carry_over(params, final state)` (the benchmark harness and
+    `Pipeline` do; the state is `SpeculativeOutput.draft_state`)."""
+
+    def carry_over(self, params, state):
+        """-> the params the next generation starts from."""
+
+
+class Wrapper:
+    """Mixin for a drafter built around another one, `inner` (DDTree around a block drafter, retrieval
+    around DDTree, Graft(TAIL) around chain DFlash): the tree depth, the target layers it reads and the
+    host check are the inner drafter's unless the wrapper overrides them. A wrapper defines `inner`
+    (the field holding the wrapped drafter) and whatever else it changes."""
+
+    @property
+    def inner(self):  # pragma: no cover - each wrapper names its field
+        raise NotImplementedError
+
+    @property
+    def max_depth(self) -> int:
+        return self.inner.max_depth
+
+    @property
+    def target_layers(self) -> tuple[int, ...]:
+        return tuple(getattr(self.inner, "target_layers", ()))
+
+    def validate(self, target_cfg) -> None:
+        self.inner.validate(target_cfg)
+

@@ -30,7 +30,7 @@ layout does not record the target's model type (target_model_type None: not chec
 Taps: `target_layer_ids` are target layers whose outputs are read (the residual stream after the
 layer). For the target's *last* layer the reference reads HF `hidden_states[-1]`, which is after
 the target's final norm; `norm_last_layer` (set by `from_reference`) does the same here: the
-drafter passes that tap through the target's final norm (`specjax.drafters.dflash.drafter_features`,
+drafter passes that tap through the target's final norm (`specjax.models.dflash_net.drafter_features`,
 used in decoding and in training), so a reference drafter that taps the last layer runs as trained.
 The pure forward functions live with the drafter (`specjax.drafters.dflash`).
 """

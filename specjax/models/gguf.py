@@ -35,8 +35,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+import gguf
 import jax.numpy as jnp
 import numpy as np
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError
 from specjax.models.llama import LlamaConfig
@@ -84,8 +86,6 @@ def read_metadata(reader) -> dict[str, Any]:
     FLOAT32 values are given back as the shortest decimal that rounds to the stored float32
     (the converter wrote e.g. rms eps 1e-5 as float32; we want 1e-05, not 9.9999997e-06).
     """
-    import gguf
-
     out = {}
     for key, field in reader.fields.items():
         value = field.contents()
@@ -197,8 +197,6 @@ def config_from_gguf(meta: dict[str, Any], tensor_names: set[str] | frozenset[st
 
 def dequantize_tensors(reader) -> dict[str, np.ndarray]:
     """Every tensor of an open `GGUFReader` as float32 numpy, shape = ggml `ne` reversed ([out, in] for a matrix)."""
-    import gguf
-
     if reader.byte_order != "I":
         raise GGUFError("byte-swapped (foreign-endian) GGUF files are not supported")
     out = {}
@@ -390,8 +388,6 @@ def tokenizer_from_gguf(meta: dict[str, Any]) -> GGUFTokenizer:
     added tokens; `add_bos_token`/`add_eos_token` become a post-processor.
     Raises UnsupportedConfigError for other tokenizer models or unknown pre-tokenizers.
     """
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
-
     def special(name):
         v = meta.get(f"tokenizer.ggml.{name}_token_id")
         return None if v is None else int(v)
@@ -466,8 +462,6 @@ class GGUFCheckpoint:
 
 def read_gguf(path: str | os.PathLike, with_tokenizer: bool = True) -> GGUFCheckpoint:
     """Read a llama GGUF: config from metadata, dequantised HF-named float32 tensors, tokenizer."""
-    import gguf
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no GGUF file at {path}")

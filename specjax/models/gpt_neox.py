@@ -26,7 +26,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError, eos_ids, read_rope
-from specjax.models.layers import ACTIVATIONS, EmbedAndHead, LayerKV, apply_rotary, init_normal
+from specjax.models.layers import (ACTIVATIONS, EmbedAndHead, LayerKV, apply_rotary, init_normal, merge_heads,
+                                   split_heads)
 from specjax.models.loading_maps import ParamMap, Transform
 
 
@@ -154,14 +155,14 @@ class Attention(nnx.Module):
     def __call__(self, x, positions, mask, kv: LayerKV):
         """x: [B, T, E]; kv: the stacked cache and this layer's index. Returns (out, kv)."""
         cfg = self.cfg
-        qkv = jnp.einsum("bte,ejhd->jbthd", x, self.qkv[...])  # [3, B, T, H, D]
+        qkv = jnp.moveaxis(split_heads(x, self.qkv[...]), -3, 0)  # [3, B, T, H, D]
         if cfg.attention_bias:
             qkv = qkv + self.qkv_bias[...][:, None, None]
         q, k, v = (apply_rotary(qkv[0], positions, cfg.rotary_dim, cfg.rope_theta),
                    apply_rotary(qkv[1], positions, cfg.rotary_dim, cfg.rope_theta), qkv[2])
         kv = kv.append(k, v)
         out = kv.attend(q, mask, cfg.head_dim**-0.5)  # [B, T, H, D]
-        out = jnp.einsum("bthd,hde->bte", out, self.dense[...])
+        out = merge_heads(out, self.dense[...])  # [B, T, E]
         if cfg.attention_bias:
             out = out + self.dense_bias[...]
         return out, kv

@@ -79,6 +79,24 @@ def rope_inv_freq(rotary_dim: int, theta: float, scaling: Llama3RopeScaling | No
     return inv_freq if scaling is None else scaling.scale(inv_freq)
 
 
+def split_heads(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    """x [B, T, E] through kernel [E, *heads] -> [B, T, *heads] (e.g. heads = (H, D)), as one 2-D
+    matrix product over the flattened kernel (see `merge_heads`)."""
+    e, heads = kernel.shape[0], kernel.shape[1:]
+    return (x @ kernel.reshape(e, -1)).reshape(*x.shape[:-1], *heads)
+
+
+def merge_heads(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    """x [B, T, H, D] through kernel [H, D, E] -> [B, T, E], as one 2-D matrix product.
+
+    Why not `jnp.einsum("bthd,hde->bte")`: contracting two axes, XLA:CPU lowers it with a
+    transposed copy of the kernel before every product (SmolLM2-135M at batch 1: 30 copies of
+    1.3 MB per decode step, ~0.5 ms each, a third of the step). The flattened product reads
+    the kernel in place."""
+    h, d, e = kernel.shape
+    return x.reshape(*x.shape[:-2], h * d) @ kernel.reshape(h * d, e)
+
+
 def apply_rotary(x: jax.Array, positions: jax.Array, rotary_dim: int, theta: float,
                  scaling: Llama3RopeScaling | None = None) -> jax.Array:
     """Rotary embedding (GPT-NeoX "rotate half" convention) on the first `rotary_dim` dims.

@@ -22,9 +22,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError, eos_ids, read_rope
-from specjax.models.layers import (
-    ACTIVATIONS, EmbedAndHead, LayerKV, Llama3RopeScaling, RMSNorm, apply_rotary, init_normal,
-)
+from specjax.models.layers import (ACTIVATIONS, EmbedAndHead, LayerKV, Llama3RopeScaling, RMSNorm, apply_rotary,
+                                   init_normal, merge_heads, split_heads)
 from specjax.models.loading_maps import ParamMap, Transform
 
 _ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
@@ -194,7 +193,7 @@ class Attention(nnx.Module):
     def queries(self, x, positions):
         """x: [B, T, E] -> rotated queries [B, T, H, D] (bias, Qwen3 q_norm, rotary)."""
         cfg = self.cfg
-        q = jnp.einsum("bte,ehd->bthd", x, self.q[...])  # [B, T, H, D]
+        q = split_heads(x, self.q[...])  # [B, T, H, D]
         if cfg.qkv_bias:
             q = q + self.q_bias[...]
         if cfg.qk_norm:
@@ -205,8 +204,8 @@ class Attention(nnx.Module):
         """x: [B, T, E] -> (rotated keys, values) [B, T, K, D] each (bias, Qwen3 k_norm, rotary).
         DFlash also projects the target's context features through this."""
         cfg = self.cfg
-        k = jnp.einsum("bte,ekd->btkd", x, self.k[...])  # [B, T, K, D]
-        v = jnp.einsum("bte,ekd->btkd", x, self.v[...])  # [B, T, K, D]
+        k = split_heads(x, self.k[...])  # [B, T, K, D]
+        v = split_heads(x, self.v[...])  # [B, T, K, D]
         if cfg.qkv_bias:
             k, v = k + self.k_bias[...], v + self.v_bias[...]
         if cfg.qk_norm:
@@ -219,7 +218,7 @@ class Attention(nnx.Module):
         q = self.queries(x, positions)
         kv = kv.append(*self.keys_values(x, positions))
         out = kv.attend(q, mask, cfg.head_dim**-0.5)  # [B, T, H, D]
-        out = jnp.einsum("bthd,hde->bte", out, self.o[...])
+        out = merge_heads(out, self.o[...])  # [B, T, E]
         if cfg.o_bias:
             out = out + self.o_bias[...]
         return out, kv

@@ -49,7 +49,7 @@ from specjax.models import dflash, domino, eagle3
 from specjax.models.dflash import DFlashConfig
 from specjax.models.eagle3 import Eagle3Config
 from specjax.models.hf_config import UnsupportedConfigError
-from specjax.models.model import ModelConfig, config_from_hf, family, param_shapes
+from specjax.models.model import ModelConfig, config_from_hf, family, param_shapes, stack_layers
 from specjax.models.target_bound import TargetBound
 
 DRAFT_VOCAB_TENSOR = "draft_vocab.ids"  # optional int32[K]: a drafter's draft vocabulary (`specjax.draft_vocab`)
@@ -347,6 +347,7 @@ def tensors_from_params(cfg: ModelConfig, params: dict, dtype=None, layout: str 
     """The inverse of `params_from_tensors`: HF-named numpy tensors (layout "reference": the reference
     code's names; EAGLE-3's draft vocabulary as `d2t` int64[K] + `t2d` bool[V])."""
     outer_maps, layer_maps = family(cfg).param_maps(cfg)
+    params = stack_layers(params)  # either layout (`specjax.models.model.LAYOUTS`)
     cast = (lambda a: np.asarray(a, dtype)) if dtype is not None else np.asarray
     out = {m.hf_key: cast(m.transform.to_hf(np.asarray(_get(params, m.path)))) for m in outer_maps}
     for m in layer_maps:

@@ -134,7 +134,7 @@ def forward_tapped(
     with no layers requested features has n = 0; `with_logits=False` skips the LM head (logits None).
     """
     check_feature_layers(cfg, feature_layers)
-    outer = _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"})
+    outer = _merge(cfg, "Outer", outer_params(params))
     mask = cache_attention_mask(cache.lengths, block_mask, cache.num_slots)  # [B, T, S]
     write_at = cache.lengths + region_offset  # [B]
     visible = visible_slots(cache.lengths, block_mask.shape[2])  # attention reads no slot past it
@@ -152,9 +152,16 @@ def forward_tapped(
             feats = jnp.where((wanted == i)[:, None, None, None], x[None].astype(feats.dtype), feats)
         return (x, kv.k, kv.v, feats), None
 
-    (x, k, v, features), _ = jax.lax.scan(
-        layer, (embeddings, cache.k, cache.v, features), (params["layers"], jnp.arange(cfg.num_layers))
-    )
+    carry = (embeddings, cache.k, cache.v, features)
+    # One traced copy per layer, each reading its own arrays (`unstack_layers`): always for unstacked
+    # params, for one-token steps of "dual" ones (`LAYOUTS`); else the layer scan.
+    per_layer = params["layers"] if is_unstacked(params) else params.get(LAYER_COPIES) if tokens.shape[1] == 1 else None
+    if per_layer is not None:
+        for i, layer_params in enumerate(per_layer):
+            carry, _ = layer(carry, (layer_params, i))
+    else:
+        carry, _ = jax.lax.scan(layer, carry, (params["layers"], jnp.arange(cfg.num_layers)))
+    x, k, v, features = carry
     logits = outer.logits(x) if with_logits else None
     return logits, KVCache(k=k, v=v, lengths=cache.lengths), jnp.moveaxis(features, 0, 2)
 
@@ -170,6 +177,7 @@ def layer_features(params: dict, cfg: ModelConfig, tokens: jax.Array, feature_la
     b, s = tokens.shape
     run = max(feature_layers) + 1
     short_cfg = dataclasses.replace(cfg, num_layers=run)
+    params = stack_layers(params)
     short = {**params, "layers": jax.tree.map(lambda x: x[:run], params["layers"])}
     positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
     cache = init_cache(short_cfg, b, s, jax.tree.leaves(params)[0].dtype)
@@ -204,6 +212,74 @@ def forward(
     return logits, cache
 
 
+# The layouts of a model's layer params (`with_layout`):
+#   stacked    one [L, ...] array per leaf, scanned: one compiled layer; the layout of checkpoints,
+#              sharding and training, and the faster one on a CPU for forwards of several tokens
+#              (a verify forward, a prefill);
+#   unstacked  a tuple of L per-layer dicts (`unstack_layers`): the faster one-token decode step on a
+#              CPU, a longer first compile;
+#   dual       both: the stacked arrays plus per-layer copies under LAYER_COPIES, used by one-token
+#              steps only (twice the weight memory: AR decoding and speculative verification on one
+#              CPU, each at its faster layout).
+LAYOUTS = ("stacked", "unstacked", "dual")
+LAYER_COPIES = "layer_copies"
+
+
+def unstack_layers(params: dict) -> dict:
+    """The same params with "layers" as a tuple of L per-layer dicts (leaves without the [L] axis):
+    `forward` then runs the layers as L traced copies, each reading its own weight arrays. With the
+    stacked layout the layer scan slices layer i out of every [L, ...] leaf, and XLA:CPU copies that
+    slice before its products: at batch 1 a one-token step spends about as long on the copies as on
+    the matrix-vector products themselves (SmolLM2-135M on 2 cores: 48 ms per decode step stacked,
+    35 ms unstacked; `python -m specjax bench-device --shapes smollm2-135m`). For forwards of 4 and
+    more tokens the copies overlap the matrix products on a second core and the stacked layout is
+    the faster one (8 tokens: 61 vs 67 ms), hence "dual". Same outputs (tested against transformers
+    in every layout); compiling takes longer (one copy of the layer per layer). Inverse:
+    `stack_layers`. Idempotent."""
+    if is_unstacked(params):
+        return params
+    rest = {k: v for k, v in params.items() if k != LAYER_COPIES}
+    if LAYER_COPIES in params:
+        return {**rest, "layers": params[LAYER_COPIES]}
+    n = jax.tree.leaves(params["layers"])[0].shape[0]
+    return {**rest, "layers": tuple(jax.tree.map(lambda x, i=i: x[i], params["layers"]) for i in range(n))}
+
+
+def stack_layers(params: dict) -> dict:
+    """The inverse of `unstack_layers`: "layers" as one dict of [L, ...] leaves (the layout that
+    checkpoints, sharding rules and training use; "dual" params lose their per-layer copies). Idempotent."""
+    if LAYER_COPIES in params:
+        return {k: v for k, v in params.items() if k != LAYER_COPIES}
+    if not is_unstacked(params):
+        return params
+    return {**params, "layers": jax.tree.map(lambda *xs: jnp.stack(xs), *params["layers"])}
+
+
+def is_unstacked(params: dict) -> bool:
+    """Whether params["layers"] is `unstack_layers`' tuple of per-layer dicts."""
+    return isinstance(params["layers"], (tuple, list))
+
+
+def outer_params(params: dict) -> dict:
+    """Everything but the layers (and their per-layer copies): the embedding, final norm and head."""
+    return {k: v for k, v in params.items() if k not in ("layers", LAYER_COPIES)}
+
+
+def layout_of(params: dict) -> str:
+    """The layout (`LAYOUTS`) params are in."""
+    return "unstacked" if is_unstacked(params) else "dual" if LAYER_COPIES in params else "stacked"
+
+
+def with_layout(params: dict, layout: str) -> dict:
+    """params in `layout` (one of LAYOUTS; the arrays are shared where the layouts share them);
+    raises ValueError naming the choices otherwise."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layer layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+    if layout == "dual":
+        return {**stack_layers(params), LAYER_COPIES: unstack_layers(params)["layers"]}
+    return unstack_layers(params) if layout == "unstacked" else stack_layers(params)
+
+
 def check_feature_layers(cfg: ModelConfig, layers: tuple[int, ...]) -> None:
     """Feature layer ids must be a tuple of ints in [0, num_layers): raise naming the bad one."""
     for layer in layers:
@@ -216,18 +292,18 @@ def check_feature_layers(cfg: ModelConfig, layers: tuple[int, ...]) -> None:
 
 def embed_tokens(params: dict, cfg: ModelConfig, tokens: jax.Array) -> jax.Array:
     """The token embedding alone: int32[B, T] -> [B, T, E] (what a drafter shares with its target)."""
-    return _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"}).embed_tokens(tokens)
+    return _merge(cfg, "Outer", outer_params(params)).embed_tokens(tokens)
 
 
 def final_norm(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
     """The target's final norm alone: [..., E] -> [..., E] (`project_to_vocab` of it is the logits)."""
-    return _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"}).final_norm(hidden)
+    return _merge(cfg, "Outer", outer_params(params)).final_norm(hidden)
 
 
 def project_to_vocab(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
     """The output projection alone, *without* the final norm: [..., E] -> f32[..., V]
     (the LM head a drafter shares with its target; tied heads use the embedding)."""
-    return _merge(cfg, "Outer", {k: v for k, v in params.items() if k != "layers"}).project(hidden)
+    return _merge(cfg, "Outer", outer_params(params)).project(hidden)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "region_offset", "matmul_precision"), donate_argnames=("cache",))
@@ -261,7 +337,7 @@ def prefill_tapped(params, cfg, tokens, prompt_lengths, cache, feature_layers: t
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "matmul_precision"), donate_argnames=("cache",))
-def _prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precision: str | None = DEFAULT_PRECISION):
+def prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precision: str | None = DEFAULT_PRECISION):
     """`prefill` without the host-side checks: for use inside other jitted functions (private:
     callers outside the package use `prefill`, or `prefill_tapped` inside their own jit)."""
     logits, last, cache, _ = prefill_tapped(params, cfg, tokens, prompt_lengths, cache,
@@ -290,7 +366,7 @@ def prefill(params, cfg: ModelConfig, tokens: jax.Array, prompt_lengths: jax.Arr
         raise ValueError(f"prompt_lengths must lie in [1, {tokens.shape[1]}], got {lengths.tolist()}")
     check_positions(getattr(cfg, "max_position_embeddings", None), int(np.max(np.asarray(cache.lengths) + lengths)))
     check_precision(matmul_precision)
-    return _prefill_unchecked(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32),
+    return prefill_unchecked(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32),
                               cache, matmul_precision=matmul_precision)
 
 
@@ -322,5 +398,5 @@ __all__ = [
     "ModelConfig", "KVCache", "init_cache", "commit", "config_from_hf", "init_params", "param_shapes",
     "forward", "forward_tapped", "forward_jit", "prefill", "prefill_tapped", "causal_mask",
     "pad_prompts", "family", "embed_tokens", "final_norm", "project_to_vocab", "layer_features",
-    "check_feature_layers", "check_params",
+    "check_feature_layers", "check_params", "unstack_layers", "stack_layers", "is_unstacked", "layout_of", "outer_params", "LAYOUTS", "LAYER_COPIES", "with_layout",
 ]

@@ -16,12 +16,16 @@ import argparse
 import json
 import sys
 
+import ml_dtypes
 import numpy as np
+
+from specjax.train import data, drafter_cli
+from specjax.train.data import load_shards, load_target
+from specjax.train.features import build_feature_cache
+from specjax.train.lm import PRESETS, TrainConfig, report, train
 
 
 def _lm_arguments(ap) -> None:
-    from specjax.train.lm import PRESETS, TrainConfig
-
     ap.add_argument("--model", choices=sorted(PRESETS), required=True, help="the preset to train")
     ap.add_argument("--tokenizer", required=True, help="tokenizer.json from python -m specjax.train.tokenizer")
     ap.add_argument("--out", required=True, help="run directory (checkpoints, summary.json)")
@@ -42,14 +46,10 @@ def _lm_arguments(ap) -> None:
 
 
 def _lm(args) -> None:
-    from specjax.train.lm import TrainConfig, train
-
     tc = TrainConfig(**{f: getattr(args, f) for f in TrainConfig.__dataclass_fields__})
     overrides = {k: v for k, v in (("hidden_size", args.hidden), ("num_layers", args.layers),
                                    ("num_heads", args.heads), ("intermediate_size", args.ffn)) if v is not None}
     if args.export_dtype == "bfloat16":
-        import ml_dtypes
-
         dtype = ml_dtypes.bfloat16
     else:
         dtype = np.float16
@@ -66,8 +66,6 @@ def _eval_arguments(ap) -> None:
 
 
 def _eval(args) -> None:
-    from specjax.train.lm import report
-
     print(json.dumps(report(args.target, args.draft, args.prompts, args.k, args.max_new_tokens), indent=2,
                      ensure_ascii=False))
 
@@ -81,9 +79,6 @@ def _features_arguments(ap) -> None:
 
 
 def _features(args) -> None:
-    from specjax.train.data import load_shards, load_target
-    from specjax.train.features import build_feature_cache
-
     cfg, params, _, _ = load_target(args.target)
     cache = build_feature_cache((cfg, params), args.target, load_shards(args.data), args.data,
                                 tuple(int(x) for x in args.layers.split(",")), args.out)
@@ -91,8 +86,6 @@ def _features(args) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    from specjax.train import data, drafter_cli
-
     ap = argparse.ArgumentParser(prog="python -m specjax.train", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -41,8 +41,17 @@ from typing import Callable
 
 import jax
 import numpy as np
+from tokenizers import Tokenizer
+from tqdm.auto import tqdm
 
+from specjax import zoo
+from specjax.data.assets import fetch
 from specjax.data.train_sources import DEFAULT_WEIGHTS, SOURCES, TrainPrompt, dump_prompts, training_prompts
+from specjax.decode import generate_ar
+from specjax.models import load_checkpoint, pad_prompts
+from specjax.models.gguf import load_gguf
+from specjax.sampling import Sampling
+from specjax.train.continuous import stream
 
 __all__ = ["DataRecipe", "PromptEncoder", "TokenShards", "params_sha256", "encode_prompt", "load_target", "sampled_every",
            "add_arguments", "run", "generate_shards", "load_shards"]
@@ -126,9 +135,6 @@ def load_target(name: str, chat: bool = True):
     """(cfg, params, PromptEncoder, reserved special ids) of `zoo`, `smollm2-135m` or an HF checkpoint directory
     (a directory's or the zoo's tokenizer has no chat template: plain text, `enc.chat` False)."""
     if name == "smollm2-135m":
-        from specjax.data.assets import fetch
-        from specjax.models.gguf import load_gguf
-
         cfg, params, tok = load_gguf(fetch("smollm2_135m_instruct_q4_1"))
         body = (lambda t: tok.encode(t, add_special_tokens=False))
         template = ((lambda t: tok.encode(tok.apply_chat_template([{"role": "user", "content": t}]),
@@ -136,15 +142,9 @@ def load_target(name: str, chat: bool = True):
         reserved = tuple(i for i in range(cfg.vocab_size) if tok.tokenizer.id_to_token(i).startswith("<|"))
         return cfg, params, PromptEncoder(template, body, tok.decode, chat), reserved
     if name == "zoo":
-        from specjax import zoo
-
         cfg, params, tok = zoo.load("tiny-neox-target")
         reserved = (zoo.EOS_ID,)
     else:
-        from tokenizers import Tokenizer
-
-        from specjax.models import load_checkpoint
-
         cfg, params = load_checkpoint(name)
         tok = Tokenizer.from_file(str(pathlib.Path(name) / "tokenizer.json"))
         reserved = tuple(cfg.eos_token_ids)
@@ -200,8 +200,6 @@ def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | p
     next shard already in flight; needs EOS ids) or "batched" (`generate_ar` per batch of
     batch_size prompts, sorted by length within the shard). Sampled sequences: every k-th prompt
     index (continuous) or every k-th batch (batched), k = round(1 / sampled_fraction)."""
-    from tqdm.auto import tqdm
-
     cfg, params = target
     if recipe.chat != enc.chat:
         raise ValueError(f"the recipe says chat={recipe.chat} but the prompt encoder "
@@ -249,10 +247,6 @@ class _Shard:
 
 def _batched_shards(cfg, params, enc, recipe, order, cursor, per_shard, bar, chunk):
     """The "batched" engine: `generate_ar` over batches of similar prompt lengths."""
-    from specjax.decode import generate_ar
-    from specjax.models import pad_prompts
-    from specjax.sampling import Sampling
-
     every = sampled_every(recipe)
     start = cursor
     while start < len(order):
@@ -282,8 +276,6 @@ def _batched_shards(cfg, params, enc, recipe, order, cursor, per_shard, bar, chu
 def _continuous_shards(cfg, params, enc, recipe, order, cursor, per_shard, bar, chunk):
     """The "continuous" engine (`specjax.train.continuous.stream`); a shard is yielded once every
     prompt of it has finished (the pool already works on the next shard's prompts)."""
-    from specjax.train.continuous import stream
-
     every = sampled_every(recipe)
     encoded: dict[int, list[int] | None] = {}
 

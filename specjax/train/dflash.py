@@ -9,7 +9,7 @@ One training step (`make_step`, jitted), per sequence x_0..x_{S-1} with loss mas
   2. anchors: W positions drawn uniformly without replacement from
      {a : m_a = 1 and m_{a+1} = 1} (re-drawn every step), sorted; rows with fewer valid
      positions pad with invalid anchors;
-  3. the drafter under the training mask (`specjax.drafters.dflash.anchored_hidden`, the
+  3. the drafter under the training mask (`specjax.models.dflash_net.anchored_hidden`, the
      decoding functions themselves): block j = [x_{a_j}, m, ..., m] sees context features
      of positions < a_j only and its own block bidirectionally;
   4. same-position labels: block row k predicts x_{a_j + k} (k >= 1), valid iff in range and
@@ -31,8 +31,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from specjax.drafters.dflash import anchored_hidden
+from specjax.decode import generate_ar
+from specjax.models import pad_prompts
 from specjax.models.dflash import DFlashConfig
+from specjax.models.dflash_net import anchored_hidden
+from specjax.sampling import Sampling
 from specjax.train.loop import DrafterTrainConfig
 from specjax.train.vocab import labels_in_vocab, subset_logits
 
@@ -73,10 +76,6 @@ def make_dataset(target, prompts: list[list[int]], *, seq_len: int, max_new_toke
     tokens; every `1 / sampled_fraction`-th batch is sampled at temperature 1, the rest
     greedy. Generation stops at the target's EOS (included in the response).
     """
-    from specjax.decode import generate_ar
-    from specjax.models import pad_prompts
-    from specjax.sampling import Sampling
-
     cfg, params = target
     keep = seq_len - max_new_tokens
     if keep < 1:

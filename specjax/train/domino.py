@@ -28,9 +28,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from specjax.drafters.dflash import anchored_hidden
-from specjax.drafters.domino import draft_rows, rollout, teacher_forced_logits
+from specjax.models.dflash_net import anchored_hidden
 from specjax.models.domino import DominoConfig
+from specjax.models.domino_net import draft_rows, rollout, teacher_forced_logits
 from specjax.train.dflash import DFlashTrainConfig, block_labels, draw_anchors, weighted_block_ce
 from specjax.train.vocab import subset_logits
 

@@ -25,7 +25,17 @@ import jax
 import numpy as np
 
 from specjax.data.assets import cache_root
-from specjax.drafters.dflash import target_outer
+from specjax.decode import generate
+from specjax.draft_vocab import with_draft_vocab
+from specjax.drafters.dflash import DFlashDrafter
+from specjax.drafters.domino import DominoDrafter
+from specjax.drafters.eagle3 import eagle3_drafter
+from specjax.models import pad_prompts
+from specjax.models.dflash import DFlashConfig
+from specjax.models.dflash_net import target_outer
+from specjax.models.domino import DominoConfig
+from specjax.models.eagle3 import Eagle3Config
+from specjax.sharding import make_mesh
 from specjax.train import dflash as dflash_train
 from specjax.train import domino as domino_train
 from specjax.train import eagle3 as eagle3_train
@@ -59,43 +69,31 @@ class DrafterKind:
 
 
 def _dflash_config(args, tcfg, mask_id, cls=None, **extra):
-    from specjax.models.dflash import DFlashConfig
-
     ids = tuple(int(x) for x in args.target_layers.split(",")) if args.target_layers else None
     return (cls or DFlashConfig).for_target(tcfg, num_layers=args.layers, target_layer_ids=ids,
                                             block_size=args.block_size, mask_token_id=mask_id, **extra)
 
 
 def _domino_config(args, tcfg, mask_id):
-    from specjax.models.domino import DominoConfig
-
     return _dflash_config(args, tcfg, mask_id, DominoConfig, gru_hidden=args.gru_hidden, head_rank=args.head_rank,
                           shift_label=args.shift_label, pure_prefix_len=args.pure_prefix_len)
 
 
 def _eagle3_config(args, tcfg, mask_id):
-    from specjax.models.eagle3 import Eagle3Config
-
     ids = tuple(int(x) for x in args.target_layers.split(",")) if args.target_layers else None
     # the paper's drafter: its own lm_head over the draft vocabulary (K = --draft-vocab, or the full vocabulary)
     return Eagle3Config.for_target(tcfg, target_layer_ids=ids, draft_vocab_size=args.draft_vocab or tcfg.vocab_size)
 
 
 def _dflash_drafter(dcfg, tcfg):
-    from specjax.drafters.dflash import DFlashDrafter
-
     return DFlashDrafter(dcfg, tcfg)
 
 
 def _domino_drafter(dcfg, tcfg):
-    from specjax.drafters.domino import DominoDrafter
-
     return DominoDrafter(dcfg, tcfg)
 
 
 def _eagle3_drafter(dcfg, tcfg):
-    from specjax.drafters.eagle3 import eagle3_drafter
-
     return eagle3_drafter(dcfg, tcfg)
 
 
@@ -156,7 +154,6 @@ def add_arguments(ap: argparse.ArgumentParser, kind: str) -> None:
 def _mesh(spec: str | None):
     if not spec:
         return None
-    from specjax.sharding import make_mesh
 
     sizes = dict(kv.split("=") for kv in spec.split(","))
     return make_mesh(data=int(sizes.get("data", 1)), model=int(sizes.get("model", 1)))
@@ -165,9 +162,6 @@ def _mesh(spec: str | None):
 def _measured_tau(kind: DrafterKind, dcfg, tcfg, tparams, dparams, trainset: TrainSet, n: int) -> dict:
     """Mean accepted length of greedy decoding with the drafter on the first n held-out prompts (those
     that reach a verification round)."""
-    from specjax.decode import generate
-    from specjax.models import pad_prompts
-
     rows = np.arange(trainset.num_train, len(trainset.shards))[:n]
     prompts = [trainset.shards.tokens[trainset.shards.offsets[i]:trainset.shards.offsets[i] +
                                       trainset.shards.prompt_lengths[i]].tolist() for i in rows]
@@ -213,7 +207,6 @@ def run(kind_name: str, args, argv) -> None:
                          resume=args.resume, stop_after=args.stop_after, mesh=_mesh(args.mesh), init=init)
     if not args.export:
         return
-    from specjax.draft_vocab import with_draft_vocab
 
     full = dparams if vocab is None else with_draft_vocab(dparams, np.asarray(vocab.ids))
     state = json.loads((pathlib.Path(args.out) / "ckpt" / "state.json").read_text())

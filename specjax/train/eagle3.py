@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import optax
 
 from specjax.draft_vocab import draft_head
-from specjax.drafters.eagle3 import own_head_logits, unrolled_hidden
 from specjax.models.eagle3 import Eagle3Config
+from specjax.models.eagle3_net import own_head_logits, unrolled_hidden
 from specjax.models.model import final_norm, merge_module
 from specjax.train.loop import DrafterTrainConfig
 from specjax.train.vocab import subset_logits

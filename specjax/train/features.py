@@ -31,6 +31,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm.auto import tqdm
 
 from specjax.data.assets import sha256_file
 from specjax.models.model import layer_features
@@ -123,8 +124,6 @@ def open_feature_cache(directory: str | pathlib.Path, *, target_sha: str | None 
 def _fill(arrays: dict, target, shards: TokenShards, layers: tuple[int, ...], max_tokens: int, progress: bool):
     """Write layer l's features of every sequence into arrays[l] (float16[total tokens, E]), one causal
     forward (`layer_features`) per length group."""
-    from tqdm.auto import tqdm
-
     cfg, params = target
     lengths = np.diff(shards.offsets)
     bar = tqdm(total=int(lengths.sum()), unit="tok", desc=f"features {list(layers)}", disable=not progress)

@@ -34,8 +34,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from tqdm import tqdm
 
-from specjax.models import GPTNeoXConfig, causal_mask, forward, init_cache, init_params, load_checkpoint, save_checkpoint
+from specjax.data.prompts import wiki_prompts
+from specjax.decode import generate, generate_ar
+from specjax.drafters.chain import ChainDrafter
+from specjax.models import (GPTNeoXConfig, causal_mask, forward, init_cache, init_params, load_checkpoint, pad_prompts,
+                            save_checkpoint)
 from specjax.train.tokenizer import EOS_ID, corpus_texts, load_tokenizer
 
 # Pythia-style configs (parallel residual, rotary_pct 0.25, untied embed_out, gelu, biases).
@@ -275,10 +280,6 @@ def chain_acceptance(target, draft, tokenizer, prompts: list[str], k: int = 4, m
     speculative tokens int32[B, max_new_tokens], whether they equal plain greedy `generate_ar`).
     EOS does not stop generation (eos_ids=()), so every row runs max_new_tokens tokens.
     """
-    from specjax.decode import generate, generate_ar
-    from specjax.drafters.chain import ChainDrafter
-    from specjax.models import pad_prompts
-
     (tcfg, tparams), (dcfg, dparams) = target, draft
     tokens, lengths = pad_prompts([encode_prompt(tokenizer, p) for p in prompts])
     out = generate(tparams, tcfg, ChainDrafter(dcfg, k), dparams, tokens, lengths, max_new_tokens, eos_ids=())
@@ -290,8 +291,6 @@ def chain_acceptance(target, draft, tokenizer, prompts: list[str], k: int = 4, m
 def report(target_dir, draft_dir, n_prompts: int = 20, k: int = 4, max_new_tokens: int = 64) -> dict:
     """Held-out (test split) losses/perplexities of both models, unigram baseline, 3 greedy
     continuations and chain-drafting mean accepted length on `n_prompts` test wiki prompts."""
-    from specjax.data.prompts import wiki_prompts
-
     tok = load_tokenizer(target_dir)
     if tok.to_str() != load_tokenizer(draft_dir).to_str():
         raise ValueError("target and draft tokenizers differ")
@@ -319,8 +318,6 @@ def report(target_dir, draft_dir, n_prompts: int = 20, k: int = 4, max_new_token
 
 def _progress(total: int, initial: int):
     try:
-        from tqdm import tqdm
-
         return tqdm(total=total, initial=initial, mininterval=15, file=sys.stdout, dynamic_ncols=False, ncols=100)
     except ImportError:  # pragma: no cover - tqdm is optional
         class _Plain:

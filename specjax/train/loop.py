@@ -40,8 +40,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
+from tqdm.auto import tqdm
 
+from specjax.draft_vocab import split_draft_vocab, with_draft_vocab
 from specjax.models import init_params, load_checkpoint, save_checkpoint
+from specjax.sharding import replicate, shard_params
 from specjax.train.data import TokenShards, load_shards
 from specjax.train.features import FeatureCache, compute_features, data_sha256, open_feature_cache
 
@@ -249,10 +252,6 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
     dparams` adjusts a fresh drafter (e.g. its final norm from the target's). `mesh`: see the
     module docstring. Logs a record every `log_every` steps (train loss, held-out loss, τ
     estimate, per-position accuracy, lr, seconds) and shows a progress bar with the ETA."""
-    from tqdm.auto import tqdm
-
-    from specjax.sharding import replicate, shard_params
-
     tcfg, touter = target
     dcfg.check_target(tcfg)
     out = pathlib.Path(out)
@@ -311,8 +310,6 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
 def export(directory: str | pathlib.Path, dcfg, dparams, recipe: dict, vocab_ids=None) -> pathlib.Path:
     """float16 drafter checkpoint (config.json + model.safetensors, with the draft vocabulary's ids
     when it has one) + recipe.json."""
-    from specjax.draft_vocab import with_draft_vocab
-
     directory = pathlib.Path(directory)
     params = dparams if vocab_ids is None else with_draft_vocab(dparams, np.asarray(vocab_ids, np.int32))
     save_checkpoint(directory, dcfg, params, dtype=np.float16)
@@ -324,8 +321,6 @@ def warm_start(directory: str | pathlib.Path, dcfg, vocab_ids=None):
     """`train`'s `init` that starts from an exported drafter (`export`'s directory): its weights, cast to
     the training params' dtypes. The drafter must have exactly `dcfg` and the same draft vocabulary
     (`vocab_ids`, or none); a run continued on another machine, where its checkpoint is gone, starts here."""
-    from specjax.draft_vocab import split_draft_vocab
-
     cfg, params = load_checkpoint(directory)
     if cfg != dcfg:
         diff = {f.name: (getattr(cfg, f.name, None), getattr(dcfg, f.name, None))

@@ -23,6 +23,8 @@ import time
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from specjax.data.prompts import sharegpt_corpus, wiki_corpus
+
 EOS = "<|endoftext|>"
 EOS_ID = 0
 DEFAULT_VOCAB = 8192
@@ -37,8 +39,6 @@ def corpus_texts(split: str, sharegpt_chars: int = DEFAULT_SHAREGPT_CHARS,
     For non-train splits the ShareGPT budget is scaled by 1/18 (valid/test are 5% each
     vs 90% train), so the mix ratio is the same in every split.
     """
-    from specjax.data.prompts import sharegpt_corpus, wiki_corpus
-
     out: dict[str, list[str]] = {}
     if "wiki" in sources:
         out["wiki"] = wiki_corpus(split)

@@ -27,6 +27,9 @@ from __future__ import annotations
 import pathlib
 
 import jax.numpy as jnp
+from tokenizers import Tokenizer
+
+from specjax.models import load_checkpoint
 
 ZOO_DIR = pathlib.Path(__file__).resolve().parent
 NAMES = ("tiny-neox-target", "tiny-neox-draft")
@@ -50,15 +53,11 @@ def path(name: str) -> pathlib.Path:
 
 def load_tokenizer(name: str = NAMES[0]):
     """The `tokenizers.Tokenizer` stored with zoo model `name`."""
-    from tokenizers import Tokenizer
-
     return Tokenizer.from_file(str(path(name) / "tokenizer.json"))
 
 
 def load(name: str, dtype=jnp.float32):
     """(cfg, params, tokenizer) of zoo model `name`, params cast to `dtype`."""
-    from specjax.models import load_checkpoint
-
     cfg, params = load_checkpoint(path(name), dtype)
     return cfg, params, load_tokenizer(name)
 
@@ -70,8 +69,6 @@ def has(name: str) -> bool:
 
 def load_drafter(name: str, dtype=jnp.float32):
     """(DFlashConfig, Eagle3Config or DominoConfig, params) of zoo drafter `name`."""
-    from specjax.models import load_checkpoint
-
     if name not in DRAFTERS:
         raise KeyError(f"unknown zoo drafter {name!r}; available: {DRAFTERS}")
     return load_checkpoint(path(name), dtype)

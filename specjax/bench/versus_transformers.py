@@ -1,0 +1,188 @@
+"""specjax against transformers on torch, on this CPU, in one run: `python -m specjax.bench.versus_transformers`.
+
+    python -m specjax.bench.versus_transformers --models smollm2-135m,zoo --prompts 8 --warmup 2 \
+        --max-new-tokens 64 --json results.json
+
+What a user would otherwise run on a CPU is transformers' `generate` on torch (installed here as our
+test reference). For each model, the same prompts (held-out GSM8K questions through the chat template
+for SmolLM2-135M-Instruct, held-out Wikipedia openings for the embedded pair), the same number of new
+tokens (every row runs to `max_new_tokens`: no EOS stop on either side), greedy, batch 1, float32,
+torch on the same two threads XLA uses:
+
+  engines    transformers `model.generate` (eager torch, its default dynamic cache) against specjax's
+             `generate_ar` with the target's layers stacked (scanned) and unstacked
+             (`specjax.models.model.unstack_layers`);
+  assisted   on the embedded pair only, speculative decoding both ways at equal settings:
+             transformers' assisted generation (`assistant_model` = the zoo draft LM, a constant
+             `num_assistant_tokens` = K, no confidence cut-off) against our `chain<K>`, and
+             transformers' prompt lookup (`prompt_lookup_num_tokens` 10, `max_matching_ngram_size` 2)
+             against our `pld:ngram=2,num=10`.
+
+Every engine runs every prompt, interleaved (prompt by prompt, so drift hits all alike), after
+`warmup` prompts that are run and discarded (they compile / warm the caches); tokens/s is the median
+over the counted prompts of new tokens / wall seconds. Each output is compared with specjax's AR output
+by `specjax.equality.compare_with_ar` (identical / near-tie / MISMATCH: two implementations round
+differently, so a flip at a near-tie is expected; a MISMATCH is a bug in one of them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import torch
+import transformers
+
+from specjax import zoo
+from specjax.data.datasets import dataset_prompts
+from specjax.decode import generate, generate_ar
+from specjax.drafters.registry import method
+from specjax.equality import compare_with_ar, count
+from specjax.models import pad_prompts, save_checkpoint
+from specjax.models.model import unstack_layers
+from specjax.pipeline import load_pair
+
+__all__ = ["compare", "main"]
+
+DATASET = {"smollm2-135m": ("gsm8k", True), "zoo": ("wiki", False)}  # model -> (prompt set, chat template)
+ASSISTED_K = 4  # draft tokens per round of the assisted-generation pair (our chain4)
+
+
+def _hf_model(name: str, pair, workdir: Path):
+    """The target as a transformers model in float32: the zoo's HF directory as committed, SmolLM2
+    written from the GGUF-dequantised params we load (so both engines run the same weights)."""
+    if name == "zoo":
+        directory = zoo.ZOO_DIR / "tiny-neox-target"
+    else:
+        directory = workdir / name
+        save_checkpoint(directory, pair.cfg, pair.params)
+    return _no_eos(transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32))
+
+
+def _no_eos(model):
+    """The model in eval mode, its generation config without an EOS (every row runs to max_new_tokens)."""
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model.eval()
+
+
+def _hf_runner(model, max_new: int, **kwargs):
+    """prompt ids -> generated ids, greedy (`model.generate` with kwargs)."""
+    def run(ids):
+        tokens = torch.tensor([ids])
+        with torch.inference_mode():  # an explicit mask: the zoo's prompts start with id 0, the pad id
+            out = model.generate(tokens, attention_mask=torch.ones_like(tokens), max_new_tokens=max_new,
+                                 do_sample=False, **kwargs)
+        return out[0, len(ids):].tolist()
+    return run
+
+
+def _jax_runner(fn, width: int):
+    """prompt ids -> generated ids; every prompt right-padded to `width` (one compiled program)."""
+    def run(ids):
+        tokens, lengths = pad_prompts([ids], length=width)
+        out = jax.block_until_ready(fn(tokens, lengths))
+        return np.asarray(out.tokens[0, : int(out.num_tokens[0])]).tolist()
+    return run
+
+
+def _engines(name: str, pair, workdir: Path, max_new: int, width: int) -> dict:
+    """engine label -> run(prompt ids) -> generated ids; AR engines first, then the assisted pairs."""
+    flat = unstack_layers(pair.params)
+    hf = _hf_model(name, pair, workdir)
+    engines = {
+        "transformers generate": _hf_runner(hf, max_new),
+        "specjax AR (stacked)": _jax_runner(lambda t, n: generate_ar(pair.params, pair.cfg, t, n, max_new, eos_ids=()),
+                                            width),
+        "specjax AR (unstacked)": _jax_runner(lambda t, n: generate_ar(flat, pair.cfg, t, n, max_new, eos_ids=()),
+                                              width),
+    }
+    if pair.draft is not None:  # the embedded pair: speculative decoding both ways
+        assistant = _no_eos(transformers.AutoModelForCausalLM.from_pretrained(zoo.ZOO_DIR / "tiny-neox-draft",
+                                                                              dtype=torch.float32))
+        assistant.generation_config.num_assistant_tokens = ASSISTED_K
+        assistant.generation_config.num_assistant_tokens_schedule = "constant"
+        assistant.generation_config.assistant_confidence_threshold = 0.0
+        engines[f"transformers assisted (K={ASSISTED_K})"] = _hf_runner(hf, max_new, assistant_model=assistant)
+        engines["transformers prompt lookup"] = _hf_runner(hf, max_new, prompt_lookup_num_tokens=10,
+                                                           max_matching_ngram_size=2)
+        for spec in (f"chain{ASSISTED_K}", "pld:ngram=2,num=10"):
+            m = method(spec, pair.cfg, draft=pair.draft)
+            engines[f"specjax {spec}"] = _jax_runner(
+                lambda t, n, m=m: generate(pair.params, pair.cfg, m.drafter, m.params, t, n, max_new, eos_ids=()), width)
+    return engines
+
+
+def compare(name: str, prompts: int = 8, warmup: int = 2, max_new_tokens: int = 64, prompt_len: int = 192,
+            log=print) -> dict:
+    """One model's table: per engine, median tokens/s over the counted prompts and the agreement with
+    specjax's AR output (module docstring)."""
+    pair = load_pair(name, ("draft",) if name == "zoo" else ())
+    dataset, chat = DATASET[name]
+    ids = dataset_prompts(dataset, lambda text: pair.encode(text, chat), prompts, prompt_len, chat=chat)
+    with tempfile.TemporaryDirectory() as tmp:
+        engines = _engines(name, pair, Path(tmp), max_new_tokens, max(len(p) for p in ids))
+        speeds = {label: [] for label in engines}
+        outputs = {label: [] for label in engines}
+        for i, prompt in enumerate(ids):
+            for label, run in engines.items():
+                start = time.perf_counter()
+                out = run(prompt)
+                seconds = time.perf_counter() - start
+                if i >= warmup:
+                    speeds[label].append(len(out) / seconds)
+                    outputs[label].append(out)
+    reference = outputs["specjax AR (stacked)"]
+    rows = {}
+    for label in engines:
+        agreements = [compare_with_ar(pair.params, pair.cfg, p, ar, out)
+                      for p, ar, out in zip(ids[warmup:], reference, outputs[label])]
+        rows[label] = {"tokens_per_s": float(np.median(speeds[label])), "per_prompt_tokens_per_s": speeds[label],
+                       "vs_specjax_ar": count(agreements), "first_differences": [str(a) for a in agreements
+                                                                                  if a.kind != "identical"]}
+    base = rows["transformers generate"]["tokens_per_s"]
+    for label, row in rows.items():
+        row["vs_transformers_generate"] = row["tokens_per_s"] / base
+    log(f"\n== {name}: {len(ids) - warmup} counted {dataset} prompts (+{warmup} warm-up), {max_new_tokens} new tokens, "
+        f"greedy, batch 1, float32, torch threads {torch.get_num_threads()}")
+    for label, row in rows.items():
+        agree = ", ".join(f"{k} {v}" for k, v in row["vs_specjax_ar"].items() if v)
+        log(f"  {label:34s} {row['tokens_per_s']:8.1f} tok/s  {row['vs_transformers_generate']:5.2f}x transformers"
+            f"  outputs vs specjax AR: {agree}")
+    return {"model": name, "dataset": dataset, "chat": chat, "counted_prompts": len(ids) - warmup,
+            "warmup": warmup, "max_new_tokens": max_new_tokens, "engines": rows}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m specjax.bench.versus_transformers", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="smollm2-135m,zoo", help="comma-separated: smollm2-135m, zoo (default: both)")
+    p.add_argument("--prompts", type=int, default=8, help="prompts run per model, warm-up included (default 8)")
+    p.add_argument("--warmup", type=int, default=2, help="first prompts run and discarded (default 2)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt (default 64)")
+    p.add_argument("--prompt-len", type=int, default=192, help="keep each prompt's last N tokens (default 192)")
+    p.add_argument("--json", help="write the tables and the environment here")
+    args = p.parse_args(argv)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    bad = [m for m in models if m not in DATASET]
+    if bad or not 0 <= args.warmup < args.prompts or args.max_new_tokens < 1:
+        p.error(f"unknown model(s) {bad}; choose from {', '.join(DATASET)}" if bad else
+                "need 0 <= --warmup < --prompts and --max-new-tokens >= 1")
+    torch.set_num_threads(os.cpu_count() or 1)
+    report = {"environment": {"jax": jax.__version__, "torch": torch.__version__,
+                              "transformers": transformers.__version__, "cpu_count": os.cpu_count(),
+                              "device": jax.devices()[0].device_kind},
+              "results": [compare(m, args.prompts, args.warmup, args.max_new_tokens, args.prompt_len) for m in models]}
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

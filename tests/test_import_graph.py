@@ -1,0 +1,124 @@
+"""The house's import rules, read from every module's syntax tree (imports inside functions included):
+
+* imports point down the layers of `LAYERS` (a module imports its own layer or lower ones): the
+  math (tree, sampling, ops) below the model ports, those below verification, the drafters, the
+  loop, then data / pipeline / benchmarks / training, the CLI on top;
+* no module uses another module's private (underscore) name;
+* imports sit at the top of a module (inside a function only for an optional dependency);
+* notebooks import the library, never the command line.
+"""
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+# Layer of each package or module prefix (the longest matching prefix wins); `specjax` itself (the
+# public API re-exporting everything) sits on top with the CLI.
+LAYERS = {
+    "specjax.inputs": 0, "specjax.numerics": 0, "specjax.ops": 0, "specjax.sampling": 0, "specjax.tree": 0,
+    "specjax.models": 1, "specjax.draft_vocab": 1,
+    "specjax.verify": 2, "specjax.sharding": 2, "specjax.equality": 2,
+    "specjax.drafters": 3,
+    "specjax.decode": 4, "specjax.core": 4,
+    "specjax.data": 5, "specjax.zoo": 5,
+    "specjax.pipeline": 6,
+    "specjax.bench": 7, "specjax.train": 7,
+    "specjax": 8, "specjax.cli": 8,
+    "specjax.showcase": 9, "specjax.__main__": 9,
+}
+
+
+def layer(module: str) -> int:
+    best = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len)
+    return LAYERS[best]
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def imports(path: pathlib.Path):
+    """(line, imported module, imported names) of every specjax import in the file; `from a import b`
+    with b a module counts as importing a.b."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "specjax":
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                yield node.lineno, (sub if is_module(sub) else node.module), alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "specjax":
+                    yield node.lineno, alias.name, None
+
+
+SOURCES = sorted((ROOT / "specjax").rglob("*.py"))
+
+
+def test_imports_point_down_the_layers():
+    upward = [f"{path.relative_to(ROOT)}:{line} {module_name(path)} (layer {layer(module_name(path))}) imports "
+              f"{target} (layer {layer(target)})"
+              for path in SOURCES for line, target, _ in imports(path)
+              if module_name(path) != "specjax" and layer(target) > layer(module_name(path))]
+    assert not upward, "\n".join(upward)
+
+
+def test_no_private_name_crosses_modules():
+    crossing = [f"{path.relative_to(ROOT)}:{line} imports {name} from {target}"
+                for path in SOURCES + sorted((ROOT / "notebooks").glob("*.py"))
+                for line, target, name in imports(path)
+                if name and name.startswith("_") and not name.startswith("__") and target != module_name(path)]
+    for path in SOURCES:  # module._name through an imported specjax module
+        tree = ast.parse(path.read_text())
+        aliases = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                   and n.module and n.module.startswith("specjax") for a in n.names
+                   if is_module(f"{n.module}.{a.name}")}
+        crossing += [f"{path.relative_to(ROOT)}:{n.lineno} uses {n.value.id}.{n.attr}" for n in ast.walk(tree)
+                     if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases
+                     and n.attr.startswith("_") and not n.attr.startswith("__")]
+    assert not crossing, "\n".join(crossing)
+
+
+OPTIONAL = {"torch", "transformers", "jinja2"}  # the dev extra: imported where a function needs them
+
+
+def test_imports_inside_functions_are_optional_dependencies_only():
+    """Imports sit at the top of a module; inside a function only for an optional dependency (and the
+    data package's lazy `assets` attribute, which keeps `import specjax.data` free of file reads)."""
+    inside = []
+    for path in SOURCES:
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)):
+                        module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                        if module.split(".")[0] not in OPTIONAL and (module_name(path), fn.name) != (
+                                "specjax.data", "__getattr__"):
+                            inside.append(f"{path.relative_to(ROOT)}:{node.lineno} {fn.name} imports {module}")
+    assert not inside, "\n".join(inside)
+
+
+@pytest.mark.parametrize("notebook", sorted((ROOT / "notebooks").glob("*.py")), ids=lambda p: p.name)
+def test_notebooks_do_not_import_the_command_line(notebook):
+    cli = [f"{notebook.name}:{line} imports {target}" for line, target, _ in imports(notebook)
+           if layer(target) >= LAYERS["specjax.cli"] and target != "specjax"]
+    assert not cli, "\n".join(cli)
+
+
+def test_the_rules_catch_what_they_forbid(tmp_path):
+    """The checks above on made-up sources: an upward import and a private import are seen."""
+    assert layer("specjax.models.llama") == 1 and layer("specjax.drafters.ddtree") == 3 and layer("specjax.cli") == 8
+    source = tmp_path / "made_up.py"
+    source.write_text("from specjax.decode import generate\nfrom specjax.models.model import _merge\nimport specjax.cli\n")
+    found = list(imports(source))
+    assert [t for _, t, _ in found] == ["specjax.decode", "specjax.models.model", "specjax.cli"]
+    assert layer(found[0][1]) > layer("specjax.models.llama")  # a model port importing the loop: upward
+    assert found[1][2] == "_merge"

@@ -1,0 +1,94 @@
+"""The layer layouts of a model's params (`specjax.models.model.LAYOUTS`): stacked (scanned),
+unstacked (one traced copy per layer, the faster CPU decode step) and dual (both). Every layout's
+forward is checked against transformers in `test_model_parity.py`; here: the conversions, whole
+generations (AR and a speculative method) token for token across layouts, the feature cache,
+saving and the options that choose a layout."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax import zoo
+from specjax.cli import main
+from specjax.decode import generate, generate_ar
+from specjax.drafters.registry import method
+from specjax.models import load_checkpoint, pad_prompts, save_checkpoint
+from specjax.models.model import (LAYER_COPIES, LAYOUTS, is_unstacked, layer_features, layout_of, stack_layers,
+                                  unstack_layers, with_layout)
+from specjax.pipeline import Pipeline
+
+
+@pytest.fixture(scope="module")
+def target():
+    cfg, params, _ = zoo.load("tiny-neox-target")
+    return cfg, params
+
+
+def test_unstack_and_stack_are_inverse_and_idempotent(target):
+    cfg, params = target
+    flat = unstack_layers(params)
+    assert is_unstacked(flat) and not is_unstacked(params) and len(flat["layers"]) == cfg.num_layers
+    for i, layer in enumerate(flat["layers"]):  # layer i's leaves are the stacked leaves' row i
+        jax.tree.map(lambda one, stacked, i=i: np.testing.assert_array_equal(one, stacked[i]), layer, params["layers"])
+    assert unstack_layers(flat) is flat and stack_layers(params) is params
+    back = stack_layers(flat)
+    jax.tree.map(np.testing.assert_array_equal, back, params)
+    assert jax.tree.structure(back) == jax.tree.structure(params)
+    dual = with_layout(params, "dual")  # the stacked arrays themselves plus per-layer copies
+    assert layout_of(dual) == "dual" and dual["layers"] is params["layers"] and len(dual[LAYER_COPIES]) == cfg.num_layers
+    assert [layout_of(with_layout(p, t)) for p in (params, flat, dual) for t in LAYOUTS] == list(LAYOUTS) * 3
+    jax.tree.map(np.testing.assert_array_equal, stack_layers(dual), params)
+    jax.tree.map(np.testing.assert_array_equal, unstack_layers(dual), flat)
+    with pytest.raises(ValueError, match="unknown layer layout 'flat'; choose one of stacked, unstacked, dual"):
+        with_layout(params, "flat")
+
+
+def test_generations_are_identical_in_both_layouts(target):
+    """AR and DDTree (drafter reading tapped target features) emit the same tokens, rounds and
+    per-round acceptances whether the target's layers are scanned or unstacked."""
+    cfg, params = target
+    tokens, lengths = pad_prompts([[0, 51, 7, 300, 12, 9], [0, 1200, 44]])
+    dcfg, dparams = zoo.load_drafter("tiny-neox-dflash")
+    m = method("ddtree-8", cfg, dflash=(dcfg, dparams))
+    runs = {}
+    for layout in LAYOUTS:
+        p = with_layout(params, layout)
+        ar = generate_ar(p, cfg, tokens, lengths, 24)
+        spec = generate(p, cfg, m.drafter, m.params, tokens, lengths, 24)
+        runs[layout] = (ar, spec)
+    ar_s, spec_s = runs["stacked"]
+    for layout in ("unstacked", "dual"):
+        ar, spec = runs[layout]
+        np.testing.assert_array_equal(ar.tokens, ar_s.tokens)
+        np.testing.assert_array_equal(spec.tokens, spec_s.tokens)
+        np.testing.assert_array_equal(spec.stats.num_rounds, spec_s.stats.num_rounds)
+        np.testing.assert_array_equal(spec.stats.accepted, spec_s.stats.accepted)
+    np.testing.assert_array_equal(spec_s.tokens, ar_s.tokens)  # and lossless, as ever
+    assert spec_s.stats.mean_accepted_length().min() > 1  # the drafter is trained: rounds accept tokens
+
+
+def test_feature_cache_and_checkpoints_do_not_depend_on_the_layout(target, tmp_path):
+    cfg, params = target
+    tokens = jnp.asarray([[0, 5, 9, 77, 31, 2, 8, 100]], jnp.int32)
+    stacked = layer_features(params, cfg, tokens, (1, 3))
+    flat = layer_features(unstack_layers(params), cfg, tokens, (1, 3))
+    np.testing.assert_allclose(np.asarray(flat), np.asarray(stacked), rtol=1e-5, atol=1e-5)  # fusion order
+    np.testing.assert_array_equal(layer_features(with_layout(params, "dual"), cfg, tokens, (1, 3)), stacked)
+    for layout in ("unstacked", "dual"):  # saved in the checkpoint's (stacked) layout, each weight once
+        save_checkpoint(tmp_path / layout, cfg, with_layout(params, layout))
+        cfg2, back = load_checkpoint(tmp_path / layout)
+        assert cfg2 == cfg and layout_of(back) == "stacked"
+        jax.tree.map(np.testing.assert_array_equal, back, params)
+
+
+def test_pipeline_and_cli_choose_the_layout(capsys):
+    pipe = Pipeline.load("zoo", method="ar", layout="unstacked")
+    assert is_unstacked(pipe.pair.params)
+    stacked = Pipeline.load("zoo", method="ar").generate("The river", max_new_tokens=8)[0]
+    assert pipe.generate("The river", max_new_tokens=8)[0].token_ids == stacked.token_ids
+    with pytest.raises(ValueError, match="unknown layer layout 'flat'"):
+        Pipeline.load("zoo", method="ar", layout="flat")
+    assert layout_of(Pipeline.load("zoo", method="ar", layout="dual").pair.params) == "dual"
+    assert main(["generate", "--method", "ar", "--layout", "flat"]) == 2
+    assert "invalid choice: 'flat'" in capsys.readouterr().err
