@@ -36,8 +36,6 @@ from pathlib import Path
 
 import jax
 import numpy as np
-import torch
-import transformers
 
 from specjax import zoo
 from specjax.data.datasets import dataset_prompts
@@ -57,6 +55,9 @@ ASSISTED_K = 4  # draft tokens per round of the assisted-generation pair (our ch
 def _hf_model(name: str, pair, workdir: Path):
     """The target as a transformers model in float32: the zoo's HF directory as committed, SmolLM2
     written from the GGUF-dequantised params we load (so both engines run the same weights)."""
+    import torch  # the dev extra (a test reference): imported where needed
+    import transformers
+
     if name == "zoo":
         directory = zoo.ZOO_DIR / "tiny-neox-target"
     else:
@@ -74,6 +75,8 @@ def _no_eos(model):
 
 def _hf_runner(model, max_new: int, **kwargs):
     """prompt ids -> generated ids, greedy (`model.generate` with kwargs)."""
+    import torch
+
     def run(ids):
         tokens = torch.tensor([ids])
         with torch.inference_mode():  # an explicit mask: the zoo's prompts start with id 0, the pad id
@@ -104,6 +107,9 @@ def _engines(name: str, pair, workdir: Path, max_new: int, width: int) -> dict:
                                               width),
     }
     if pair.draft is not None:  # the embedded pair: speculative decoding both ways
+        import torch
+        import transformers
+
         assistant = _no_eos(transformers.AutoModelForCausalLM.from_pretrained(zoo.ZOO_DIR / "tiny-neox-draft",
                                                                               dtype=torch.float32))
         assistant.generation_config.num_assistant_tokens = ASSISTED_K
@@ -149,6 +155,8 @@ def compare(name: str, prompts: int = 8, warmup: int = 2, max_new_tokens: int = 
     base = rows["transformers generate"]["tokens_per_s"]
     for label, row in rows.items():
         row["vs_transformers_generate"] = row["tokens_per_s"] / base
+    import torch
+
     log(f"\n== {name}: {len(ids) - warmup} counted {dataset} prompts (+{warmup} warm-up), {max_new_tokens} new tokens, "
         f"greedy, batch 1, float32, torch threads {torch.get_num_threads()}")
     for label, row in rows.items():
@@ -174,6 +182,9 @@ def main(argv=None) -> int:
     if bad or not 0 <= args.warmup < args.prompts or args.max_new_tokens < 1:
         p.error(f"unknown model(s) {bad}; choose from {', '.join(DATASET)}" if bad else
                 "need 0 <= --warmup < --prompts and --max-new-tokens >= 1")
+    import torch
+    import transformers
+
     torch.set_num_threads(os.cpu_count() or 1)
     report = {"environment": {"jax": jax.__version__, "torch": torch.__version__,
                               "transformers": transformers.__version__, "cpu_count": os.cpu_count(),

@@ -11,6 +11,8 @@ Shapes: B batch, S rows, n tapped layers, E hidden, V vocab, K draft vocabulary.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 

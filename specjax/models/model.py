@@ -256,8 +256,8 @@ def stack_layers(params: dict) -> dict:
 
 
 def is_unstacked(params: dict) -> bool:
-    """Whether params["layers"] is `unstack_layers`' tuple of per-layer dicts."""
-    return isinstance(params["layers"], (tuple, list))
+    """Whether params["layers"] is `unstack_layers`' tuple of per-layer dicts (False without layers)."""
+    return isinstance(params.get("layers"), (tuple, list))
 
 
 def outer_params(params: dict) -> dict:
