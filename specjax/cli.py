@@ -51,7 +51,7 @@ from specjax.decode import generate, generate_ar
 from specjax.drafters.registry import READERS, describe_readers, forms, markdown_table, method, needs_of
 from specjax.equality import compare_with_ar
 from specjax.models import CheckpointError, pad_prompts
-from specjax.models.model import LAYOUTS, stack_layers, with_layout
+from specjax.models.model import LAYOUTS, num_params, with_layout
 from specjax.pipeline import DEFAULT_METHOD, MODELS, check_source, cut_at_stop, default_method, load_pair
 from specjax.sampling import Sampling
 
@@ -194,7 +194,7 @@ def _generate(args) -> int:
 
 def _print_generate(report: dict, pair, args) -> None:
     ar, mode = report["ar"], report["sampling"]
-    print(f"target: {pair.cfg.model_type}, {sum(x.size for x in jax.tree.leaves(stack_layers(pair.params))):,} params; "
+    print(f"target: {pair.cfg.model_type}, {num_params(pair.params):,} params; "
           f"device {jax.devices()[0].platform}; prompt: {report['prompt']!r}")
     print(f"\n[AR {mode}] {ar['tokens']} tokens in {ar['seconds'] * 1e3:.1f} ms (median of {TIMED_RUNS}, "
           f"interleaved) = {ar['tokens_per_s']:.1f} tokens/s")

@@ -14,8 +14,8 @@ from specjax.cli import main
 from specjax.decode import generate, generate_ar
 from specjax.drafters.registry import method
 from specjax.models import load_checkpoint, pad_prompts, save_checkpoint
-from specjax.models.model import (LAYER_COPIES, LAYOUTS, is_unstacked, layer_features, layout_of, stack_layers,
-                                  unstack_layers, with_layout)
+from specjax.models.model import (LAYER_COPIES, LAYOUTS, is_unstacked, layer_features, layout_of, num_params,
+                                  stack_layers, unstack_layers, with_layout)
 from specjax.pipeline import Pipeline
 
 
@@ -39,6 +39,7 @@ def test_unstack_and_stack_are_inverse_and_idempotent(target):
     assert layout_of(dual) == "dual" and dual["layers"] is params["layers"] and len(dual[LAYER_COPIES]) == cfg.num_layers
     assert [layout_of(with_layout(p, t)) for p in (params, flat, dual) for t in LAYOUTS] == list(LAYOUTS) * 3
     jax.tree.map(np.testing.assert_array_equal, stack_layers(dual), params)
+    assert num_params(dual) == num_params(flat) == num_params(params) == 4_925_568  # each weight once (TRAINING.md)
     jax.tree.map(np.testing.assert_array_equal, unstack_layers(dual), flat)
     with pytest.raises(ValueError, match="unknown layer layout 'flat'; choose one of stacked, unstacked, dual"):
         with_layout(params, "flat")

@@ -7,7 +7,7 @@ times, for named model shapes (`SHAPES`: the real HF configs' numbers, random pa
 of `reps` warm calls after one excluded warm-up (compile) call, each call ended by
 `jax.block_until_ready`; host wall clock (`time.perf_counter`). The ar, verify, compile
 and round parts are timed for each of `layouts` (the target's layer params stacked and
-scanned, or unstacked: `specjax.models.model.unstack_layers`; JSON: shapes.<shape>.layouts.<layout>.<part>).
+scanned, unstacked or dual: `specjax.models.model.LAYOUTS`; JSON: shapes.<shape>.layouts.<layout>.<part>).
 
   bandwidth  measured device memory bandwidth: a jitted elementwise y <- y + x in place (y
              donated) over two `bandwidth_mib` MiB float32 arrays; (bytes read + bytes
@@ -172,7 +172,7 @@ class Settings:
 
     @classmethod
     def for_platform(cls, platform: str, **overrides) -> "Settings":
-        """GPU/TPU: the issue's sizes in bfloat16. CPU: float32, 256 MiB bandwidth arrays, both layer layouts."""
+        """GPU/TPU: the issue's sizes in bfloat16. CPU: float32, 256 MiB bandwidth arrays, every layer layout."""
         base = {} if platform != "cpu" else dict(dtype="float32", bandwidth_mib=256, layouts=LAYOUTS)
         return cls(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
 

@@ -124,7 +124,7 @@ from specjax.drafters.protocol import CarriesOver
 from specjax.equality import Agreement, compare_with_ar
 from specjax.equality import count as equality_count
 from specjax.models import GPTNeoXConfig, init_params, pad_prompts
-from specjax.models.model import layout_of, stack_layers
+from specjax.models.model import layout_of, num_params
 from specjax.sampling import Sampling
 
 __all__ = ["Method", "MethodResult", "check_batches", "environment", "format_table", "parse_method", "prepare_prompts",
@@ -490,9 +490,9 @@ def _git_commit() -> str | None:
 def environment(target_name: str, draft_name: str | None, target_params, extra: dict | None = None) -> dict:
     """What the numbers were measured on (no hostname): device, library versions, dtype, CPUs."""
     dev = jax.devices()[0]
-    leaves = jax.tree.leaves(stack_layers(target_params))  # each weight once, whatever the layout
+    leaves = jax.tree.leaves(target_params)
     env = {
-        "target": target_name, "draft": draft_name, "target_params": int(sum(x.size for x in leaves)),
+        "target": target_name, "draft": draft_name, "target_params": num_params(target_params),
         "target_layout": layout_of(target_params),
         "dtype": str(leaves[0].dtype) if leaves else None, "platform": dev.platform,
         "device_kind": dev.device_kind, "device_count": jax.device_count(), "cpu_count": os.cpu_count(),

@@ -177,8 +177,9 @@ def layer_features(params: dict, cfg: ModelConfig, tokens: jax.Array, feature_la
     b, s = tokens.shape
     run = max(feature_layers) + 1
     short_cfg = dataclasses.replace(cfg, num_layers=run)
-    params = stack_layers(params)
-    short = {**params, "layers": jax.tree.map(lambda x: x[:run], params["layers"])}
+    layers = params["layers"]  # the first `run` layers, in the params' own layout (no restacking)
+    short = {**outer_params(params),
+             "layers": layers[:run] if is_unstacked(params) else jax.tree.map(lambda x: x[:run], layers)}
     positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
     cache = init_cache(short_cfg, b, s, jax.tree.leaves(params)[0].dtype)
     _, _, feats = forward_tapped(short, short_cfg, tokens, positions, causal_mask(b, s), cache, feature_layers,
@@ -230,10 +231,10 @@ def unstack_layers(params: dict) -> dict:
     `forward` then runs the layers as L traced copies, each reading its own weight arrays. With the
     stacked layout the layer scan slices layer i out of every [L, ...] leaf, and XLA:CPU copies that
     slice before its products: at batch 1 a one-token step spends about as long on the copies as on
-    the matrix-vector products themselves (SmolLM2-135M on 2 cores: 48 ms per decode step stacked,
-    35 ms unstacked; `python -m specjax bench-device --shapes smollm2-135m`). For forwards of 4 and
-    more tokens the copies overlap the matrix products on a second core and the stacked layout is
-    the faster one (8 tokens: 61 vs 67 ms), hence "dual". Same outputs (tested against transformers
+    the matrix-vector products themselves (SmolLM2-135M on 2 cores: 44.2 ms per decode step stacked,
+    30.5 ms unstacked; `python -m specjax bench-device --shapes smollm2-135m`, docs/results.md). For
+    forwards of 4 to 16 tokens the copies overlap the matrix products on the second core and the
+    stacked layout was as fast or faster in a same-process sweep (8 tokens: 61 vs 67 ms), hence "dual". Same outputs (tested against transformers
     in every layout); compiling takes longer (one copy of the layer per layer). Inverse:
     `stack_layers`. Idempotent."""
     if is_unstacked(params):
@@ -263,6 +264,11 @@ def is_unstacked(params: dict) -> bool:
 def outer_params(params: dict) -> dict:
     """Everything but the layers (and their per-layer copies): the embedding, final norm and head."""
     return {k: v for k, v in params.items() if k not in ("layers", LAYER_COPIES)}
+
+
+def num_params(params: dict) -> int:
+    """Parameter count with each weight counted once, whatever the layout (dual copies excluded)."""
+    return int(sum(x.size for x in jax.tree.leaves({k: v for k, v in params.items() if k != LAYER_COPIES})))
 
 
 def layout_of(params: dict) -> str:
@@ -338,8 +344,8 @@ def prefill_tapped(params, cfg, tokens, prompt_lengths, cache, feature_layers: t
 
 @functools.partial(jax.jit, static_argnames=("cfg", "matmul_precision"), donate_argnames=("cache",))
 def prefill_unchecked(params, cfg, tokens, prompt_lengths, cache, matmul_precision: str | None = DEFAULT_PRECISION):
-    """`prefill` without the host-side checks: for use inside other jitted functions (private:
-    callers outside the package use `prefill`, or `prefill_tapped` inside their own jit)."""
+    """`prefill` without the host-side checks, for the package's own jitted loops (`specjax.decode`,
+    the draft LM); users call `prefill`, or `prefill_tapped` inside their own jit."""
     logits, last, cache, _ = prefill_tapped(params, cfg, tokens, prompt_lengths, cache,
                                             matmul_precision=matmul_precision)
     return logits, last, cache
@@ -398,5 +404,6 @@ __all__ = [
     "ModelConfig", "KVCache", "init_cache", "commit", "config_from_hf", "init_params", "param_shapes",
     "forward", "forward_tapped", "forward_jit", "prefill", "prefill_tapped", "causal_mask",
     "pad_prompts", "family", "embed_tokens", "final_norm", "project_to_vocab", "layer_features",
-    "check_feature_layers", "check_params", "unstack_layers", "stack_layers", "is_unstacked", "layout_of", "outer_params", "LAYOUTS", "LAYER_COPIES", "with_layout",
+    "check_feature_layers", "check_params", "prefill_unchecked", "unstack_layers", "stack_layers", "is_unstacked",
+    "layout_of", "num_params", "outer_params", "LAYOUTS", "LAYER_COPIES", "with_layout",
 ]
