@@ -36,7 +36,7 @@ from typing import Any
 
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.inputs import check_generate_args, is_traced, validate_prompts
-from specjax.models.cache import KVCache, check_capacity, commit, init_cache
+from specjax.models.cache import KVCache, advance, check_capacity, commit, init_cache
 from specjax.models.model import ModelConfig, forward, outer_params, prefill_tapped, prefill_unchecked
 from specjax.numerics import DEFAULT_PRECISION, decode_compiler_options, matmul_scope
 from specjax.ops import device_widths
@@ -136,7 +136,7 @@ def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_t
     def body(state):
         step, cur, out, cache, done, key = state
         logits, cache = forward(params, cfg, cur[:, None], cache.lengths[:, None], ones_mask, cache)
-        cache = commit(cache, jnp.zeros((b, 1), jnp.int32), jnp.where(done, 0, 1))
+        cache = advance(cache, jnp.where(done, 0, 1))
         key, sub = jax.random.split(key)
         nxt = jnp.where(done, pad_id, pick_token(logits[:, 0], sub, sampling))
         out = out.at[:, step].set(nxt)

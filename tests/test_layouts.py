@@ -14,8 +14,9 @@ from specjax.cli import main
 from specjax.decode import generate, generate_ar
 from specjax.drafters.registry import method
 from specjax.models import load_checkpoint, pad_prompts, save_checkpoint
-from specjax.models.model import (LAYER_COPIES, LAYOUTS, is_unstacked, layer_features, layout_of, num_params,
-                                  stack_layers, unstack_layers, with_layout)
+from specjax.models.cache import advance, commit, init_cache, per_layer_cache, stacked_cache
+from specjax.models.model import (LAYER_COPIES, LAYOUTS, causal_mask, forward, is_unstacked, layer_features,
+                                  layout_of, num_params, prefill, stack_layers, unstack_layers, with_layout)
 from specjax.pipeline import Pipeline
 
 
@@ -43,6 +44,37 @@ def test_unstack_and_stack_are_inverse_and_idempotent(target):
     jax.tree.map(np.testing.assert_array_equal, unstack_layers(dual), flat)
     with pytest.raises(ValueError, match="unknown layer layout 'flat'; choose one of stacked, unstacked, dual"):
         with_layout(params, "flat")
+
+
+def test_a_per_layer_cache_holds_and_gives_what_the_stacked_one_does(target):
+    """`per_layer_cache` splits [L, B, S, K, D] into L arrays [1, B, S, K, D] (`stacked_cache` joins
+    them); a one-token forward of per-layer params over it returns the stacked forward's logits and
+    writes the same K/V; `commit` and `advance` move the same slots; stacked params over a per-layer
+    cache are refused, naming the fix."""
+    cfg, params = target
+    tokens, lengths = pad_prompts([[0, 51, 7, 300, 12, 9], [0, 1200, 44]])
+    _, _, cache = prefill(params, cfg, tokens, lengths, init_cache(cfg, 2, 16))
+    split = per_layer_cache(cache)
+    assert split.per_layer and len(split.k) == cfg.num_layers and split.k[0].shape == (1,) + cache.k.shape[1:]
+    assert (split.num_slots, split.batch_size) == (cache.num_slots, cache.batch_size) == (16, 2)
+    assert per_layer_cache(split) is split and stacked_cache(cache) is cache
+    jax.tree.map(np.testing.assert_array_equal, stacked_cache(split), cache)
+    step = jnp.asarray([[5], [17]], jnp.int32)
+    want_logits, want = forward(params, cfg, step, cache.lengths[:, None], causal_mask(2, 1), cache)
+    for layout in ("unstacked", "dual"):
+        logits, got = forward(with_layout(params, layout), cfg, step, cache.lengths[:, None], causal_mask(2, 1),
+                              per_layer_cache(cache))
+        np.testing.assert_allclose(logits, want_logits, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(stacked_cache(got).k, want.k, rtol=1e-5, atol=1e-6)
+        keep = jnp.asarray([1, 0], jnp.int32)
+        moved = commit(got, jnp.zeros((2, 1), jnp.int32), keep)
+        assert moved.per_layer
+        jax.tree.map(np.testing.assert_array_equal, stacked_cache(moved), commit(stacked_cache(got), jnp.zeros(
+            (2, 1), jnp.int32), keep))
+        jax.tree.map(np.testing.assert_array_equal, advance(got, keep), moved)  # a one-token commit moves nothing
+    with pytest.raises(ValueError, match="a per-layer KV cache is read by per-layer forwards only .* stacked params "
+                                         "with 1 tokens: use stacked_cache"):
+        forward(params, cfg, step, cache.lengths[:, None], causal_mask(2, 1), per_layer_cache(cache))
 
 
 def test_generations_are_identical_in_both_layouts(target):

@@ -221,6 +221,27 @@ def visible_slots(lengths: jax.Array, region: int) -> jax.Array:
     return (jnp.max(lengths) + region).astype(jnp.int32)
 
 
+# One-token queries (decode steps, T = 1) of a batch of at least this many rows attend by
+# multiply-and-sum, reading K and V in their [B, S, K, D] layout; smaller batches and every
+# multi-token forward use the batched product, for which XLA:CPU first copies each layer's K and V
+# into [B, K, S, D]. Measured on 2 CPU cores, SmolLM2-135M, 449 slots, ms per decode step (product
+# vs sum): batch 128 930 vs 656 (the copies were 40% of the step), 16 135 vs 109, 4 67 vs 62; at
+# batch 1 the product is faster (29.2 vs 32.9). Same values up to float32 summation order.
+ONE_TOKEN_REDUCE_MIN_BATCH = 4
+
+
+def _attend_one_token(q, k_all, v_all, mask, scale):
+    """`attend` for T = 1 without transposing the cache: q [B, 1, H, D] -> [B, 1, H, D]."""
+    b, _, h, d = q.shape
+    kv_heads = k_all.shape[2]
+    qg = q.reshape(b, 1, kv_heads, h // kv_heads, d).astype(jnp.float32)  # [B, 1, K, G, D]
+    scores = jnp.sum(qg * k_all[:, :, :, None, :].astype(jnp.float32), axis=-1) * scale  # [B, S, K, G]
+    scores = jnp.where(mask[:, 0, :, None, None], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=1)
+    out = jnp.sum(probs[..., None] * v_all[:, :, :, None, :].astype(jnp.float32), axis=1)  # [B, K, G, D]
+    return out.reshape(b, 1, h, d).astype(q.dtype)
+
+
 def attend(
     q: jax.Array, k_all: jax.Array, v_all: jax.Array, mask: jax.Array, scale: float
 ) -> jax.Array:
@@ -233,6 +254,8 @@ def attend(
     """
     b, t, h, d = q.shape
     kv_heads = k_all.shape[2]
+    if t == 1 and b >= ONE_TOKEN_REDUCE_MIN_BATCH:
+        return _attend_one_token(q, k_all, v_all, mask, scale)
     qg = q.reshape(b, t, kv_heads, h // kv_heads, d)  # [B, T, K, G, D]
     if qg.dtype != k_all.dtype:
         qg, k_all = qg.astype(jnp.float32), k_all.astype(jnp.float32)

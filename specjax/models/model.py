@@ -29,7 +29,7 @@ from flax import nnx
 
 from specjax.inputs import WrongConfigError, as_prompt_batch, check_positions, pad_prompts, raise_on_mismatch
 from specjax.models import dflash, domino, eagle3, gpt_neox, llama
-from specjax.models.cache import KVCache, check_capacity, commit, init_cache
+from specjax.models.cache import KVCache, check_capacity, commit, init_cache, per_layer_cache, stacked_cache
 from specjax.models.hf_config import UnsupportedConfigError
 from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots
 from specjax.numerics import DEFAULT_PRECISION, check_precision, matmul_scope
@@ -143,25 +143,38 @@ def forward_tapped(
     features = jnp.zeros((len(feature_layers),) + embeddings.shape, embeddings.dtype)  # [n, B, T, E]
 
     def layer(carry, xs):
+        """Decoder layer i on (x, K cache, V cache, features); the cache's own layer axis is read at
+        `slot` (i in a stacked cache, 0 in a per-layer one)."""
         x, k_cache, v_cache, feats = carry
-        layer_params, i = xs
+        layer_params, i, slot = xs
         block = _merge(cfg, "Block", layer_params)
-        kv = LayerKV(k=k_cache, v=v_cache, layer=i, write_at=write_at, visible=visible)
+        kv = LayerKV(k=k_cache, v=v_cache, layer=slot, write_at=write_at, visible=visible)
         x, kv = block(x, positions, mask, kv)
         if feature_layers:  # keep x in the slots that asked for layer i
             feats = jnp.where((wanted == i)[:, None, None, None], x[None].astype(feats.dtype), feats)
         return (x, kv.k, kv.v, feats), None
 
-    carry = (embeddings, cache.k, cache.v, features)
     # One traced copy per layer, each reading its own arrays (`unstack_layers`): always for unstacked
     # params, for one-token steps of "dual" ones (`LAYOUTS`); else the layer scan.
     per_layer = params["layers"] if is_unstacked(params) else params.get(LAYER_COPIES) if tokens.shape[1] == 1 else None
-    if per_layer is not None:
+    if cache.per_layer and per_layer is None:
+        raise ValueError(f"a per-layer KV cache is read by per-layer forwards only (unstacked params, or dual params "
+                         f"at one token); these are {layout_of(params)} params with {tokens.shape[1]} tokens: "
+                         f"use stacked_cache(cache), or with_layout(params, 'unstacked')")
+    if cache.per_layer:  # each layer appends to and reads its own cache arrays (`per_layer_cache`)
+        x, k, v = embeddings, list(cache.k), list(cache.v)
         for i, layer_params in enumerate(per_layer):
-            carry, _ = layer(carry, (layer_params, i))
+            (x, k[i], v[i], features), _ = layer((x, k[i], v[i], features), (layer_params, i, 0))
+        k, v = tuple(k), tuple(v)
     else:
-        carry, _ = jax.lax.scan(layer, carry, (params["layers"], jnp.arange(cfg.num_layers)))
-    x, k, v, features = carry
+        carry = (embeddings, cache.k, cache.v, features)
+        if per_layer is not None:
+            for i, layer_params in enumerate(per_layer):
+                carry, _ = layer(carry, (layer_params, i, i))
+        else:
+            ids = jnp.arange(cfg.num_layers)
+            carry, _ = jax.lax.scan(layer, carry, (params["layers"], ids, ids))
+        x, k, v, features = carry
     logits = outer.logits(x) if with_logits else None
     return logits, KVCache(k=k, v=v, lengths=cache.lengths), jnp.moveaxis(features, 0, 2)
 
@@ -405,5 +418,6 @@ __all__ = [
     "forward", "forward_tapped", "forward_jit", "prefill", "prefill_tapped", "causal_mask",
     "pad_prompts", "family", "embed_tokens", "final_norm", "project_to_vocab", "layer_features",
     "check_feature_layers", "check_params", "prefill_unchecked", "unstack_layers", "stack_layers", "is_unstacked",
-    "layout_of", "num_params", "outer_params", "LAYOUTS", "LAYER_COPIES", "with_layout",
+    "layout_of", "num_params", "outer_params", "LAYOUTS", "LAYER_COPIES", "with_layout", "per_layer_cache",
+    "stacked_cache",
 ]
