@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from specjax.models import causal_mask, forward_tapped, init_cache
 from specjax.train.data import TokenShards
-from specjax.train.features import build_feature_cache, length_batches, open_feature_cache
+from specjax.train.features import build_feature_cache, covered_shards, length_batches, open_feature_cache
 from tests.train_fixtures import TARGET, TARGET_PARAMS
 
 
@@ -23,6 +23,50 @@ def shards(seed: int = 0, n: int = 9) -> TokenShards:
     return TokenShards(tokens=tokens, offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
                        prompt_lengths=np.minimum(lengths - 1, 2).astype(np.int32),
                        temperature=np.zeros(n, np.float32), manifest={"shards": [{"sha256": sha}]})
+
+
+def two_shards(data: TokenShards, first: int) -> tuple[TokenShards, TokenShards]:
+    """(the first shard alone, both shards): `data` split after sequence `first`, as the data
+    generator leaves a directory before and after it appended a shard."""
+    o = data.offsets
+    shas = [hashlib.sha256(data.tokens[:o[first]].tobytes()).hexdigest(),
+            hashlib.sha256(data.tokens[o[first]:].tobytes()).hexdigest()]
+    entries = [{"sha256": shas[0], "sequences": first}, {"sha256": shas[1], "sequences": len(data) - first}]
+    head = TokenShards(tokens=data.tokens[:o[first]], offsets=o[:first + 1], prompt_lengths=data.prompt_lengths[:first],
+                       temperature=data.temperature[:first], manifest={"shards": entries[:1]})
+    return head, TokenShards(tokens=data.tokens, offsets=o, prompt_lengths=data.prompt_lengths,
+                             temperature=data.temperature, manifest={"shards": entries})
+
+
+def test_a_cache_grows_with_the_data_computing_only_the_new_shards(tmp_path):
+    """A cache built on shard 1 is extended in place when shard 2 is appended: the old rows are left
+    as they were (not recomputed), the new rows equal a cache built on both shards at once, the
+    manifest lists both shards and verifies; data whose shards do not extend the cache's is refused;
+    a cache whose manifest predates the shard list is matched by its combined checksum."""
+    head, both = two_shards(shards(n=9), 4)
+    target = (TARGET, TARGET_PARAMS)
+    out, fresh = tmp_path / "grown", tmp_path / "fresh"
+    build_feature_cache(target, "tiny", head, "data", (0, 1), out, max_tokens=64, progress=False)
+    old_rows = np.array(open_feature_cache(out).arrays[1])
+    grown = build_feature_cache(target, "tiny", both, "data", (0, 1), out, max_tokens=64, progress=False)
+    whole = build_feature_cache(target, "tiny", both, "data", (0, 1), fresh, max_tokens=64, progress=False)
+    n_old = int(head.offsets[-1])
+    assert grown.arrays[1].shape == whole.arrays[1].shape == (int(both.offsets[-1]), TARGET.hidden_size)
+    np.testing.assert_array_equal(grown.arrays[1][:n_old], old_rows)
+    for layer in (0, 1):  # the new sequences: a length batch of their own, same float16 values up to one step
+        np.testing.assert_allclose(grown.arrays[layer][n_old:].astype(np.float32),
+                                   whole.arrays[layer][n_old:].astype(np.float32), rtol=2 ** -10, atol=1e-3)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["data"]["shards"] == [e["sha256"] for e in both.manifest["shards"]]
+    open_feature_cache(out, verify=True)
+    other, _ = two_shards(shards(seed=3, n=9), 4)
+    with pytest.raises(ValueError, match="other target weights or data"):
+        build_feature_cache(target, "tiny", other, "data", (0, 1), out, progress=False)
+    legacy = json.loads((fresh / "manifest.json").read_text())  # written before manifests listed their shards
+    del legacy["data"]["shards"]
+    (fresh / "manifest.json").write_text(json.dumps(legacy))
+    assert covered_shards(legacy, [e["sha256"] for e in both.manifest["shards"]]) == 2
+    assert covered_shards(legacy, [e["sha256"] for e in both.manifest["shards"]][:1]) is None
 
 
 def test_a_cached_feature_is_the_live_forward_tapped_feature(tmp_path):

@@ -5,8 +5,8 @@
         --layers 1 --target-layers 2,14,27 --steps 3000 --export DIR [--resume] [--stop-after N]
 
 The target's features for the data are computed once into `--cache` (default: a directory under
-`$SPECJAX_CACHE/features` named by the target's and the data's checksums; only missing layers are
-added) and memory-mapped by every step. `--draft-vocab K` restricts the drafter to the K most
+`$SPECJAX_CACHE/features` named by the target's checksum and the data's first shard; only missing
+layers, and the shards the data gained since, are computed) and memory-mapped by every step. `--draft-vocab K` restricts the drafter to the K most
 frequent response tokens (0: the full vocabulary). `--mesh data=D,model=M` runs the same step over
 D x M devices (batch on "data", the target's head vocab-parallel on "model"). `--export` writes the
 float16 drafter, its config.json and recipe.json (data, compute, the log, and τ measured by decoding
@@ -189,7 +189,8 @@ def run(kind_name: str, args, argv) -> None:
         mask_id = dflash_train.choose_mask_token(counts, reserved)
     dcfg = kind.build_config(args, tcfg, mask_id)
     layers = kind.layers(dcfg, tcfg)
-    cache = args.cache or str(cache_root() / "features" / f"{args.target.replace('/', '_')}-{tsha[:12]}-{dsha[:12]}")
+    first = shards.manifest["shards"][0]["sha256"][:12] if shards.manifest["shards"] else "empty"  # grows with the data
+    cache = args.cache or str(cache_root() / "features" / f"{args.target.replace('/', '_')}-{tsha[:12]}-{first}")
     build_feature_cache((tcfg, tparams), args.target, shards, args.data, layers, cache)
     trainset = TrainSet.from_directories(args.data, cache, layers, seq_len=args.seq_len, valid_rows=args.valid_rows,
                                          target_sha=tsha)

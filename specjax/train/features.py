@@ -15,8 +15,10 @@ On disk (`out/`):
                      position t of the data (`TokenShards.tokens`' layout)
 
 A cache is tied to the exact target weights and data (checked on open); layers can be added to
-an existing cache (only the missing ones are computed). Caches are large (SmolLM2, 600k tokens:
-~0.7 GB per layer) and cheap to rebuild: never commit them.
+an existing cache (only the missing ones are computed), and so can data: when `python -m
+specjax.train data` has appended shards since, the cache's shards are a prefix of the data's and
+only the new sequences are computed (the layer files grow in place). Caches are large (SmolLM2,
+600k tokens: ~0.7 GB per layer) and cheap to rebuild: never commit them.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from specjax.models.model import layer_features
 from specjax.train.data import TokenShards, params_sha256
 
 __all__ = ["FeatureCache", "build_feature_cache", "compute_features", "open_feature_cache", "data_sha256",
-           "length_batches"]
+           "length_batches", "shard_checksums", "covered_shards"]
 
 MANIFEST = "manifest.json"
 
@@ -46,6 +48,25 @@ MANIFEST = "manifest.json"
 def data_sha256(shards: TokenShards) -> str:
     """sha256 over the data manifest's shard checksums (names the exact sequences)."""
     return hashlib.sha256("".join(s["sha256"] for s in shards.manifest["shards"]).encode()).hexdigest()
+
+
+def shard_checksums(shards: TokenShards) -> list[str]:
+    """The data manifest's shard sha256s, in order."""
+    return [s["sha256"] for s in shards.manifest["shards"]]
+
+
+def covered_shards(manifest: dict, checksums: list[str]) -> int | None:
+    """How many leading shards of the data (`checksums`) a feature cache's manifest holds, or None when
+    its data is not a prefix of these shards (other data). Caches written before the manifest listed
+    its shards are matched by their combined checksum."""
+    data = manifest["data"]
+    if "shards" in data:
+        n = len(data["shards"])
+        return n if data["shards"] == checksums[:n] else None
+    for n in range(len(checksums), -1, -1):
+        if hashlib.sha256("".join(checksums[:n]).encode()).hexdigest() == data["sha256"]:
+            return n
+    return None
 
 
 def length_batches(lengths: np.ndarray, max_tokens: int, multiple: int = 32) -> list[tuple[np.ndarray, int]]:
@@ -121,13 +142,16 @@ def open_feature_cache(directory: str | pathlib.Path, *, target_sha: str | None 
     return FeatureCache(layers=tuple(sorted(arrays)), arrays=arrays, manifest=manifest)
 
 
-def _fill(arrays: dict, target, shards: TokenShards, layers: tuple[int, ...], max_tokens: int, progress: bool):
-    """Write layer l's features of every sequence into arrays[l] (float16[total tokens, E]), one causal
+def _fill(arrays: dict, target, shards: TokenShards, layers: tuple[int, ...], max_tokens: int, progress: bool,
+          first: int = 0):
+    """Write layer l's features of sequences first.. into arrays[l] (float16[total tokens, E]), one causal
     forward (`layer_features`) per length group."""
     cfg, params = target
     lengths = np.diff(shards.offsets)
-    bar = tqdm(total=int(lengths.sum()), unit="tok", desc=f"features {list(layers)}", disable=not progress)
-    for idx, width in length_batches(lengths, max_tokens):
+    todo = np.arange(first, len(lengths))
+    bar = tqdm(total=int(lengths[todo].sum()), unit="tok", desc=f"features {list(layers)}", disable=not progress)
+    for group, width in length_batches(lengths[todo], max_tokens):
+        idx = todo[group]
         toks = np.zeros((len(idx), width), np.int32)
         for r, i in enumerate(idx):
             toks[r, :lengths[i]] = shards.tokens[shards.offsets[i]:shards.offsets[i + 1]]
@@ -153,27 +177,32 @@ def compute_features(target, shards: TokenShards, layers: tuple[int, ...], *, ma
 
 def build_feature_cache(target, target_name: str, shards: TokenShards, data_dir: str, layers: tuple[int, ...],
                         out: str | pathlib.Path, *, max_tokens: int = 4096, progress: bool = True) -> FeatureCache:
-    """Compute the missing `layers` for every sequence of `shards` (one causal forward per length
+    """Compute what `out` lacks of `layers` for every sequence of `shards` (one causal forward per length
     group, `layer_features`: only the layers up to the deepest requested one, no LM head) and write
-    them; returns the opened cache. target: (cfg, params)."""
+    it: the missing layers, and the sequences of shards added to the data since the cache was built
+    (its cached layers grow in place). Returns the opened cache. target: (cfg, params)."""
     cfg, params = target
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tsha, dsha = params_sha256(params), data_sha256(shards)
+    tsha, dsha, checksums = params_sha256(params), data_sha256(shards), shard_checksums(shards)
     path = out / MANIFEST
     total = int(shards.offsets[-1])
+    data = {"directory": str(data_dir), "sha256": dsha, "sequences": len(shards), "shards": checksums}
+    t0, on_disk = time.time(), None
     if path.exists():
-        manifest = json.loads(path.read_text())
-        if manifest["target"]["params_sha256"] != tsha or manifest["data"]["sha256"] != dsha:
+        on_disk = path.read_text()
+        manifest = json.loads(on_disk)
+        held = covered_shards(manifest, checksums)
+        if manifest["target"]["params_sha256"] != tsha or held is None:
             raise ValueError(f"{path} belongs to other target weights or data: use another --out directory")
+        if held < len(checksums):
+            _extend(manifest, out, target, shards, held, max_tokens, progress)
     else:
         manifest = {"target": {"name": target_name, "params_sha256": tsha},
-                    "data": {"directory": str(data_dir), "sha256": dsha, "sequences": len(shards)},
-                    "hidden_size": cfg.hidden_size, "dtype": "float16", "total_tokens": total,
-                    "layers": {}, "build_seconds": 0.0}
+                    "hidden_size": cfg.hidden_size, "dtype": "float16", "layers": {}, "build_seconds": 0.0}
+    manifest.update(data=data, total_tokens=total)
     todo = tuple(sorted(set(layers) - {int(k) for k in manifest["layers"]}))
     if todo:
-        t0 = time.time()
         files = {l: out / f"layer-{l:02d}.f16" for l in todo}
         tmps = {l: files[l].with_name(files[l].name + ".tmp") for l in todo}
         maps = {l: np.memmap(tmps[l], np.float16, "w+", shape=(total, cfg.hidden_size)) for l in todo}
@@ -182,11 +211,40 @@ def build_feature_cache(target, target_name: str, shards: TokenShards, data_dir:
             maps[l].flush()
             del maps[l]
             os.replace(tmps[l], files[l])
-            manifest["layers"][str(l)] = {"file": files[l].name, "bytes": files[l].stat().st_size,
-                                          "sha256": sha256_file(files[l])}
+            manifest["layers"][str(l)] = _layer_entry(files[l])
+    manifest["bytes"] = sum(e["bytes"] for e in manifest["layers"].values())
+    if on_disk is None or json.loads(on_disk) != manifest:
         manifest["build_seconds"] = round(manifest["build_seconds"] + time.time() - t0, 1)
-        manifest["bytes"] = sum(e["bytes"] for e in manifest["layers"].values())
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(manifest, indent=1) + "\n")
         os.replace(tmp, path)
     return open_feature_cache(out, target_sha=tsha, data_sha=dsha)
+
+
+def _layer_entry(file: pathlib.Path) -> dict:
+    return {"file": file.name, "bytes": file.stat().st_size, "sha256": sha256_file(file)}
+
+
+def _extend(manifest: dict, out: pathlib.Path, target, shards: TokenShards, held: int, max_tokens: int,
+            progress: bool) -> None:
+    """Grow every cached layer file to the data's tokens and compute the sequences of shards held..
+    (the rows before them are kept); updates the manifest's layer entries. An interrupted extension
+    leaves files longer than the manifest says: the next call extends them again."""
+    cfg, _ = target
+    first = sum(s["sequences"] for s in shards.manifest["shards"][:held])  # first sequence not cached
+    if int(shards.offsets[first]) != manifest["total_tokens"]:
+        raise ValueError(f"{out}: caches {manifest['total_tokens']} tokens but the data's first {held} shards hold "
+                         f"{int(shards.offsets[first])}: use another --out directory")
+    total = int(shards.offsets[-1])
+    layers = tuple(sorted(int(k) for k in manifest["layers"]))
+    maps = {}
+    for l in layers:
+        file = out / manifest["layers"][str(l)]["file"]
+        with open(file, "r+b") as f:
+            f.truncate(total * cfg.hidden_size * 2)
+        maps[l] = np.memmap(file, np.float16, "r+", shape=(total, cfg.hidden_size))
+    _fill(maps, target, shards, layers, max_tokens, progress, first=first)
+    for l in layers:
+        maps[l].flush()
+        del maps[l]
+        manifest["layers"][str(l)] = _layer_entry(out / manifest["layers"][str(l)]["file"])
