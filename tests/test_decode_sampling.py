@@ -8,46 +8,27 @@ rows of the same prompt go through `generate` (each row draws its own randomness
 rows are independent samples) and a G-test compares the empirical law with the exact
 one — for the sampling walk over a fixed tree and for chain rejection sampling. A
 deliberately broken drafter (it samples from the draft but reports uniform draft
-probabilities to the rejection step) must be rejected by the same test.
+probabilities to the rejection step) must be rejected by the same test. (The target, its
+enumerated law and the G-test are in tests/fixtures.py: the drafters' sampling tests share them.)
 """
 
 import dataclasses
-import itertools
 import zlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from scipy import stats
 
 from specjax.decode import generate
 from specjax.drafters.chain import ChainDrafter
 from specjax.drafters.fixed_tree import FixedTreeDrafter
-from specjax.models import GPTNeoXConfig, init_cache, init_params, pad_prompts, prefill
+from specjax.models import pad_prompts
 from specjax.sampling import Sampling
-from tests.tiny_models import perturbed
+from tests.fixtures import (ACCEPT_P, DRAFT, DRAFT_PARAMS, NEW, PROMPT, SAMPLES, TARGET, TARGET_PARAMS, VOCAB,
+                            exact_law, g_test)
 
-VOCAB, NEW, SAMPLES = 4, 5, 20_000
-PROMPT = [1, 3, 2]
-ACCEPT_P, REJECT_P = 1e-3, 1e-6
-TARGET = GPTNeoXConfig(vocab_size=VOCAB, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32, rotary_dim=4)
-DRAFT = GPTNeoXConfig(vocab_size=VOCAB, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=16, rotary_dim=4)
-TARGET_PARAMS = perturbed(init_params(TARGET, jax.random.key(0)), 1, 0.6)
-DRAFT_PARAMS = perturbed(init_params(DRAFT, jax.random.key(2)), 3, 0.6)
-
-
-def exact_law(sampling: Sampling) -> np.ndarray:
-    """P(x_1..x_NEW | prompt) under the processed target, float64[V] * NEW."""
-    prefixes = list(itertools.product(range(VOCAB), repeat=NEW - 1))
-    tokens, lengths = pad_prompts([PROMPT + list(x) for x in prefixes])
-    logits, _, _ = prefill(TARGET_PARAMS, TARGET, tokens, lengths, init_cache(TARGET, len(prefixes), tokens.shape[1]))
-    logp = np.asarray(sampling.log_probs(logits), np.float64)  # [V^(NEW-1), P + NEW - 1, V]
-    p = len(PROMPT)
-    law = np.zeros((VOCAB,) * NEW)
-    for row, x in enumerate(prefixes):
-        law[x] = np.exp(sum(logp[row, p - 1 + i, t] for i, t in enumerate(x)) + logp[row, p + NEW - 2])
-    return law / law.sum()
+REJECT_P = 1e-6
 
 
 def empirical_counts(drafter, sampling: Sampling, seed: int) -> np.ndarray:
@@ -57,17 +38,6 @@ def empirical_counts(drafter, sampling: Sampling, seed: int) -> np.ndarray:
     assert np.all(np.asarray(out.num_tokens) == NEW)
     flat = np.ravel_multi_index(np.asarray(out.tokens).T, (VOCAB,) * NEW)
     return np.bincount(flat, minlength=VOCAB**NEW), out.stats
-
-
-def g_test(counts: np.ndarray, law: np.ndarray) -> tuple[float, int]:
-    """G-test p-value, pooling cells with expected count < 5 into one."""
-    expected = law.ravel() * counts.sum()
-    assert counts[expected == 0].sum() == 0, "sampled a sequence the target gives probability 0"
-    small = expected < 5
-    obs = np.append(counts[~small], counts[small].sum())
-    exp = np.append(expected[~small], expected[small].sum())
-    keep = exp > 0
-    return float(stats.power_divergence(obs[keep], exp[keep], lambda_="log-likelihood").pvalue), int(keep.sum() - 1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,6 @@ that does min(1, p/q) with the drafter's marginals).
 """
 
 import dataclasses
-import functools
 import zlib
 
 import jax
@@ -18,41 +17,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specjax.decode import _generate, cache_sizes, generate, generate_ar, initial_state, speculative_round
+from specjax.decode import _generate, generate, generate_ar
 from specjax.drafters import dflash as D
 from specjax.drafters.protocol import Drafter, PromptContext
-from specjax.models import (CheckpointError, GPTNeoXConfig, LlamaConfig, init_cache, init_params, load_checkpoint,
-                            pad_prompts, prefill_tapped, save_checkpoint)
+from specjax.models import CheckpointError, load_checkpoint, pad_prompts, save_checkpoint
 from specjax.models import dflash_net as DN
 from specjax.models.dflash import DFlashConfig, default_target_layer_ids
 from specjax.models.model import project_to_vocab
 from specjax.sampling import Sampling
-from tests.test_decode import MAX_NEW, PROMPT_WIDTH, assert_lossless, prompt_batches
-from tests.test_decode_sampling import PROMPT, TARGET, TARGET_PARAMS, VOCAB, exact_law, g_test
-from tests.tiny_models import perturbed
-
-TARGETS = {
-    "neox": GPTNeoXConfig(vocab_size=40, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=64, rotary_dim=4),
-    "qwen": LlamaConfig(vocab_size=48, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=8,
-                        intermediate_size=64, qk_norm=True, flavor="qwen3", rope_theta=1e4),
-}
-
-
-def drafter_cfg(target, block_size=5, layers=(0, 2), num_layers=2):
-    return DFlashConfig.for_target(target, num_layers=num_layers, target_layer_ids=layers, block_size=block_size,
-                                   mask_token_id=target.vocab_size - 1)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def random_params(cfg, seed):
-    return perturbed(init_params(cfg, jax.random.key(seed)), seed + 1, 0.3)
-
-
-def features_of(params, cfg, seqs, layers, width):
-    """Target features of whole sequences from scratch: [B, width, n, E]."""
-    tokens, lengths = pad_prompts(seqs, width)
-    return prefill_tapped(params, cfg, tokens, lengths, init_cache(cfg, len(seqs), width), layers)[3]
-
+from tests.drafter_fixtures import (DFLASH_SMALL, DFLASH_SMALL_PARAMS, ROUNDS_MAX_NEW, TARGETS,
+                                    check_lossless_on_random_weights, committed_rounds, draw_zoo_prompts, drafter_cfg,
+                                    features_of, random_dflash_params, zoo_pair)
+from tests.fixtures import (MAX_NEW, PROMPT, PROMPT_WIDTH, TARGET, TARGET_PARAMS, VOCAB, assert_lossless, exact_law,
+                            g_test)
+from tests.zoo_prompts import PROMPTS
 
 # ============================================================================ architecture, loading, errors
 
@@ -66,7 +44,7 @@ def test_default_layer_ids_follow_the_reference_rule():
 def test_save_load_round_trip_and_strict_keys(tmp_path):
     target = TARGETS["qwen"]
     cfg = drafter_cfg(target)
-    params = random_params(cfg, 0)
+    params = random_dflash_params(cfg, 0)
     save_checkpoint(tmp_path / "d", cfg, params)
     cfg2, params2 = load_checkpoint(tmp_path / "d")
     assert cfg2 == cfg
@@ -107,7 +85,7 @@ def test_bad_inputs_raise_named_errors():
         D.DFlashDrafter(cfg, shallow)
     # generate() checks the drafter against the target it is given, before compiling
     drafter = D.DFlashDrafter(cfg, target)
-    params = random_params(dataclasses.replace(target, vocab_size=41), 0)
+    params = random_dflash_params(dataclasses.replace(target, vocab_size=41), 0)
     tokens, lengths = pad_prompts([[1, 2]], 4)
     before = _generate._cache_size()
     with pytest.raises(ValueError, match="vocab size: drafter 40, target 41"):
@@ -124,7 +102,7 @@ def test_training_mask_forward_equals_inference_for_every_anchor(name):
     """anchored_hidden (all anchors in one forward) == block_logits after ingesting features[:a] (per anchor)."""
     target = TARGETS[name]
     cfg = drafter_cfg(target, block_size=4)
-    tparams, dparams = random_params(target, 1), random_params(cfg, 2)
+    tparams, dparams = random_dflash_params(target, 1), random_dflash_params(cfg, 2)
     s = 11
     tokens = jax.random.randint(jax.random.key(3), (2, s), 0, target.vocab_size - 1)
     feats = features_of(tparams, target, np.asarray(tokens).tolist(), cfg.target_layer_ids, s)
@@ -152,25 +130,6 @@ def test_training_mask_forward_equals_inference_for_every_anchor(name):
 # ============================================================================ context cache after every round
 
 
-ROUNDS_MAX_NEW = 14
-
-
-def committed_rounds(tparams, target, drafter, dparams, prompts, max_new=ROUNDS_MAX_NEW, eos=(7,), limit=20):
-    """Drive the loop round by round through the public `speculative_round`: yields (loop state,
-    each row's committed sequence prompt + output so far) after every round."""
-    tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
-    slots, reserve = cache_sizes(drafter, PROMPT_WIDTH, max_new)
-    static = dict(max_new_tokens=max_new, eos_ids=eos, sampling=Sampling())
-    state = jax.jit(functools.partial(initial_state, pad_id=0, num_slots=slots, reserve=reserve, **static),
-                    static_argnums=(1, 2))(tparams, target, drafter, dparams, tokens, lengths, None)
-    step = jax.jit(functools.partial(speculative_round, **static), static_argnums=(1, 2))
-    for _ in range(limit):
-        if bool(np.all(np.asarray(state.done))):
-            return
-        state = step(tparams, target, drafter, state)
-        yield state, [p + np.asarray(state.out[b, : int(state.count[b])]).tolist() for b, p in enumerate(prompts)]
-
-
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_context_cache_equals_features_of_the_committed_tokens_after_every_round(name):
     """Round by round (through the public speculative_round): context length + pending ==
@@ -180,7 +139,7 @@ def test_context_cache_equals_features_of_the_committed_tokens_after_every_round
     off-by-one, so the drafter is random and acceptance varies."""
     target = TARGETS[name]
     cfg = drafter_cfg(target)
-    tparams, dparams = random_params(target, 4), random_params(cfg, 5)
+    tparams, dparams = random_dflash_params(target, 4), random_dflash_params(cfg, 5)
     drafter = D.DFlashDrafter(cfg, target)
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10]]
     width = PROMPT_WIDTH + ROUNDS_MAX_NEW
@@ -216,25 +175,10 @@ def test_chain_dflash_greedy_lossless_random_weights(name, block, batch, data, s
     assert np.all(np.asarray(spec.stats.accepted) <= block - 1)
 
 
-def check_lossless_on_random_weights(name, block, batch, data, seed, eos, make_drafter):
-    """Random target + DFlash weights (seeded), a drawn ragged batch, EOS 3 or none:
-    `make_drafter(cfg, target)`'s generation must equal AR's. Returns the generation."""
-    target = TARGETS[name]
-    cfg = drafter_cfg(target, block_size=block)
-    params, dparams = random_params(target, seed), random_params(cfg, seed + 3)
-    prompts = data.draw(prompt_batches(batch, target.vocab_size))
-    tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
-    eos_ids = (3,) if eos else ()
-    ar = generate_ar(params, target, tokens, lengths, MAX_NEW, eos_ids=eos_ids)
-    spec = generate(params, target, make_drafter(cfg, target), dparams, tokens, lengths, MAX_NEW, eos_ids=eos_ids)
-    assert_lossless(params, target, prompts, ar, spec)
-    return spec
-
-
 def test_transfer_guard_and_one_compile():
     target = TARGETS["neox"]
     cfg = drafter_cfg(target)
-    params, dparams = random_params(target, 8), random_params(cfg, 9)
+    params, dparams = random_dflash_params(target, 8), random_dflash_params(cfg, 9)
     drafter = D.DFlashDrafter(cfg, target)
     tokens, lengths = pad_prompts([[1, 2, 3], [4, 5]], PROMPT_WIDTH)
     generate(params, target, drafter, dparams, tokens, lengths, MAX_NEW).tokens.block_until_ready()
@@ -246,10 +190,6 @@ def test_transfer_guard_and_one_compile():
 
 
 # ============================================================================ sampling law
-
-
-DFLASH_SMALL = DFlashConfig.for_target(TARGET, num_layers=1, target_layer_ids=(1,), block_size=3, mask_token_id=0)
-DFLASH_SMALL_PARAMS = perturbed(init_params(DFLASH_SMALL, jax.random.key(7)), 8, 0.6)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,40 +234,11 @@ def test_chain_dflash_sampling_matches_exact_target_law(broken):
 # ============================================================================ the trained zoo drafter
 
 
-@functools.lru_cache(maxsize=1)
-def zoo_pair():
-    from specjax import zoo
-
-    tcfg, tparams, tok = zoo.load("tiny-neox-target")
-    dcfg, dparams = zoo.load_drafter("tiny-neox-dflash")
-    return tcfg, tparams, tok, dcfg, dparams
-
-
-def draw_zoo_prompts(data, eos: bool, rows: int = 3, width: int = 24):
-    """A ragged batch for the zoo target: each row a held-out text prefix or random tokens
-    (1..width tokens); EOS = the frequent token ',' or none. -> (rows, tokens, lengths, eos_ids)."""
-    from tests.test_zoo import HELDOUT, PROMPTS
-    from specjax import zoo
-
-    tcfg, _, tok, _, _ = zoo_pair()
-    texts = [t for _, t in HELDOUT + PROMPTS]
-    out = []
-    for _ in range(rows):
-        if data.draw(st.booleans()):
-            ids = zoo.encode(tok, texts[data.draw(st.integers(0, len(texts) - 1))])
-            out.append(ids[: data.draw(st.integers(1, min(len(ids), width)))])
-        else:
-            out.append(data.draw(st.lists(st.integers(1, tcfg.vocab_size - 1), min_size=1, max_size=width)))
-    tokens, lengths = pad_prompts(out, width)
-    return out, tokens, lengths, ((int(tok.token_to_id(",")),) if eos else ())
-
-
-ZOO_MIN_TAU = 3.0  # chain DFlash (block 16), greedy, 32 tokens on the held-out test_zoo prompts: measured 4.07
+ZOO_MIN_TAU = 3.0  # chain DFlash (block 16), greedy, 32 tokens on the held-out zoo prompts: measured 4.07
 
 
 def test_zoo_drafter_is_trained_for_the_zoo_target():
     """The committed drafter names its target, loads strictly and beats a floor on held-out prompts."""
-    from tests.test_zoo import PROMPTS
     from specjax import zoo
 
     tcfg, tparams, tok, dcfg, dparams = zoo_pair()

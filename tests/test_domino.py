@@ -33,10 +33,11 @@ from specjax.models.domino import DominoConfig
 from specjax.models.model import embed_tokens, project_to_vocab
 from specjax.sampling import Sampling
 from specjax.train import domino as TD
-from tests.test_decode import MAX_NEW, PROMPT_WIDTH, assert_lossless, prompt_batches
-from tests.test_decode_sampling import PROMPT, TARGET, TARGET_PARAMS, VOCAB, exact_law, g_test
-from tests.test_dflash import TARGETS, draw_zoo_prompts, features_of, random_params
+from tests.drafter_fixtures import TARGETS, draw_zoo_prompts, features_of, random_dflash_params
+from tests.fixtures import (MAX_NEW, PROMPT, PROMPT_WIDTH, TARGET, TARGET_PARAMS, VOCAB, assert_lossless, exact_law,
+                            g_test, prompt_batches)
 from tests.tiny_models import perturbed
+from tests.zoo_prompts import PROMPTS
 
 
 def domino_cfg(target, block_size=5, shift=False, prefix=0, layers=(0, 2), num_layers=2):
@@ -73,7 +74,7 @@ def test_config_and_checkpoint_round_trip(tmp_path):
     cfg = domino_cfg(target, shift=True, prefix=1)
     assert DominoConfig.from_hf(cfg.to_hf()) == cfg
     assert cfg.num_draft_positions == cfg.block_size and domino_cfg(target).num_draft_positions == 4
-    params = random_params(cfg, 3)
+    params = random_dflash_params(cfg, 3)
     save_checkpoint(tmp_path, cfg, params)
     cfg2, params2 = load_checkpoint(tmp_path)
     assert cfg2 == cfg
@@ -106,7 +107,7 @@ def test_bad_inputs_raise_named_errors():
 def random_rows(cfg, target, seed, batch=2):
     k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
     rows = jax.random.normal(k1, (batch, cfg.num_draft_positions, cfg.hidden_size))
-    tparams = random_params(target, seed)
+    tparams = random_dflash_params(target, seed)
     base = project_to_vocab(DN.target_outer(tparams), target, rows)
     inputs = jax.random.randint(k2, (batch, cfg.num_draft_positions), 0, target.vocab_size)
     return DN.target_outer(tparams), rows, base, inputs
@@ -117,7 +118,7 @@ def test_c2_final_logits_at_draft_i_ignore_later_tokens(shift):
     """C2: perturbing GRU inputs i+1.. (the drafts >= i) leaves drafts 1..i unchanged, and changes later ones."""
     target = TARGETS["neox"]
     cfg = domino_cfg(target, shift=shift)
-    dparams = random_params(cfg, 1)
+    dparams = random_dflash_params(cfg, 1)
     touter, rows, base, inputs = random_rows(cfg, target, 2)
     ref = DON.teacher_forced_logits(cfg, dparams, touter, target, rows, base, inputs)
     k = cfg.num_draft_positions
@@ -134,7 +135,7 @@ def test_c3_training_view_equals_inference_rollout_with_forced_tokens(shift):
     ingesting features[:a] (the drafter's own block_hidden) with the rollout forced to the truth."""
     target = TARGETS["qwen"]
     cfg = domino_cfg(target, block_size=4, shift=shift, prefix=int(shift))
-    tparams, dparams = random_params(target, 1), random_params(cfg, 2)
+    tparams, dparams = random_dflash_params(target, 1), random_dflash_params(cfg, 2)
     s = 12
     tokens = jax.random.randint(jax.random.key(3), (2, s), 0, target.vocab_size - 1)
     feats = features_of(tparams, target, np.asarray(tokens).tolist(), cfg.target_layer_ids, s)
@@ -169,7 +170,7 @@ def test_c3_training_view_equals_inference_rollout_with_forced_tokens(shift):
 def test_c5_pure_prefix_uses_base_logits_only():
     target = TARGETS["neox"]
     cfg = domino_cfg(target, shift=True, prefix=1)
-    dparams = random_params(cfg, 4)
+    dparams = random_dflash_params(cfg, 4)
     touter, rows, base, inputs = random_rows(cfg, target, 5)
     final = DON.teacher_forced_logits(cfg, dparams, touter, target, rows, base, inputs)
     np.testing.assert_array_equal(np.asarray(final[:, 0]), np.asarray(base[:, 0]))
@@ -184,7 +185,7 @@ def test_c4_head_off_drafts_exactly_the_dflash_backbone():
     draft for draft, through whole generations (same trees => same per-round acceptance)."""
     target = TARGETS["neox"]
     cfg = domino_cfg(target)
-    tparams, dparams = random_params(target, 6), random_params(cfg, 7)
+    tparams, dparams = random_dflash_params(target, 6), random_dflash_params(cfg, 7)
     backbone_params = {k: v for k, v in dparams.items() if k != "head"}
     tokens, lengths = pad_prompts([[1, 2, 3], [4, 5, 6, 7, 8]], PROMPT_WIDTH)
     off = generate(tparams, target, DO.DominoDrafter(cfg, target, use_head=False), dparams, tokens, lengths, MAX_NEW)
@@ -224,7 +225,7 @@ def test_c9_every_round_starts_the_gru_from_zero(shift, all_rows):
     all block_size trained rows with num_drafts=block_size."""
     target = TARGETS["neox"]
     cfg = domino_cfg(target, shift=shift, prefix=int(shift))
-    tparams, dparams = random_params(target, 8), random_params(cfg, 9)
+    tparams, dparams = random_dflash_params(target, 8), random_dflash_params(cfg, 9)
     drafter = DO.DominoDrafter(cfg, target, num_drafts=cfg.num_draft_positions if all_rows else None)
     assert drafter.budget == (cfg.block_size if all_rows else cfg.block_size - 1)
     tokens, lengths = pad_prompts([[1, 2, 3], [4, 5, 6, 7]], PROMPT_WIDTH)
@@ -255,7 +256,7 @@ def test_c6_lambda_schedule_and_no_head_gradient_at_lambda_one():
 
     target = TARGETS["neox"]
     cfg = domino_cfg(target)
-    tparams, dparams = random_params(target, 1), random_params(cfg, 2)
+    tparams, dparams = random_dflash_params(target, 1), random_dflash_params(cfg, 2)
     tokens = jax.random.randint(jax.random.key(3), (2, 12), 1, target.vocab_size - 1)
     mask = jnp.ones((2, 12), bool).at[:, :2].set(False)
     feats = features_of(tparams, target, np.asarray(tokens).tolist(), cfg.target_layer_ids, 12)
@@ -302,7 +303,7 @@ SETTINGS = [("neox", 5, False, 0, 2), ("qwen", 3, True, 1, 3), ("neox", 4, True,
 def test_domino_greedy_lossless_random_weights(name, block, shift, prefix, batch, data, seed, eos, head):
     target = TARGETS[name]
     cfg = domino_cfg(target, block_size=block, shift=shift, prefix=prefix)
-    params, dparams = random_params(target, seed), random_params(cfg, seed + 3)
+    params, dparams = random_dflash_params(target, seed), random_dflash_params(cfg, seed + 3)
     prompts = data.draw(prompt_batches(batch, target.vocab_size))
     tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
     eos_ids = (3,) if eos else ()
@@ -386,15 +387,14 @@ def zoo_domino():
     return tcfg, tparams, tok, zoo.load_drafter("tiny-neox-domino"), zoo.load_drafter("tiny-neox-dflash")
 
 
-ZOO_MIN_TAU = 4.5  # measured 5.84 (head off 3.54, chain DFlash 4.07) on the 6 held-out test_zoo prompts, 32 tokens
+ZOO_MIN_TAU = 4.5  # measured 5.84 (head off 3.54, chain DFlash 4.07) on the 6 held-out zoo prompts, 32 tokens
 
 
 def test_zoo_domino_beats_its_backbone_and_chain_dflash_trained_as_long():
-    """The committed drafter (1,200 steps, TF + curriculum) on the held-out test_zoo prompts,
+    """The committed drafter (1,200 steps, TF + curriculum) on the held-out zoo prompts,
     greedy, 32 tokens: identical to AR; tau above a floor; >= 1.15x the same weights with the head
     off (the paper's Table 4: 1.20x); and >= chain DFlash trained on the same data for the same
     steps (tiny-neox-dflash). Measured values in specjax/zoo/TRAINING.md."""
-    from tests.test_zoo import PROMPTS
     from specjax import zoo
 
     tcfg, tparams, tok, (dcfg, dparams), (fcfg, fparams) = zoo_domino()
@@ -433,7 +433,7 @@ def test_domino_split_times_every_part_of_a_round():
 
     target = TARGETS["neox"]
     cfg = domino_cfg(target)
-    tparams, dparams = random_params(target, 1), random_params(cfg, 2)
+    tparams, dparams = random_dflash_params(target, 1), random_dflash_params(cfg, 2)
     tokens, lengths = pad_prompts([[1, 2, 3, 4], [5, 6]], PROMPT_WIDTH)
     split = domino_split((target, tparams), DO.DominoDrafter(cfg, target), dparams, tokens, lengths, reps=2,
                          max_new=16)

@@ -37,8 +37,7 @@ from specjax.models.loading import DRAFT_VOCAB_TENSOR, read_safetensors, write_s
 from specjax.models.model import project_to_vocab
 from specjax.sampling import Sampling
 from specjax.tree import chain_tree
-from tests.test_decode import assert_lossless
-from tests.test_decode_sampling import PROMPT, TARGET, TARGET_PARAMS, VOCAB, exact_law, g_test
+from tests.fixtures import PROMPT, TARGET, TARGET_PARAMS, VOCAB, assert_lossless, exact_law, g_test
 from tests.tiny_models import perturbed
 
 # ============================================================================ choosing the ids, EAGLE-3's maps

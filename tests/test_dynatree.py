@@ -28,8 +28,8 @@ from specjax.tree import Tree, ancestor_mask, check_tree
 from specjax.verify import WalkResult
 from tests.dynatree_reference import (HASH_ADD, HASH_MUL, context_hash, max_level_counts, rank_order,
                                       reference_schedule, reference_tree, synthetic_table)
-from tests.test_decode import (MAX_NEW, PAIRS, PROMPT_WIDTH, assert_caches_follow_output, assert_lossless,
-                               prompt_batches, random_params)
+from tests.fixtures import (MAX_NEW, PAIRS, PROMPT_WIDTH, assert_caches_follow_output, assert_lossless,
+                            prompt_batches, random_pair_params)
 
 # ==================================================================== build_tree on a synthetic draft
 
@@ -296,9 +296,9 @@ def target_gap(params, cfg, context, token) -> float:
 @given(data=st.data(), seed=st.integers(0, 2**16))
 def test_greedy_lossless_and_real_trees(pair, self_draft, batch, fields, data, seed):
     cfg, draft_cfg = PAIRS[pair]
-    params = random_params(cfg, seed)
+    params = random_pair_params(cfg, seed)
     drafter = RecordingDynaTree(cfg if self_draft else draft_cfg, **fields)
-    lm = params if self_draft else random_params(draft_cfg, seed + 7)
+    lm = params if self_draft else random_pair_params(draft_cfg, seed + 7)
     knobs = data.draw(decode_knobs(drafter, batch))
     prompts = data.draw(prompt_batches(batch, cfg.vocab_size))
     tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
@@ -362,7 +362,7 @@ def test_verify_width_buckets_change_nothing_but_cost():
     the same per-round acceptance as verifying all N_max slots: an `extent` that cut off a
     valid node would lower acceptance here while greedy output stayed lossless."""
     cfg, _ = PAIRS["neox32"]
-    params = random_params(cfg, 11)
+    params = random_pair_params(cfg, 11)
     fields = dict(phase=2, d0=2, d_max=4, n_max=24, rho_stop=1e-4, rho_deep=1e-3, tau=1e-4)
     bucketed, full = DynaTreeDrafter(cfg, **fields), FullWidthDynaTree(cfg, **fields)  # self-draft: deep trees
     assert len(bucketed.verify_widths) > 2
@@ -377,7 +377,7 @@ def test_knob_override_does_not_recompile():
     """Different knobs through DynaTreeParams reuse the compiled loop (parameter sweeps)."""
     pair, self_draft, batch, fields = SETTINGS[1]
     cfg, _ = PAIRS[pair]
-    params = lm = random_params(cfg, 1)
+    params = lm = random_pair_params(cfg, 1)
     drafter = RecordingDynaTree(cfg, **fields)  # the compiled loop of the self-draft setting above
     prompts = [[1, 2, 3], [4, 5], [6]]
     tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
@@ -465,7 +465,7 @@ def test_observe_feeds_the_schedule():
     """`observe` turns the walk into a_r = accepted / tree depth and moves the knobs
     (Phase 3 only); Phase 2 keeps them."""
     cfg, draft_cfg = PAIRS["neox32"]
-    lm = random_params(draft_cfg, 3)
+    lm = random_pair_params(draft_cfg, 3)
     tokens, lengths = pad_prompts([[1, 2, 3], [4, 5, 6]], PROMPT_WIDTH)
     chain = Tree(tokens=jnp.asarray([[5, 6, 7, 0], [5, 6, 7, 0]], jnp.int32),
                  parents=jnp.asarray([[-1, 0, 1, -1]] * 2, jnp.int32), depth=jnp.asarray([[1, 2, 3, 0]] * 2, jnp.int32),

@@ -32,10 +32,11 @@ from specjax.models.eagle3_net import logits_of, unrolled_hidden
 from specjax.models.hf_config import UnsupportedConfigError
 from specjax.sampling import Sampling
 from specjax.tree import check_tree
-from tests.test_decode import MAX_NEW, PROMPT_WIDTH, assert_caches_follow_output, assert_lossless, prompt_batches
-from tests.test_decode_sampling import PROMPT, TARGET, TARGET_PARAMS, VOCAB, exact_law, g_test
-from tests.test_dflash import TARGETS, random_params
-from tests.test_dflash import draw_zoo_prompts as draw_zoo_batch
+from tests.drafter_fixtures import ROUNDS_MAX_NEW, TARGETS, committed_rounds, features_of, random_dflash_params
+from tests.drafter_fixtures import draw_zoo_prompts as draw_zoo_batch
+from tests.fixtures import (MAX_NEW, PROMPT, PROMPT_WIDTH, TARGET, TARGET_PARAMS, VOCAB, assert_caches_follow_output,
+                            assert_lossless, exact_law, g_test, prompt_batches)
+from tests.zoo_prompts import PROMPTS
 
 DRAFT_LM = GPTNeoXConfig(vocab_size=40, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32, rotary_dim=4)
 
@@ -62,7 +63,7 @@ def test_default_layer_ids_are_low_mid_high_and_distinct():
 def test_save_load_round_trip_and_strict_keys(tmp_path):
     target = TARGETS["qwen"]
     cfg = eagle_cfg(target)
-    params = random_params(cfg, 0)
+    params = random_dflash_params(cfg, 0)
     save_checkpoint(tmp_path / "d", cfg, params)
     cfg2, params2 = load_checkpoint(tmp_path / "d")
     assert cfg2 == cfg
@@ -115,7 +116,7 @@ def test_bad_inputs_raise_named_errors():
             DraftLMStepper(TARGETS["qwen"], max_pending=bad)
     tokens, lengths = pad_prompts([[1, 2]], 4)
     with pytest.raises(ValueError, match="needs the prompt's target features"):
-        eagle3_drafter(cfg, target).init(random_params(cfg, 0), tokens, lengths, 4, None)
+        eagle3_drafter(cfg, target).init(random_dflash_params(cfg, 0), tokens, lengths, 4, None)
     assert isinstance(eagle3_drafter(cfg, target), Drafter)
 
 
@@ -161,7 +162,7 @@ def _propose(drafter, params, tokens, max_new, lengths, root):
 def test_dynamic_tree_equals_slow_reference_node_for_node(top_k, depth, frac, seed, data):
     pool = top_k + depth * top_k ** 2
     total = max(1, int(round(frac * pool)))
-    params = random_params(DRAFT_LM, seed)
+    params = random_dflash_params(DRAFT_LM, seed)
     prompts = data.draw(prompt_batches(2, DRAFT_LM.vocab_size))
     roots = [data.draw(st.integers(1, DRAFT_LM.vocab_size - 1)) for _ in prompts]
     tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
@@ -187,7 +188,7 @@ def test_dynamic_tree_equals_slow_reference_node_for_node(top_k, depth, frac, se
 
 
 def test_top1_tree_is_the_greedy_chain():
-    params = random_params(DRAFT_LM, 3)
+    params = random_dflash_params(DRAFT_LM, 3)
     tokens, lengths = pad_prompts([[5, 6, 7]], PROMPT_WIDTH)
     drafter = DynamicTreeDrafter(DraftLMStepper(DRAFT_LM), top_k=1, depth=4, total=5)
     tree = _propose(drafter, params, tokens, 4, lengths, jnp.asarray([9], jnp.int32))
@@ -205,7 +206,7 @@ def test_unrolled_training_logits_equal_decoding_along_the_data(name):
     x_{t+1} after the prompt x_0..x_t, fed the data's tokens (the stepper driven by hand)."""
     target = TARGETS[name]
     cfg = eagle_cfg(target)
-    tparams, dparams = random_params(target, 11), random_params(cfg, 12)
+    tparams, dparams = random_dflash_params(target, 11), random_dflash_params(cfg, 12)
     seq = np.random.default_rng(0).integers(1, target.vocab_size, 14).tolist()
     steps = 4
     feats = prefill_tapped(tparams, target, *pad_prompts([seq]), init_cache(target, 1, len(seq)),
@@ -243,11 +244,10 @@ def test_draft_cache_holds_target_feature_rows_of_the_committed_tokens_after_eve
     step-0 forward over the committed sequence (row t = (f_t, x_{t+1})), never the tree's own
     states; the pending rows are the features and tokens of the last round's committed tokens."""
     from specjax.models.eagle3_net import draft_step, fuse, init_draft_cache
-    from tests.test_dflash import ROUNDS_MAX_NEW, committed_rounds, features_of
 
     target = TARGETS[name]
     cfg = eagle_cfg(target)
-    tparams, dparams = random_params(target, 4), random_params(cfg, 5)
+    tparams, dparams = random_dflash_params(target, 4), random_dflash_params(cfg, 5)
     drafter = eagle3_drafter(cfg, target, 2, 3, 7)
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10]]
     width = PROMPT_WIDTH + ROUNDS_MAX_NEW
@@ -284,7 +284,7 @@ def test_draft_cache_holds_target_feature_rows_of_the_committed_tokens_after_eve
 def test_eagle3_tree_and_chain_greedy_lossless_random_weights(name, shape, batch, data, seed, eos):
     target = TARGETS[name]
     cfg = eagle_cfg(target)
-    params, dparams = random_params(target, seed), random_params(cfg, seed + 3)
+    params, dparams = random_dflash_params(target, seed), random_dflash_params(cfg, seed + 3)
     prompts = data.draw(prompt_batches(batch, target.vocab_size))
     tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
     eos_ids = (3,) if eos else ()
@@ -318,7 +318,7 @@ def test_dynamic_tree_over_the_draft_lm_is_lossless_on_the_zoo(data, eos):
 def test_transfer_guard_and_one_compile():
     target = TARGETS["neox"]
     cfg = eagle_cfg(target)
-    params, dparams = random_params(target, 8), random_params(cfg, 9)
+    params, dparams = random_dflash_params(target, 8), random_dflash_params(cfg, 9)
     drafter = eagle3_drafter(cfg, target, 2, 2, 6)
     tokens, lengths = pad_prompts([[1, 2, 3], [4, 5]], PROMPT_WIDTH)
     generate(params, target, drafter, dparams, tokens, lengths, MAX_NEW).tokens.block_until_ready()
@@ -338,10 +338,9 @@ ZOO_MIN_TAU = {"eagle3-chain15": 4.0, "eagle3:total=15": 2.2}  # measured 5.45 a
 @pytest.mark.parametrize("spec", sorted(ZOO_MIN_TAU))
 def test_zoo_eagle3_drafter_is_trained_for_the_zoo_target(spec):
     """The committed drafter names its target, loads strictly, is lossless and beats a floor on
-    the held-out test_zoo prompts (greedy, 32 tokens)."""
+    the held-out zoo prompts (greedy, 32 tokens)."""
     from specjax import zoo
     from specjax.bench.methods import parse_method
-    from tests.test_zoo import PROMPTS
 
     tcfg, tparams, tok = zoo.load("tiny-neox-target")
     ecfg, eparams = zoo.load_drafter("tiny-neox-eagle3")
@@ -361,7 +360,7 @@ def test_zoo_eagle3_drafter_is_trained_for_the_zoo_target(spec):
 
 
 EAGLE_SMALL = Eagle3Config.for_target(TARGET, target_layer_ids=(0, 1))
-EAGLE_SMALL_PARAMS = random_params(EAGLE_SMALL, 21)
+EAGLE_SMALL_PARAMS = random_dflash_params(EAGLE_SMALL, 21)
 
 
 @pytest.mark.slow

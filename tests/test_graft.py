@@ -28,11 +28,10 @@ from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, empty_table, 
 from specjax.models import pad_prompts
 from specjax.sampling import Sampling
 from specjax.tree import check_tree
-# test_dflash is imported here, not inside the @given test below: its module defines @given tests, and
-# defining them while one runs trips Hypothesis's nested_given health check when test_graft.py runs alone.
-from tests.test_dflash import TARGETS, drafter_cfg
-from tests.test_dflash import random_params as dflash_params
-from tests.test_decode import MAX_NEW, PAIRS, PROMPT_WIDTH, assert_caches_follow_output, assert_lossless, random_params
+from tests.drafter_fixtures import TARGETS, drafter_cfg, random_dflash_params
+from tests.fixtures import (ACCEPT_P, DRAFT, DRAFT_PARAMS, MAX_NEW, NEW, PAIRS, PROMPT, PROMPT_WIDTH, SAMPLES, TARGET,
+                            TARGET_PARAMS, assert_caches_follow_output, assert_lossless, exact_law, g_test,
+                            random_pair_params)
 
 # ============================================================================ the table (G9)
 
@@ -213,9 +212,9 @@ VARIANTS = {
 @settings(max_examples=4, deadline=None)
 @given(data=st.data(), seed=st.integers(0, 2**16), self_draft=st.booleans())
 def test_greedy_lossless_and_draft_cache_exact(variant, data, seed, self_draft):
-    params = random_params(CFG, seed)
+    params = random_pair_params(CFG, seed)
     dcfg = CFG if self_draft else DCFG
-    dparams = params if self_draft else random_params(DCFG, seed + 7)
+    dparams = params if self_draft else random_pair_params(DCFG, seed + 7)
     drafter = GraftDrafter(DraftLMStepper(dcfg), **SMALL, **VARIANTS[variant])
     prompts = [data.draw(st.lists(st.integers(0, 31), min_size=1, max_size=PROMPT_WIDTH)) for _ in range(2)]
     prompts[0] = (prompts[0] * 4)[:PROMPT_WIDTH]  # repetition: the table proposes what the target repeats
@@ -239,7 +238,7 @@ def test_greedy_lossless_and_draft_cache_exact(variant, data, seed, self_draft):
 def test_self_draft_with_retrieval_accepts_retrieved_chains():
     """Self-drafting target on a repetitive prompt: retrieved paths are accepted, >= 2 at a
     time, and the draft cache still follows the output exactly."""
-    params = random_params(CFG, 11)
+    params = random_pair_params(CFG, 11)
     drafter = GraftDrafter(DraftLMStepper(CFG), **SMALL, fixed_stage=0)  # every round: 3 draft + 9 retrieved
     prompts = [[5, 9, 2, 7] * 2, [1, 2, 3, 4, 1, 2, 3, 4]]
     tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
@@ -279,9 +278,6 @@ def test_bad_inputs_are_named():
 
 
 def test_sampling_walk_through_graft_matches_the_target_law():
-    from tests.test_decode_sampling import ACCEPT_P, DRAFT, DRAFT_PARAMS, PROMPT, SAMPLES, TARGET, TARGET_PARAMS, NEW
-    from tests.test_decode_sampling import exact_law, g_test
-
     sampling = Sampling(1.0)
     law = exact_law(sampling)
     tokens, lengths = pad_prompts([PROMPT] * SAMPLES)
@@ -408,7 +404,7 @@ def test_retrieval_baselines_greedy_lossless(spec):
     from specjax.drafters.prompt_lookup import PromptLookupDrafter
     from specjax.drafters.token_recycling import TokenRecyclingDrafter
 
-    params = random_params(CFG, 3)
+    params = random_pair_params(CFG, 3)
     prompts = [[5, 9, 2, 7, 5, 9, 2, 7], [1, 2, 3]]
     tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
     if spec == "pld":
@@ -449,7 +445,7 @@ def test_dflash_tail_greedy_lossless_and_tail_follows_the_table(seed, thr):
 
     target = TARGETS["neox"]
     cfg = drafter_cfg(target, block_size=5)
-    params, dparams = dflash_params(target, seed), dflash_params(cfg, seed + 3)
+    params, dparams = random_dflash_params(target, seed), random_dflash_params(cfg, seed + 3)
     drafter = DFlashTailDrafter(D.DFlashDrafter(cfg, target), width=2)
     prompts = [[5, 9, 2, 7, 5, 9, 2], [1, 2]]
     tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)

@@ -5,7 +5,9 @@
   loop, then data / pipeline / benchmarks / training, the CLI on top;
 * no module uses another module's private (underscore) name;
 * imports sit at the top of a module (inside a function only for an optional dependency);
-* notebooks import the library, never the command line.
+* notebooks import the library, never the command line;
+* no module under tests/ imports a test module (tests/test_*.py): what several test modules share
+  lives in helper modules (tests/fixtures.py, tests/drafter_fixtures.py, ...).
 """
 
 import ast
@@ -113,8 +115,40 @@ def test_notebooks_do_not_import_the_command_line(notebook):
     assert not cli, "\n".join(cli)
 
 
+def is_test_module(name: str) -> bool:
+    """`tests.test_x`, or the bare `test_x` (tests/ is on sys.path, tests/conftest.py)."""
+    parts = name.split(".")
+    return (parts[0] == "tests" and len(parts) > 1 and parts[1].startswith("test_")) or (
+        len(parts) == 1 and parts[0].startswith("test_"))
+
+
+def imports_of_test_modules(path: pathlib.Path):
+    """(line, test module) of every import of a test module (tests/test_*.py) in the file: `tests.test_x`,
+    `from tests import test_x`, the bare `test_x` and relative imports."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: `from .test_x import y`, `from . import test_x`
+                names = [node.module] if node.module else [a.name for a in node.names]
+                yield from ((node.lineno, f"tests.{n}") for n in names if is_test_module(n.split(".")[0]))
+            elif node.module and is_test_module(node.module):
+                yield node.lineno, node.module
+            elif node.module == "tests":
+                yield from ((node.lineno, f"tests.{a.name}") for a in node.names if is_test_module(f"tests.{a.name}"))
+        elif isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names if is_test_module(a.name))
+
+
+def test_no_test_module_imports_another_test_module():
+    """A test module's helpers that other modules use live in a helper module, never in the test module: no
+    module under tests/ (test or helper) imports a tests/test_*.py module."""
+    found = [f"{path.relative_to(ROOT)}:{line} imports {target}"
+             for path in sorted((ROOT / "tests").glob("*.py")) for line, target in imports_of_test_modules(path)]
+    assert not found, "\n".join(found)
+
+
 def test_the_rules_catch_what_they_forbid(tmp_path):
-    """The checks above on made-up sources: an upward import and a private import are seen."""
+    """The checks above on made-up sources: an upward import, a private import and imports of test modules
+    are seen."""
     assert layer("specjax.models.llama") == 1 and layer("specjax.drafters.ddtree") == 3 and layer("specjax.cli") == 8
     source = tmp_path / "made_up.py"
     source.write_text("from specjax.decode import generate\nfrom specjax.models.model import _merge\nimport specjax.cli\n")
@@ -122,3 +156,13 @@ def test_the_rules_catch_what_they_forbid(tmp_path):
     assert [t for _, t, _ in found] == ["specjax.decode", "specjax.models.model", "specjax.cli"]
     assert layer(found[0][1]) > layer("specjax.models.llama")  # a model port importing the loop: upward
     assert found[1][2] == "_merge"
+    tests_source = tmp_path / "made_up_test.py"
+    t = "test" + "_"  # in pieces: a grep of tests/ for imports of test modules does not match this file
+    tests_source.write_text(f"from tests.fixtures import MAX_NEW\nfrom tests.{t}decode import PAIRS\n"
+                            f"import tests.{t}zoo\nfrom tests import {t}dflash, tiny_models\n"
+                            f"from {t}ddtree import slot_paths\n"
+                            f"from tiny_models import perturbed\nfrom .{t}assets import registry\n"
+                            f"def f():\n    from tests.{t}eagle3 import eagle_cfg\n")
+    assert sorted(imports_of_test_modules(tests_source)) == [
+        (2, "tests.test_decode"), (3, "tests.test_zoo"), (4, "tests.test_dflash"), (5, "test_ddtree"),
+        (7, "tests.test_assets"), (9, "tests.test_eagle3")]
