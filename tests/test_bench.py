@@ -315,7 +315,7 @@ def test_parse_method_ddtree():
 
 
 def test_parse_method_eagle3_and_dynamic_trees():
-    from specjax.drafters.dynamic_tree import DraftLMStepper, DynamicTreeDrafter
+    from specjax.drafters.eagle2_tree import DraftLMStepper, Eagle2TreeDrafter
     from specjax.drafters.eagle3 import Eagle3Stepper
     from specjax.models.eagle3 import Eagle3Config
 
@@ -324,7 +324,7 @@ def test_parse_method_eagle3_and_dynamic_trees():
     params = object()
     m = parse_method("eagle3", None, eagle3=(ecfg, params), target_cfg=target)
     assert m.name == "eagle3" and m.draft_params_override is params
-    assert m.drafter == DynamicTreeDrafter(Eagle3Stepper(ecfg, target), top_k=10, depth=8, total=60)
+    assert m.drafter == Eagle2TreeDrafter(Eagle3Stepper(ecfg, target), top_k=10, depth=8, total=60)
     assert (m.drafter.budget, m.drafter.max_depth, m.drafter.target_layers) == (60, 9, ecfg.target_layer_ids)
     m2 = parse_method("EAGLE3:topk=4,depth=5,total=16", None, eagle3=(ecfg, params), target_cfg=target)
     assert m2.name == "eagle3:topk=4,depth=5,total=16" and (m2.drafter.top_k, m2.drafter.depth) == (4, 5)
@@ -332,7 +332,7 @@ def test_parse_method_eagle3_and_dynamic_trees():
     c = parse_method("eagle3-chain6", None, eagle3=(ecfg, params), target_cfg=target)
     assert c.name == "eagle3-chain6" and (c.drafter.top_k, c.drafter.depth, c.drafter.total) == (1, 5, 6)
     lm = parse_method("eagle2:topk=3", DRAFT)
-    assert lm.drafter == DynamicTreeDrafter(DraftLMStepper(DRAFT), top_k=3) and lm.draft_params_override is None
+    assert lm.drafter == Eagle2TreeDrafter(DraftLMStepper(DRAFT), top_k=3) and lm.draft_params_override is None
     for spec, message in (("eagle3:width=3", "the fields are topk=<int>, depth=<int>, total=<int>"),
                           ("eagle3:total=0", "total must lie in [1, 810]"), ("eagle3:topk=0", "top_k must be >= 1"),
                           ("eagle3-chain0", "K >= 1"), ("eagle3-chain4:topk=2", "takes no overrides")):

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specjax.decode import _generate, generate, generate_ar
-from specjax.drafters.dynamic_tree import DraftLMStepper, DynamicTreeDrafter
+from specjax.drafters.eagle2_tree import DraftLMStepper, Eagle2TreeDrafter
 from specjax.drafters.eagle3 import Eagle3Stepper, eagle3_drafter
 from specjax.drafters.protocol import Drafter, PromptContext
 from specjax.models import (CheckpointError, GPTNeoXConfig, init_cache, load_checkpoint, pad_prompts, prefill,
@@ -110,7 +110,7 @@ def test_bad_inputs_raise_named_errors():
     with pytest.raises(ValueError, match="exceeds the vocabulary"):
         eagle3_drafter(cfg, target, top_k=41, depth=0, total=5).validate(target)
     with pytest.raises(ValueError, match="vocabularies differ"):
-        DynamicTreeDrafter(DraftLMStepper(TARGETS["qwen"])).validate(target)
+        Eagle2TreeDrafter(DraftLMStepper(TARGETS["qwen"])).validate(target)
     for bad in (0, -1, 1.5):
         with pytest.raises(ValueError, match="max_pending must be an int >= 1"):
             DraftLMStepper(TARGETS["qwen"], max_pending=bad)
@@ -166,7 +166,7 @@ def test_dynamic_tree_equals_slow_reference_node_for_node(top_k, depth, frac, se
     prompts = data.draw(prompt_batches(2, DRAFT_LM.vocab_size))
     roots = [data.draw(st.integers(1, DRAFT_LM.vocab_size - 1)) for _ in prompts]
     tokens, lengths = pad_prompts(prompts, PROMPT_WIDTH)
-    drafter = DynamicTreeDrafter(DraftLMStepper(DRAFT_LM), top_k=top_k, depth=depth, total=total)
+    drafter = Eagle2TreeDrafter(DraftLMStepper(DRAFT_LM), top_k=top_k, depth=depth, total=total)
     tree = jax.tree.map(np.asarray, _propose(drafter, params, tokens, 4, lengths, jnp.asarray(roots, jnp.int32)))
     check_tree(tree, unique_siblings=True)
     compared = 0
@@ -190,7 +190,7 @@ def test_dynamic_tree_equals_slow_reference_node_for_node(top_k, depth, frac, se
 def test_top1_tree_is_the_greedy_chain():
     params = random_dflash_params(DRAFT_LM, 3)
     tokens, lengths = pad_prompts([[5, 6, 7]], PROMPT_WIDTH)
-    drafter = DynamicTreeDrafter(DraftLMStepper(DRAFT_LM), top_k=1, depth=4, total=5)
+    drafter = Eagle2TreeDrafter(DraftLMStepper(DRAFT_LM), top_k=1, depth=4, total=5)
     tree = _propose(drafter, params, tokens, 4, lengths, jnp.asarray([9], jnp.int32))
     assert np.asarray(tree.parents[0]).tolist() == [-1, 0, 1, 2, 3]
     ar = generate_ar(params, DRAFT_LM, *pad_prompts([[5, 6, 7, 9]]), 5, eos_ids=())
@@ -303,7 +303,7 @@ def test_dynamic_tree_over_the_draft_lm_is_lossless_on_the_zoo(data, eos):
     tcfg, tparams, _ = zoo.load("tiny-neox-target")
     dcfg, dparams, _ = zoo.load("tiny-neox-draft")
     prompts, tokens, lengths, eos_ids = draw_zoo_batch(data, eos, width=PROMPT_WIDTH)
-    drafter = DynamicTreeDrafter(DraftLMStepper(dcfg), top_k=3, depth=3, total=16)
+    drafter = Eagle2TreeDrafter(DraftLMStepper(dcfg), top_k=3, depth=3, total=16)
     ar = generate_ar(tparams, tcfg, tokens, lengths, MAX_NEW, eos_ids=eos_ids)
     spec = generate(tparams, tcfg, drafter, dparams, tokens, lengths, MAX_NEW, eos_ids=eos_ids)
     assert_lossless(tparams, tcfg, prompts, ar, spec)

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specjax.decode import generate, generate_ar
-from specjax.drafters.dynamic_tree import DraftLMStepper
+from specjax.drafters.eagle2_tree import DraftLMStepper
 from specjax.drafters.graft import GraftDrafter, graft_params
 from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, empty_table, graft, retrieve, update_from_prompt,
                                         update_table)

@@ -4,7 +4,7 @@
     DFlashDrafter                                     chain DFlash (reads the target's features)
     DDTreeDrafter                                     DDTree: best-first tree from block marginals
     DominoDrafter                                     Domino: DFlash + the GRU / low-rank causal head
-    DynamicTreeDrafter (+ DraftLMStepper, Eagle3Stepper, eagle3_drafter)   the EAGLE-2 tree
+    Eagle2TreeDrafter (+ DraftLMStepper, Eagle3Stepper, eagle3_drafter)   the EAGLE-2 tree
     GraftDrafter (+ graft_params), DFlashTailDrafter, DDTreeGraftDrafter     Graft and retrieval
     TokenRecyclingDrafter, PromptLookupDrafter        training-free baselines
 """
@@ -14,7 +14,7 @@ from specjax.drafters.ddtree import DDTreeDrafter, select_tree, select_tree_scor
 from specjax.drafters.ddtree_graft import DDTreeGraftDrafter
 from specjax.drafters.dflash import DFlashDrafter
 from specjax.drafters.domino import DominoDrafter
-from specjax.drafters.dynamic_tree import DraftLMStepper, DynamicTreeDrafter
+from specjax.drafters.eagle2_tree import DraftLMStepper, Eagle2TreeDrafter
 from specjax.drafters.dynatree import DynaTreeDrafter
 from specjax.drafters.eagle3 import Eagle3Stepper, eagle3_drafter
 from specjax.drafters.fixed_tree import FixedTreeDrafter
@@ -26,7 +26,7 @@ from specjax.drafters.token_recycling import TokenRecyclingDrafter
 
 __all__ = [
     "BlockDrafter", "CarriesOver", "Wrapper", "ChainDrafter", "DDTreeDrafter", "DDTreeGraftDrafter", "DFlashDrafter", "DFlashTailDrafter", "DominoDrafter",
-    "DraftLMStepper", "Drafter", "DynaTreeDrafter", "DynamicTreeDrafter", "Eagle3Stepper", "FixedTreeDrafter",
+    "DraftLMStepper", "Drafter", "DynaTreeDrafter", "Eagle2TreeDrafter", "Eagle3Stepper", "FixedTreeDrafter",
     "GraftDrafter", "GraftParams", "PromptContext", "PromptLookupDrafter", "TokenRecyclingDrafter", "Verified",
     "eagle3_drafter", "graft_params", "select_tree", "select_tree_scored",
 ]

@@ -2,7 +2,7 @@
 
 Architecture and the (features, token) pairing: `specjax.models.eagle3`; the network as pure
 functions (forward step, logits, the training-time-test view): `specjax.models.eagle3_net`.
-Decoding runs on the EAGLE-2 dynamic tree (`specjax.drafters.dynamic_tree`, `eagle3_drafter`);
+Decoding runs on the EAGLE-2 dynamic tree (`specjax.drafters.eagle2_tree`, `eagle3_drafter`);
 this file is the `Eagle3Stepper`.
 
 Cache bookkeeping (its own one-layer KV cache, committed like the target's):
@@ -44,7 +44,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from specjax.draft_vocab import draft_head, draft_vocab_ids, weights_dtype
-from specjax.drafters.dynamic_tree import TREE_FIELDS, DynamicTreeDrafter, tree_shape
+from specjax.drafters.eagle2_tree import TREE_FIELDS, Eagle2TreeDrafter, tree_shape
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.drafters.spec import Build, Field, MethodSpec, Reader
 from specjax.inputs import require_config
@@ -185,7 +185,7 @@ class Eagle3Stepper:
 
 def eagle3_drafter(cfg: Eagle3Config, target_cfg: ModelConfig, top_k: int = 10, depth: int = 8, total: int = 60):
     """EAGLE-3 on the EAGLE-2 dynamic tree (defaults: Graft's top_k 10, depth 8, K_max 60)."""
-    return DynamicTreeDrafter(Eagle3Stepper(cfg, target_cfg), top_k=top_k, depth=depth, total=total)
+    return Eagle2TreeDrafter(Eagle3Stepper(cfg, target_cfg), top_k=top_k, depth=depth, total=total)
 
 
 READER = Reader("eagle3", "EAGLE-3", lambda d, p: (f"1 layer, reads target layers {list(d.target_layer_ids)}, "
@@ -194,7 +194,7 @@ READER = Reader("eagle3", "EAGLE-3", lambda d, p: (f"1 layer, reads target layer
 
 def _build_tree(b: Build):
     cfg, params = b.need("eagle3")
-    return DynamicTreeDrafter(Eagle3Stepper(cfg, b.target_cfg), **tree_shape(b)), params
+    return Eagle2TreeDrafter(Eagle3Stepper(cfg, b.target_cfg), **tree_shape(b)), params
 
 
 def _build_chain(b: Build):
@@ -202,12 +202,12 @@ def _build_chain(b: Build):
     if k < 1:
         raise ValueError(f"eagle3-chain<K> needs K >= 1, got {b.spec!r}")
     cfg, params = b.need("eagle3")
-    return DynamicTreeDrafter(Eagle3Stepper(cfg, b.target_cfg), top_k=1, depth=k - 1, total=k), params
+    return Eagle2TreeDrafter(Eagle3Stepper(cfg, b.target_cfg), top_k=1, depth=k - 1, total=k), params
 
 
 METHODS = (
     MethodSpec("eagle3", ("eagle3",), "EAGLE-3 (reads the target's low / mid / high features) on the EAGLE-2 dynamic "
-               "tree (`DynamicTreeDrafter`; Graft's defaults)", _build_tree, fields=TREE_FIELDS, needs=("eagle3",),
+               "tree (`Eagle2TreeDrafter`; Graft's defaults)", _build_tree, fields=TREE_FIELDS, needs=("eagle3",),
                label="dynamic tree"),
     MethodSpec("eagle3-chain", ("eagle3-chain<K>",), "EAGLE-3 drafting a greedy chain of K tokens (the dynamic tree "
                "with top_k 1, depth K - 1, total K)", _build_chain,

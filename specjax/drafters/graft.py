@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from specjax.drafters.dynamic_tree import TREE_FIELDS, DraftLMStepper, pool_expand, pool_start, ranked
+from specjax.drafters.eagle2_tree import TREE_FIELDS, DraftLMStepper, pool_expand, pool_start, ranked
 from specjax.drafters.eagle3 import Eagle3Stepper
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.drafters.spec import Build, Field, MethodSpec, fields_from

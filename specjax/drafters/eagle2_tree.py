@@ -47,7 +47,7 @@ from specjax.models.model import ModelConfig, forward
 from specjax.tree import Tree, normalize
 
 __all__ = [
-    "ARStepper", "build_tree", "DraftLMStepper", "DraftPool", "DynamicTreeDrafter", "DynamicTreeState", "METHODS",
+    "ARStepper", "build_tree", "DraftLMStepper", "DraftPool", "Eagle2TreeDrafter", "Eagle2TreeState", "METHODS",
     "TREE_FIELDS", "tree_shape",
     "pool_expand", "pool_select", "pool_start", "ranked",
 ]
@@ -86,7 +86,7 @@ class ARStepper(Protocol):
 
 
 @struct.dataclass
-class DynamicTreeState:
+class Eagle2TreeState:
     """The dynamic tree's state (B rows, N = total).
 
     Fields:
@@ -100,11 +100,11 @@ class DynamicTreeState:
 
 
 @dataclasses.dataclass(frozen=True)
-class DynamicTreeDrafter:
+class Eagle2TreeDrafter:
     """EAGLE-2's dynamic tree over `stepper` (module docstring); the defaults are Graft's.
 
     Proposes Tree [B, total] (depth <= depth + 1) from a pool of k + depth k^2 candidates;
-    state `DynamicTreeState`: the stepper's (e.g. the draft KV cache [L, B, S, K, D]).
+    state `Eagle2TreeState`: the stepper's (e.g. the draft KV cache [L, B, S, K, D]).
 
     Fields:
       stepper: an `ARStepper` (`DraftLMStepper` or `specjax.drafters.eagle3.Eagle3Stepper`).
@@ -161,15 +161,15 @@ class DynamicTreeDrafter:
     def init(self, params, tokens, prompt_lengths, max_new_tokens: int, context: PromptContext | None = None):
         inner = self.stepper.init(params, tokens, prompt_lengths, max_new_tokens, context, region=self.region,
                                   max_depth=self.max_depth)
-        return DynamicTreeState(inner=inner, node_slots=jnp.full((tokens.shape[0], self.total), -1, jnp.int32))
+        return Eagle2TreeState(inner=inner, node_slots=jnp.full((tokens.shape[0], self.total), -1, jnp.int32))
 
-    def propose(self, state: DynamicTreeState, root, active, key, sampling):
+    def propose(self, state: Eagle2TreeState, root, active, key, sampling):
         """-> (Tree [B, N], None, state); inactive rows get an empty tree."""
         tree, node_slots, inner = build_tree(self.stepper, state.inner, root, active, self.top_k, self.depth,
                                              self.total)
-        return tree, None, DynamicTreeState(inner=inner, node_slots=node_slots)
+        return tree, None, Eagle2TreeState(inner=inner, node_slots=node_slots)
 
-    def observe(self, state: DynamicTreeState, verified: Verified) -> DynamicTreeState:
+    def observe(self, state: Eagle2TreeState, verified: Verified) -> Eagle2TreeState:
         return state.replace(inner=self.stepper.observe(state.inner, verified, state.node_slots))
 
 
@@ -336,17 +336,17 @@ class DraftLMStepper:
         return settle_path(state, result, jnp.take_along_axis(node_slots, nodes, axis=1), verified.active)
 
 
-TREE_FIELDS = fields_from(DynamicTreeDrafter, {"topk": "top_k", "depth": "depth", "total": "total"})
+TREE_FIELDS = fields_from(Eagle2TreeDrafter, {"topk": "top_k", "depth": "depth", "total": "total"})
 
 
 def tree_shape(b: Build) -> dict:
-    """The dynamic tree's shape from a method's topk / depth / total fields, as `DynamicTreeDrafter` keywords."""
+    """The dynamic tree's shape from a method's topk / depth / total fields, as `Eagle2TreeDrafter` keywords."""
     return {"top_k": b.values["topk"], "depth": b.values["depth"], "total": b.values["total"]}
 
 
 def _build(b: Build):
-    return DynamicTreeDrafter(DraftLMStepper(b.need("draft")[0]), **tree_shape(b)), None
+    return Eagle2TreeDrafter(DraftLMStepper(b.need("draft")[0]), **tree_shape(b)), None
 
 
-METHODS = (MethodSpec("eagle2", ("eagle2",), "the EAGLE-2 dynamic tree over the draft LM (`DynamicTreeDrafter`)",
+METHODS = (MethodSpec("eagle2", ("eagle2",), "the EAGLE-2 dynamic tree over the draft LM (`Eagle2TreeDrafter`)",
                       _build, fields=TREE_FIELDS, needs=("draft",), label="dynamic tree"),)
