@@ -16,8 +16,8 @@ from specjax.models import init_params, load_checkpoint
 from specjax.models.dflash_net import anchored_hidden, target_outer
 from specjax.models.model import project_to_vocab
 from specjax.train import dflash as T
-from specjax.train.loop import export, train, warm_start
-from specjax.train.vocab import vocab_tables
+from specjax.train.loop import export, init_vocab_ids, train, warm_start
+from specjax.train.vocab import tables_of_ids, vocab_tables
 from tests.tiny_models import perturbed
 from tests.train_fixtures import DRAFTER, TARGET, TARGET_PARAMS, dense_data, trainset
 
@@ -137,5 +137,11 @@ def test_training_with_a_draft_vocabulary_exports_its_ids(tmp_path):
     assert warm_log[0]["train_loss"] < log[0]["train_loss"]
     with pytest.raises(ValueError, match="draft vocabulary differs"):
         warm_start(tmp_path / "exp", DRAFTER, None)
+    # the CLI's warm start keeps the exported vocabulary (the grown data's top K may differ)
+    kept = tables_of_ids(init_vocab_ids(tmp_path / "exp"), TARGET.vocab_size)
+    np.testing.assert_array_equal(np.asarray(kept.ids), np.asarray(vocab.ids))
+    np.testing.assert_array_equal(np.asarray(kept.index), np.asarray(vocab.index))
+    with pytest.raises(ValueError, match="ascending distinct ids"):
+        tables_of_ids(np.asarray(vocab.ids)[::-1], TARGET.vocab_size)
     with pytest.raises(ValueError, match="config differs"):
         warm_start(tmp_path / "exp", dataclasses.replace(DRAFTER, block_size=DRAFTER.block_size + 1), vocab.ids)

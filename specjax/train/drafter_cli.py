@@ -41,8 +41,8 @@ from specjax.train import domino as domino_train
 from specjax.train import eagle3 as eagle3_train
 from specjax.train.data import load_shards, load_target, params_sha256
 from specjax.train.features import build_feature_cache, data_sha256
-from specjax.train.loop import TrainSet, export, machine, train, warm_start
-from specjax.train.vocab import vocab_tables
+from specjax.train.loop import TrainSet, export, init_vocab_ids, machine, train, warm_start
+from specjax.train.vocab import tables_of_ids, vocab_tables
 
 __all__ = ["KINDS", "add_arguments", "run"]
 
@@ -195,8 +195,13 @@ def run(kind_name: str, args, argv) -> None:
     trainset = TrainSet.from_directories(args.data, cache, layers, seq_len=args.seq_len, valid_rows=args.valid_rows,
                                          target_sha=tsha)
     responses = trainset.response_token_counts(tcfg.vocab_size)
-    vocab = None
-    if args.draft_vocab:
+    vocab, init_ids = None, (init_vocab_ids(args.init) if args.init else None)
+    if args.draft_vocab and init_ids is not None:  # a warm start keeps its vocabulary as the data grows
+        if len(init_ids) != args.draft_vocab:
+            raise ValueError(f"--init {args.init} has a draft vocabulary of {len(init_ids)} ids, "
+                             f"not --draft-vocab {args.draft_vocab}")
+        vocab = tables_of_ids(init_ids, tcfg.vocab_size)
+    elif args.draft_vocab:
         vocab = vocab_tables(responses, args.draft_vocab, always=tuple(tcfg.eos_token_ids))
     touter = target_outer(tparams)
     if args.init:
@@ -216,7 +221,7 @@ def run(kind_name: str, args, argv) -> None:
         "data": {"directory": args.data, "sha256": dsha, **shards.manifest.get("totals", {}),
                  "recipe": shards.manifest.get("recipe")},
         "features": {"cache": cache, "layers": list(layers)},
-        "draft_vocab": {"k": args.draft_vocab or tcfg.vocab_size,
+        "draft_vocab": {"k": args.draft_vocab or tcfg.vocab_size, "from_init": init_ids is not None,
                         "covers_response_tokens": round(float(
                             responses[np.asarray(vocab.ids)].sum() / responses.sum()), 4) if vocab is not None else 1.0},
         "train_config": dataclasses.asdict(tc), "drafter": dcfg.to_hf(),

@@ -49,7 +49,7 @@ from specjax.train.data import TokenShards, load_shards
 from specjax.train.features import FeatureCache, compute_features, data_sha256, open_feature_cache
 
 __all__ = ["DrafterTrainConfig", "TrainSet", "make_optimizer", "train", "export", "save_state", "load_state",
-           "machine"]
+           "machine", "warm_start", "init_vocab_ids"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,6 +315,14 @@ def export(directory: str | pathlib.Path, dcfg, dparams, recipe: dict, vocab_ids
     save_checkpoint(directory, dcfg, params, dtype=np.float16)
     (directory / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
     return directory
+
+
+def init_vocab_ids(directory: str | pathlib.Path) -> np.ndarray | None:
+    """The draft vocabulary ids int32[K] of an exported drafter, or None (full vocabulary): a warm
+    start trains on in the vocabulary its weights learned, whatever the grown data's top K is."""
+    _, params = load_checkpoint(directory)
+    ids = split_draft_vocab(params)[1]
+    return None if ids is None else np.asarray(ids)
 
 
 def warm_start(directory: str | pathlib.Path, dcfg, vocab_ids=None):

@@ -20,7 +20,7 @@ from flax import struct
 from specjax.draft_vocab import draft_head, frequent_ids
 from specjax.models.model import project_to_vocab
 
-__all__ = ["DraftVocabTables", "vocab_tables", "subset_logits", "labels_in_vocab"]
+__all__ = ["DraftVocabTables", "vocab_tables", "tables_of_ids", "subset_logits", "labels_in_vocab"]
 
 
 @struct.dataclass
@@ -38,8 +38,15 @@ class DraftVocabTables:
 
 def vocab_tables(counts: np.ndarray, k: int, always: tuple[int, ...] = ()) -> DraftVocabTables:
     """The K most frequent ids of `counts` int[V] (plus `always`, e.g. EOS) and their inverse index."""
-    ids = frequent_ids(np.asarray(counts), k, always)
-    index = np.full(len(counts), -1, np.int32)
+    return tables_of_ids(frequent_ids(np.asarray(counts), k, always), len(counts))
+
+
+def tables_of_ids(ids, vocab_size: int) -> DraftVocabTables:
+    """The tables of a given draft vocabulary (ascending ids int[K], e.g. a warm start's) over V = vocab_size."""
+    ids = np.asarray(ids, np.int64)
+    if ids.ndim != 1 or np.any(np.diff(ids) <= 0) or ids.min() < 0 or ids.max() >= vocab_size:
+        raise ValueError(f"a draft vocabulary is ascending distinct ids in [0, {vocab_size}), got {ids[:8]}...")
+    index = np.full(vocab_size, -1, np.int32)
     index[ids] = np.arange(len(ids), dtype=np.int32)
     return DraftVocabTables(ids=jnp.asarray(ids, jnp.int32), index=jnp.asarray(index))
 
