@@ -34,7 +34,7 @@
 # the embedded pair, one counted prompt per dataset (all six, both temperatures) and no
 # warm-up, 24 new tokens, one budget in Table 1, two in the sweep, one in the round split;
 # every cell, table, figure and losslessness check still runs, but its numbers are not
-# results. The paper's numbers (Qwen3 4B/8B/30B on H200s, 2048 new tokens) are printed
+# results. The paper's numbers (Qwen3 4B/8B/30B on H200s, 2048 new tokens) are shown
 # beside ours as cited input; only orderings and mechanisms are comparable, never
 # absolute values.
 #
@@ -57,14 +57,16 @@ import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
+from IPython.display import display
 
-from specjax import zoo
-from specjax.bench.harness import environment, format_table, run_benchmark, write_json
+from specjax.bench.harness import environment, run_benchmark, write_json
 from specjax.bench.methods import parse_method
 from specjax.bench.round_split import PARTS, costs_from_figures, project_speedup, round_split
 from specjax.data.datasets import dataset_prompts
 from specjax.decode import generate
 from specjax.models import pad_prompts
+from specjax.pipeline import load_pair
 from specjax.sampling import Sampling
 
 PROFILES = {
@@ -80,20 +82,21 @@ P = PROFILES[PROFILE]
 DATASETS = {"GSM8K": "gsm8k", "MATH-500": "math500", "HumanEval": "humaneval", "MBPP": "mbpp",
             "MT-Bench": "mtbench", "ShareGPT (Alpaca stand-in)": "sharegpt"}
 DATASETS = {label: name for label, name in DATASETS.items() if label in P.get("datasets", DATASETS)}  # ci: one
+pd.set_option("display.max_colwidth", None)  # long labels (claims, method specs) in full
 OUT = pathlib.Path(os.environ.get("SPECJAX_NOTEBOOK_OUT", "results")) / "ddtree"
 OUT.mkdir(parents=True, exist_ok=True)
 
-if PROFILE == "gpu":
-    from specjax.pipeline import smollm2
-
-    t_cfg, t_params, encode, _ = smollm2(chat=True)
-    dflash = zoo.load_drafter("smollm2-135m-dflash")
-    names, chat = ("smollm2-135m-instruct", "smollm2-135m-dflash"), True
-else:
-    t_cfg, t_params, _tok = zoo.load("tiny-neox-target")
-    dflash = zoo.load_drafter("tiny-neox-dflash")
-    encode, names, chat = (lambda text: zoo.encode(_tok, text)), ("tiny-neox-target", "tiny-neox-dflash"), False
+# One `Pair` (specjax.pipeline): the target, its tokenizer (`encode` puts the zoo's EOS separator before a
+# prompt; SmolLM2's wraps it in the chat template) and the zoo's DFlash drafter for it.
+pair = load_pair("smollm2-135m" if PROFILE == "gpu" else "zoo", ("dflash",))
+names = (("smollm2-135m-instruct", "smollm2-135m-dflash") if PROFILE == "gpu" else
+         ("tiny-neox-target", "tiny-neox-dflash"))
+t_cfg, t_params, dflash, chat = pair.cfg, pair.params, pair.readers["dflash"], pair.has_chat_template
 target = (t_cfg, t_params)
+
+
+def encode(text):
+    return pair.encode(text, chat=chat)
 
 
 def method(spec):
@@ -109,6 +112,24 @@ def bench(specs, prompt_list, temperature=0.0, max_new=None):
     return run_benchmark(target, None, prompt_list, [method(s) if s != "ar" else "ar" for s in specs],
                          max_new_tokens=max_new or P["max_new"], prompt_width=P["prompt_len"], warmup=P["warmup"],
                          sampling=Sampling(temperature), progress=False, ttft=False)
+
+
+def results_table(results):
+    """`specjax.bench.harness.format_table`'s columns as a DataFrame, one row per method (– / NaN: not measured)."""
+    def num(x, digits, scale=1.0):
+        return float("nan") if x is None else round(x * scale, digits)
+
+    def same(r):
+        return ("–" if r.identical_to_ar is None else "yes" if r.identical_to_ar else f"NO{r.mismatches}"
+                if r.mismatches else f"~{r.near_ties}" if r.near_ties else "NO")
+
+    return pd.DataFrame([{
+        "method": r.method, "tokens/s": num(r.throughput, 1), "± std (tokens/s)": num(r.throughput_std, 1),
+        "speedup (×)": num(r.speedup, 2), "accept (%)": num(r.acceptance_rate, 1, 100),
+        "node accept (%)": num(r.node_acceptance_rate, 1, 100), "τ (tokens/round)": num(r.tokens_per_iteration, 2),
+        "path (accepted tokens/round)": num(r.avg_path_length, 2), "TTFT (ms)": num(r.ttft_ms, 2),
+        "TPOT (ms)": num(r.tpot_ms, 3), "nodes/round": num(r.mean_tree_nodes, 1),
+        "depth (tokens)": num(r.mean_tree_depth, 2), "= AR": same(r)} for r in results]).set_index("method")
 
 
 env = environment(*names, t_params, extra={"profile": PROFILE})
@@ -140,16 +161,10 @@ def best(rows):
     return max((rows[f"ddtree-{n}"] for n in BUDGETS), key=lambda r: r.speedup)
 
 
-print(f"{'dataset':<28}{'T':>4} | {'DFlash':>14} | {'DDTree (best)':>27} | {f'DDTree ({FIXED} fixed)':>15} | "
-      f"τ ratio: fixed, best budget")
 rows_out = []
 for (label, temperature), rows in table1.items():
     chain, top, fixed = rows["dflash"], best(rows), rows[f"ddtree-{FIXED}"]
     tau_ratio = fixed.tokens_per_iteration / chain.tokens_per_iteration
-    print(f"{label:<28}{temperature:>4.0f} | {chain.speedup:5.2f}x τ {chain.tokens_per_iteration:5.2f} | "
-          f"{top.speedup:5.2f}x τ {top.tokens_per_iteration:5.2f} ({top.method:>10}) | "
-          f"{fixed.speedup:5.2f}x τ {fixed.tokens_per_iteration:5.2f} | {tau_ratio:5.2f}x, "
-          f"{max(rows[f'ddtree-{n}'].tokens_per_iteration for n in BUDGETS) / chain.tokens_per_iteration:5.2f}x")
     rows_out.append(dict(dataset=label, temperature=temperature, dflash_speedup=chain.speedup,
                          dflash_tau=chain.tokens_per_iteration, best_method=top.method, best_speedup=top.speedup,
                          best_tau=top.tokens_per_iteration, fixed_speedup=fixed.speedup,
@@ -158,6 +173,18 @@ for (label, temperature), rows in table1.items():
     rows_out[-1]["tau_ratio_best_tau"] = rows_out[-1]["max_tau"] / chain.tokens_per_iteration
 write_json(OUT / "table1.json", [r for rows in table1.values() for r in rows.values()], env,
            {"profile": PROFILE, **P, "rows": rows_out})
+TAU, SPEEDUP = "τ (tokens/round)", "speedup (×)"
+pd.DataFrame(
+    {("DFlash (chain)", SPEEDUP): [round(r["dflash_speedup"], 2) for r in rows_out],
+     ("DFlash (chain)", TAU): [round(r["dflash_tau"], 2) for r in rows_out],
+     ("DDTree (best)", SPEEDUP): [round(r["best_speedup"], 2) for r in rows_out],
+     ("DDTree (best)", TAU): [round(r["best_tau"], 2) for r in rows_out],
+     ("DDTree (best)", "budget N (nodes)"): [int(r["best_method"].split("-")[1]) for r in rows_out],
+     (f"DDTree ({FIXED} fixed)", SPEEDUP): [round(r["fixed_speedup"], 2) for r in rows_out],
+     (f"DDTree ({FIXED} fixed)", TAU): [round(r["fixed_tau"], 2) for r in rows_out],
+     ("τ / DFlash τ (×)", f"DDTree-{FIXED}"): [round(r["tau_ratio_fixed"], 2) for r in rows_out],
+     ("τ / DFlash τ (×)", "largest over budgets"): [round(r["tau_ratio_best_tau"], 2) for r in rows_out]},
+    index=pd.MultiIndex.from_tuples([(r["dataset"], int(r["temperature"])) for r in rows_out], names=["dataset", "T"]))
 
 # %%
 PAPER_TABLE1_QWEN3_8B = {  # (DFlash speedup, tau, DDTree speedup, tau), Table 1 of the paper, Qwen3-8B (cited input)
@@ -204,10 +231,14 @@ PAPER_FIG3 = {16: (6.1, 8.6), 32: (6.6, 9.3), 64: (7.0, 9.75), 128: (7.3, 10.2),
 taus = [sweep[f"ddtree-{n}"].tokens_per_iteration for n in P["sweep"]]
 speedups = [sweep[f"ddtree-{n}"].speedup for n in P["sweep"]]
 nodes = [sweep[f"ddtree-{n}"].mean_tree_nodes for n in P["sweep"]]
-for n, t, s, k in zip(P["sweep"], taus, speedups, nodes):
-    print(f"budget {n:5d}: τ {t:5.2f}  speedup {s:5.2f}x  kept nodes/round {k:7.1f}   | paper {PAPER_FIG3[n][1]:5.2f} "
-          f"{PAPER_FIG3[n][0]:.1f}x")
-print(f"chain DFlash: τ {sweep['dflash'].tokens_per_iteration:.2f}, {sweep['dflash'].speedup:.2f}x   | paper 7.79, 5.56x")
+figure3 = pd.DataFrame(
+    {"τ (tokens/round)": [round(t, 2) for t in taus] + [round(sweep["dflash"].tokens_per_iteration, 2)],
+     "speedup (×)": [round(s, 2) for s in speedups] + [round(sweep["dflash"].speedup, 2)],
+     "kept nodes/round": [round(k, 1) for k in nodes] + [round(sweep["dflash"].mean_tree_nodes, 1)],
+     "paper τ (tokens/round)": [PAPER_FIG3[n][1] for n in P["sweep"]] + [7.79],
+     "paper speedup (×)": [PAPER_FIG3[n][0] for n in P["sweep"]] + [5.56]},
+    index=pd.Index([f"DDTree-{n}" for n in P["sweep"]] + ["chain DFlash"], name="method"))
+display(figure3)
 fig, ax = plt.subplots(1, 2, figsize=(11, 3.5))
 ax[0].semilogx(P["sweep"], taus, "o-", base=2, label="ours (DDTree)")
 ax[0].axhline(sweep["dflash"].tokens_per_iteration, color="gray", ls="--", label="ours (chain DFlash)")
@@ -235,13 +266,16 @@ fig.savefig(OUT / "figure3.png", dpi=120)
 # %%
 big = f"ddtree-{max(n for n in P['sweep'] if n <= 512)}"
 fig, ax = plt.subplots(figsize=(7, 3.3))
+figure4 = {}
 for i, name in enumerate(("dflash", big)):
     hist = np.asarray(sweep[name].accept_hist, float)
     hist /= hist.sum()
     lengths = np.arange(1, len(hist) + 1)
     ax.bar(lengths + (i - 0.5) * 0.4, 100 * hist, 0.4, label=name)
-    print(f"{name:>12}: length 1: {100 * hist[0]:.1f} %, length {len(hist)}: {100 * hist[-1]:.1f} %, "
-          f"mean {float((lengths * hist).sum()):.2f}")
+    figure4[name] = {"length 1 (% of rounds)": round(100 * hist[0], 1),
+                     f"length {len(hist)} (% of rounds)": round(100 * hist[-1], 1),
+                     "mean acceptance length (tokens)": round(float((lengths * hist).sum()), 2)}
+display(pd.DataFrame.from_dict(figure4, orient="index").rename_axis("method"))
 ax.set_xlabel("acceptance length (bonus included)")
 ax.set_ylabel("% of rounds")
 ax.legend()
@@ -261,7 +295,7 @@ fig.savefig(OUT / "figure4.png", dpi=120)
 # %%
 calib_prompts = prompts_of("math500", P["calib_prompts"]) + prompts_of("gsm8k", P["calib_prompts"])
 tokens, lengths = pad_prompts(calib_prompts, P["prompt_len"])
-calib = {}
+calib, calib_rows = {}, {}
 for temperature in (0.0, 1.0):
     m = method(f"ddtree-{FIXED}")
     out = generate(t_params, t_cfg, m.drafter, m.draft_params_override, tokens, lengths, P["max_new"],
@@ -285,8 +319,10 @@ for a, (temperature, (s, acc)) in zip(ax, calib.items()):
     a.set_title(f"T = {temperature:.0f}: {len(s)} rounds, mean surrogate {s.mean():.2f}, mean accepted {acc.mean():.2f},"
                 f" corr {np.corrcoef(s, acc)[0, 1]:.2f}", fontsize=8)
     a.legend(fontsize=8)
-    print(f"T = {temperature:.0f}: mean Σq(u) {s.mean():.3f}, mean accepted {acc.mean():.3f}, "
-          f"correlation {np.corrcoef(s, acc)[0, 1]:.3f} over {len(s)} rounds")
+    calib_rows[int(temperature)] = {"mean Σq(u) (tokens/round)": round(float(s.mean()), 3),
+                                    "mean accepted (tokens/round)": round(float(acc.mean()), 3),
+                                    "correlation": round(float(np.corrcoef(s, acc)[0, 1]), 3), "rounds": len(s)}
+display(pd.DataFrame.from_dict(calib_rows, orient="index").rename_axis("T"))
 fig.suptitle(f"Calibration of the DDTree surrogate (ddtree-{FIXED}, MATH-500 + GSM8K)")
 fig.tight_layout()
 fig.savefig(OUT / "calibration.png", dpi=120)
@@ -304,9 +340,8 @@ for n in P.get("split_budgets", P["sweep"]):
     m = method(f"ddtree-{n}")
     costs[n] = round_split(target, m.drafter, m.draft_params_override, split_tokens, split_lengths, reps=P["reps"],
                            max_new=P["max_new"])
-print(f"{'budget':>7}{'width':>7}" + "".join(f"{p:>12}" for p in PARTS))
-for n, c in costs.items():
-    print(f"{n:>7}{c['width']:>7}" + "".join(f"{c[p]:>12.3f}" for p in PARTS))
+display(pd.DataFrame.from_dict({n: {"verify width (tokens)": c["width"], **{f"{p} (ms)": round(c[p], 3) for p in PARTS}}
+                                for n, c in costs.items()}, orient="index").rename_axis("budget N"))
 fig, ax = plt.subplots(figsize=(7, 3.5))
 bottom = np.zeros(len(costs))
 for part in ("draft", "select", "mask", "verify", "walk_commit"):
@@ -352,9 +387,12 @@ else:
     proj_costs, shape_note = costs, f"{names[0]} shapes (tiny), fp32"
 projected = project_speedup(proj_costs, {n: v[1] for n, v in PAPER_FIG3.items()})
 print(f"projection ({shape_note}; τ from the paper's Figure 3):")
-for n, s in projected.items():
-    print(f"  budget {n:5d}: round {proj_costs[n]['round']:8.3f} ms, AR step {proj_costs[n]['ar_step']:7.3f} ms -> "
-          f"projected {s:5.2f}x   | paper measured {PAPER_FIG3[n][0]:.1f}x")
+pd.DataFrame({"paper τ (tokens/round)": [PAPER_FIG3[n][1] for n in projected],
+              "round (ms)": [round(proj_costs[n]["round"], 3) for n in projected],
+              "AR step (ms)": [round(proj_costs[n]["ar_step"], 3) for n in projected],
+              "projected speedup (×)": [round(s, 2) for s in projected.values()],
+              "paper measured speedup (×)": [PAPER_FIG3[n][0] for n in projected]},
+             index=pd.Index(list(projected), name="budget N"))
 
 # %% [markdown]
 # ## A projection to a GPU (a projection, not a measurement)
@@ -374,14 +412,17 @@ h100_verify_16 = costs_from_figures([15], draft_ms=0.0, **H100_QWEN3_8B)[15]["ve
 gpu_costs = costs_from_figures(P["sweep"], draft_ms=5 / 36 * h100_verify_16, **H100_QWEN3_8B)
 gpu_projection = project_speedup(gpu_costs, dict(zip(P["sweep"], taus)))
 print(f"projection to one H100 (cited Qwen3-8B-shaped costs; τ measured here on {names[0]} + {names[1]}):")
-for n, s in gpu_projection.items():
-    print(f"  budget {n:5d}: τ {dict(zip(P['sweep'], taus))[n]:5.2f}, round {gpu_costs[n]['round']:6.2f} ms "
-          f"(verify {gpu_costs[n]['verify']:5.2f}) vs AR {H100_QWEN3_8B['ar_ms']} ms -> projected {s:5.2f}x")
+pd.DataFrame({"τ measured here (tokens/round)": [round(dict(zip(P["sweep"], taus))[n], 2) for n in gpu_projection],
+              "round (ms)": [round(gpu_costs[n]["round"], 2) for n in gpu_projection],
+              "verify (ms)": [round(gpu_costs[n]["verify"], 2) for n in gpu_projection],
+              "AR step (ms)": H100_QWEN3_8B["ar_ms"],
+              "projected speedup (×)": [round(s, 2) for s in gpu_projection.values()]},
+             index=pd.Index(list(gpu_projection), name="budget N"))
 
 # %% [markdown]
 # ## Where we agree with the paper, and where not
 #
-# Computed from this run; printed, not asserted (the notebook reports what it measured).
+# Computed from this run; shown, not asserted (the notebook reports what it measured).
 
 # %%
 ratios = [r["tau_ratio_best_tau"] for r in rows_out]
@@ -396,13 +437,13 @@ checks = {
     "length-1 rounds rarer under DDTree than chain DFlash": sweep[big].accept_hist[0] / sum(sweep[big].accept_hist)
     < sweep["dflash"].accept_hist[0] / sum(sweep["dflash"].accept_hist),
 }
-for claim, holds in checks.items():
-    print(f"[{'agrees' if holds else 'differs'}] {claim}")
+display(pd.DataFrame({"this run": ["agrees" if holds else "differs" for holds in checks.values()]},
+                     index=pd.Index(list(checks), name="claim")))
 print(f"DDTree/DFlash τ ratio (best budget) per cell: {min(ratios):.2f}–{max(ratios):.2f} (paper 1.3–1.7)")
 summary = {"checks": checks, "table1": rows_out, "figure3": {n: (t, s) for n, t, s in zip(P["sweep"], taus, speedups)},
            "round_split": costs, "projection": projected, "gpu_projection": gpu_projection, "environment": env}
 (OUT / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-print(format_table(list(sweep.values())))
+results_table(list(sweep.values()))  # every method of the Figure 3 sweep, as `format_table` lists them
 
 # %% [markdown]
 # **Reading the results.** The τ columns are the small-scale reproduction: one drafter pass,

@@ -35,7 +35,7 @@
 # prompt per dataset and no warm-up, 24 new tokens everywhere (so Table 2's batch 1 reuses
 # Table 1's compiled programs), batches 1 and 2, one ablation prompt, one repetition;
 # every cell, table, figure and losslessness check still runs, but its numbers are not
-# results. The paper's numbers (Qwen3-4B/8B on A100s) are printed beside ours as cited
+# results. The paper's numbers (Qwen3-4B/8B on A100s) are shown beside ours as cited
 # input; only orderings and mechanisms are comparable, never absolute values.
 #
 # **On a CPU** the target's cost grows with every verified token, and the head's sequential
@@ -58,6 +58,8 @@ if PROFILE == "gpu":  # measured on an H100: 2.3x faster bf16 decode without XLA
 import jax
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
+from IPython.display import display
 
 from specjax import zoo
 from specjax.bench.harness import environment, run_benchmark, write_json
@@ -66,6 +68,7 @@ from specjax.bench.round_split import domino_split
 from specjax.data.datasets import dataset_prompts
 from specjax.decode import generate
 from specjax.models import load_checkpoint, pad_prompts
+from specjax.pipeline import load_pair
 from specjax.sampling import Sampling
 
 PROFILES = {
@@ -79,23 +82,26 @@ PROFILES = {
                 batches=(1, 2, 4, 8, 16, 32), batch_new=128, batch_reps=5, ablation_prompts=32, split_reps=20),
 }
 P = PROFILES[PROFILE]
+pd.set_option("display.max_colwidth", None)  # long labels (claims, method specs) in full
 OUT = pathlib.Path(os.environ.get("SPECJAX_NOTEBOOK_OUT", "results")) / "domino"
 OUT.mkdir(parents=True, exist_ok=True)
 
-if PROFILE == "gpu":
-    from specjax.pipeline import smollm2
-
-    if not zoo.has("smollm2-135m-domino"):
-        raise FileNotFoundError("the gpu profile needs a SmolLM2 Domino drafter: train one with `python -m specjax.train "
-                                "domino --target smollm2-135m --out RUN --export specjax/zoo/smollm2-135m-domino "
-                                "--layers 1 --gru-hidden 144 --head-rank 32 ...` (specjax/zoo/TRAINING.md)")
-    t_cfg, t_params, encode, _ = smollm2(chat=True)
-    prefix, chat = "smollm2-135m", True
-else:
-    t_cfg, t_params, _tok = zoo.load("tiny-neox-target")
-    encode, prefix, chat = (lambda text: zoo.encode(_tok, text)), "tiny-neox", False
-readers = {kind: zoo.load_drafter(f"{prefix}-{kind}") for kind in ("dflash", "eagle3", "domino")}
+if PROFILE == "gpu" and not zoo.has("smollm2-135m-domino"):
+    raise FileNotFoundError("the gpu profile needs a SmolLM2 Domino drafter: train one with `python -m specjax.train "
+                            "domino --target smollm2-135m --out RUN --export specjax/zoo/smollm2-135m-domino "
+                            "--layers 1 --gru-hidden 144 --head-rank 32 ...` (specjax/zoo/TRAINING.md)")
+# One `Pair` (specjax.pipeline): the target, its tokenizer (`encode` puts the zoo's EOS separator before a
+# prompt; SmolLM2's wraps it in the chat template) and the zoo's trained drafters for it.
+pair = load_pair("smollm2-135m" if PROFILE == "gpu" else "zoo", ("dflash", "eagle3", "domino"))
+prefix = "smollm2-135m" if PROFILE == "gpu" else "tiny-neox"
+t_cfg, t_params, readers, chat = pair.cfg, pair.params, pair.readers, pair.has_chat_template
 target = (t_cfg, t_params)
+
+
+def encode(text):
+    return pair.encode(text, chat=chat)
+
+
 names = (f"{prefix}-target" if PROFILE != "gpu" else "smollm2-135m-instruct", f"{prefix}-domino")
 
 
@@ -140,19 +146,25 @@ for dataset in P["datasets"]:
         assert not lossy, f"greedy output differs from AR beyond a near-tie on {dataset} (a losslessness bug): {lossy}"
 
 COLS = ["dflash", "domino", "domino:head=0", "eagle3:total=16", "domino:verify=walk"]
-print(f"{'dataset':<10}{'T':>3} | " + " | ".join(f"{c:>20}" for c in COLS))
 rows_out = []
 for (dataset, temperature), rows in table1.items():
-    cells = [f"{rows[c].speedup:5.2f}x τ {rows[c].tokens_per_iteration:5.2f}" if c in rows else "" for c in COLS]
-    print(f"{dataset:<10}{temperature:>3.0f} | " + " | ".join(f"{c:>20}" for c in cells))
     rows_out.append({"dataset": dataset, "temperature": temperature,
                      **{c: {"speedup": rows[c].speedup, "tau": rows[c].tokens_per_iteration,
                             "acceptance_rate": rows[c].acceptance_rate} for c in COLS if c in rows}})
+TAU, SPEEDUP = "τ (tokens/round)", "speedup (×)"
+display(pd.DataFrame({(c, col): [round(r[c][field], 2) if c in r else None for r in rows_out]
+                      for c in COLS for col, field in ((SPEEDUP, "speedup"), (TAU, "tau"))},
+                     index=pd.MultiIndex.from_tuples([(r["dataset"], int(r["temperature"])) for r in rows_out],
+                                                     names=["dataset", "T"])))
 mean = lambda key, temp, field="tau": float(np.mean([r[key][field] for r in rows_out if r["temperature"] == temp]))  # noqa
-for temp in (0.0, 1.0):
-    print(f"T={temp:.0f} mean τ: Domino {mean('domino', temp):.2f}, head off {mean('domino:head=0', temp):.2f} "
-          f"(x{mean('domino', temp) / mean('domino:head=0', temp):.2f}; paper Table 4: 3.49 -> 4.19, x1.20), "
-          f"chain DFlash (same steps) {mean('dflash', temp):.2f}, EAGLE-3 (16) {mean('eagle3:total=16', temp):.2f}")
+display(pd.DataFrame(
+    {"Domino τ (tokens/round)": [round(mean("domino", t), 2) for t in (0.0, 1.0)],
+     "head off τ (tokens/round)": [round(mean("domino:head=0", t), 2) for t in (0.0, 1.0)],
+     "head on / off (×)": [round(mean("domino", t) / mean("domino:head=0", t), 2) for t in (0.0, 1.0)],
+     "paper Table 4: head off τ": 3.49, "paper Table 4: Domino τ": 4.19, "paper Table 4: on / off (×)": 1.20,
+     "chain DFlash τ, same steps (tokens/round)": [round(mean("dflash", t), 2) for t in (0.0, 1.0)],
+     "EAGLE-3 (16) τ (tokens/round)": [round(mean("eagle3:total=16", t), 2) for t in (0.0, 1.0)]},
+    index=pd.Index([0, 1], name="T (mean over datasets)")))
 walk = mean("domino:verify=walk", 1.0, "acceptance_rate")
 print(f"T=1 Domino acceptance rate (accepted / drafted depth): rejection {mean('domino', 1.0, 'acceptance_rate'):.3f}, "
       f"walk {walk:.3f} (rejection accepts min(1, p/q) >= p)")
@@ -212,11 +224,10 @@ for b in P["batches"]:
             jax.block_until_ready(out.tokens)
             times.append(time.perf_counter() - t0)
         table2[b, spec] = int(np.asarray(out.num_tokens).sum()) / float(np.median(times))
-print("tokens/s (speedup vs AR at the same batch)")
-print(f"{'batch':>6} | " + " | ".join(f"{s:>22}" for s in BATCH_SPECS))
-for b in P["batches"]:
-    print(f"{b:>6} | " + " | ".join(f"{table2[b, s]:9.0f} ({table2[b, s] / table2[b, 'ar']:4.2f}x)".rjust(22)
-                                    for s in BATCH_SPECS))
+display(pd.DataFrame({(s, col): [round(table2[b, s]) if col == "tokens/s" else
+                                 round(table2[b, s] / table2[b, "ar"], 2) for b in P["batches"]]
+                      for s in BATCH_SPECS for col in ("tokens/s", "speedup vs AR (×)")},
+                     index=pd.Index(P["batches"], name="batch (rows)")))
 PAPER_TABLE2_QWEN3_8B_GSM8K = {"EAGLE-3(16)": (1.8, 1.7, 1.5, 1.1, 0.8), "DFlash(16)": (3.7, 3.4, 2.9, 2.2, 1.6),
                                "Domino(16)": (5.1, 4.7, 4.1, 3.0, 2.1)}  # speedup at concurrency 2..32 (cited input)
 write_json(OUT / "table2.json", [], env, {"profile": PROFILE, **P,
@@ -261,8 +272,13 @@ for label, sub in ABLATIONS.items():
         taus[head] = float(np.mean(out.stats.mean_accepted_length()))
     fig4[label] = {"steps": [r["step"] for r in log], "base_loss": [r["valid_loss_base"] for r in log],
                    "final_loss": [r["valid_loss"] for r in log], "tau": taus[True], "tau_head_off": taus[False]}
-    print(f"{label:<16} τ {taus[True]:.2f} (head off {taus[False]:.2f}); final valid loss {log[-1]['valid_loss']:.3f}, "
-          f"backbone {log[-1]['valid_loss_base']:.3f}")
+PAPER_FIG4_TAU = {"TF + curriculum": 4.19, "TF": 3.96, "TTT": 3.80}  # Qwen3-8B, ShareGPT (cited input)
+display(pd.DataFrame({"τ, head on (tokens/round)": [round(r["tau"], 2) for r in fig4.values()],
+                      "τ, head off (tokens/round)": [round(r["tau_head_off"], 2) for r in fig4.values()],
+                      "final valid loss L_final (nats)": [round(r["final_loss"][-1], 3) for r in fig4.values()],
+                      "final backbone loss L_base (nats)": [round(r["base_loss"][-1], 3) for r in fig4.values()],
+                      "paper τ, head on (tokens/round)": [PAPER_FIG4_TAU[k] for k in fig4]},
+                     index=pd.Index(list(fig4), name="recipe")))
 order = sorted(fig4, key=lambda k: -fig4[k]["tau"])
 print("ordering by τ:", " > ".join(order), "(paper: TF + curriculum > TF > TTT)")
 write_json(OUT / "figure4.json", [], env, {"profile": PROFILE, "ablations": fig4})
@@ -293,9 +309,10 @@ fig.savefig(OUT / "figure4.png", dpi=120)
 s_tokens, s_lengths = pad_prompts(prompts_of("gsm8k", 1), P["prompt_len"])
 split = domino_split(target, method("domino").drafter, readers["domino"][1], s_tokens, s_lengths,
                      reps=P["split_reps"])
-print(", ".join(f"{k} {v:.2f} ms" for k, v in split.items()))
-print(f"head share of the round: {100 * split['head'] / split['round']:.1f}% (paper: +2.8% latency with fused kernels)")
 write_json(OUT / "head_share.json", [], env, {"profile": PROFILE, "split_ms": split})
+pd.DataFrame({**{f"{k} (ms)": [round(v, 2)] for k, v in split.items()},
+              "head share of the round (%)": [round(100 * split["head"] / split["round"], 1)],
+              "paper: head's added latency, fused kernels (%)": [2.8]}, index=pd.Index([names[1]], name="drafter"))
 
 # %% [markdown]
 # ## What this reproduces, and what it cannot

@@ -33,7 +33,7 @@
 # (`tests/test_notebooks.py`): the embedded pair, one counted prompt and no warm-up, 24 new
 # tokens, two points per sweep and per plotted line, two forward widths in the cost cell;
 # every cell, table, figure and losslessness check still runs, but its numbers are not
-# results. The paper's numbers are printed beside ours; they come from a different scale
+# results. The paper's numbers are shown beside ours; they come from a different scale
 # (Pythia-2.8B/70M on an NVIDIA GPU, T = 1000, prompts of 800 tokens), so only orderings
 # and mechanisms are comparable, never absolute values.
 
@@ -49,14 +49,15 @@ import pathlib
 import jax
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
+from IPython.display import display
 
-from specjax import zoo
-from specjax.bench.harness import Method, environment, format_table, run_benchmark, write_csv, write_json
+from specjax.bench.harness import Method, environment, run_benchmark, write_csv, write_json
 from specjax.bench.methods import parse_method
 from specjax.data.austen import austen_corpus
 from specjax.data.prompts import wiki_corpus
 from specjax.drafters.dynatree import DynaTreeDrafter, DynaTreeParams, Knobs
-from specjax.models import load_checkpoint
+from specjax.pipeline import load_pair
 
 PROFILES = {
     # ci: every cell at the least compile + run time (tests/test_notebooks.py); not results.
@@ -71,24 +72,21 @@ PROFILES = {
                 sweep_branching=(2, 3, 4), sweep_taus=(0.01, 0.02, 0.03, 0.05, 0.1)),
 }
 P = PROFILES[PROFILE]
+pd.set_option("display.max_colwidth", None)  # long labels (claims, method specs) in full
 OUT = pathlib.Path(os.environ.get("SPECJAX_NOTEBOOK_OUT", "results")) / "dynatree"
 OUT.mkdir(parents=True, exist_ok=True)
 
+# One `Pair` (specjax.pipeline): the target, its tokenizer and the draft LM, either the embedded pair (`encode`
+# puts the zoo's EOS separator before a prompt) or the HF checkpoint directories SPECJAX_TARGET / SPECJAX_DRAFT.
 if os.environ.get("SPECJAX_TARGET"):
-    from tokenizers import Tokenizer
-
     if not os.environ.get("SPECJAX_DRAFT"):
         raise ValueError("SPECJAX_TARGET is set but SPECJAX_DRAFT is not: give both checkpoint directories")
-
-    target = load_checkpoint(os.environ["SPECJAX_TARGET"])
-    draft = load_checkpoint(os.environ["SPECJAX_DRAFT"])
-    _tok = Tokenizer.from_file(os.path.join(os.environ["SPECJAX_TARGET"], "tokenizer.json"))
-    encode, names = (lambda text: _tok.encode(text).ids), (os.environ["SPECJAX_TARGET"], os.environ["SPECJAX_DRAFT"])
+    pair = load_pair(os.environ["SPECJAX_TARGET"], ("draft",), draft=os.environ["SPECJAX_DRAFT"])
+    names = (os.environ["SPECJAX_TARGET"], os.environ["SPECJAX_DRAFT"])
 else:
-    t_cfg, t_params, _tok = zoo.load("tiny-neox-target")
-    d_cfg, d_params, _ = zoo.load("tiny-neox-draft")
-    target, draft = (t_cfg, t_params), (d_cfg, d_params)
-    encode, names = (lambda text: zoo.encode(_tok, text)), ("tiny-neox-target", "tiny-neox-draft")
+    pair = load_pair("zoo", ("draft",))
+    names = ("tiny-neox-target", "tiny-neox-draft")
+target, draft, encode = (pair.cfg, pair.params), pair.draft, pair.encode
 d_cfg = draft[0]
 
 
@@ -110,6 +108,24 @@ def bench(methods, prompt_list=None, max_new=None, ttft=False):
     """One same-run benchmark (TTFT/TPOT only where asked: they compile every method twice)."""
     return run_benchmark(target, draft, prompt_list or prompts, methods, max_new_tokens=max_new or P["max_new"],
                          warmup=P["warmup"], progress=False, ttft=ttft)
+
+
+def results_table(results):
+    """`specjax.bench.harness.format_table`'s columns as a DataFrame, one row per method (– / NaN: not measured)."""
+    def num(x, digits, scale=1.0):
+        return float("nan") if x is None else round(x * scale, digits)
+
+    def same(r):
+        return ("–" if r.identical_to_ar is None else "yes" if r.identical_to_ar else f"NO{r.mismatches}"
+                if r.mismatches else f"~{r.near_ties}" if r.near_ties else "NO")
+
+    return pd.DataFrame([{
+        "method": r.method, "tokens/s": num(r.throughput, 1), "± std (tokens/s)": num(r.throughput_std, 1),
+        "speedup (×)": num(r.speedup, 2), "accept (%)": num(r.acceptance_rate, 1, 100),
+        "node accept (%)": num(r.node_acceptance_rate, 1, 100), "τ (tokens/round)": num(r.tokens_per_iteration, 2),
+        "path (accepted tokens/round)": num(r.avg_path_length, 2), "TTFT (ms)": num(r.ttft_ms, 2),
+        "TPOT (ms)": num(r.tpot_ms, 3), "nodes/round": num(r.mean_tree_nodes, 1),
+        "depth (tokens)": num(r.mean_tree_depth, 2), "= AR": same(r)} for r in results]).set_index("method")
 
 
 # %% [markdown]
@@ -134,10 +150,10 @@ TUNED = parse_method("dynatree-zoo", d_cfg).name  # the preset, spelled out
 AS_CHAIN = "dynatree-p1:d0=6,b_mid=1,b_max=1,n_max=6"  # DynaTree's machinery drafting a plain 6-token chain
 table1_methods = ["ar", "fixed5x2", "dynatree-p1", "dynatree-p2", "dynatree-p3", TUNED, "chain6", "chain7", AS_CHAIN]
 table1 = bench(table1_methods, ttft=True)
-print(format_table(table1))
 env = environment(*names, target[1], extra={"profile": PROFILE})
 write_json(OUT / "table1.json", table1, env, {"profile": PROFILE, **P})
 write_csv(OUT / "table1.csv", table1, env)
+results_table(table1)
 
 # %%
 PAPER_TABLE1 = {  # Table 1 / Table 2 of the paper: t/s, speedup, accept %, tokens/iter, path len, TTFT ms, TPOT ms
@@ -148,28 +164,34 @@ PAPER_TABLE1 = {  # Table 1 / Table 2 of the paper: t/s, speedup, accept %, toke
     "dynatree-p3": (210.8, 1.61, 94.7, 6.49, 6.63, 12.6, 4.81),
 }
 PAPER_LINEAR = {"chain6": 1.26, "chain7": 1.30}  # Table 4, WikiText-2, 500 tokens
+SHORT = {TUNED: "dynatree-zoo", AS_CHAIN: "dynatree as chain6"}  # row labels for the long method specs
 
 
-def fmt(x, spec):
-    width = int(spec.split(".")[0] or 0)
-    return "–".rjust(width) if x is None else format(x, spec)
+def num(x, digits, scale=1.0):
+    return float("nan") if x is None else round(x * scale, digits)
 
 
-print(f"{'method':<22}{'ours: speedup':>14}{'tok/iter':>9}{'path':>7}{'accept':>8}{'nodes':>7}"
-      f"{'TTFT ms':>9}{'TPOT ms':>9}   | paper: speedup tok/iter accept TTFT TPOT")
-for r in table1:
-    paper = PAPER_TABLE1.get(r.method)
-    paper_s = ("   " + "  ".join([fmt(paper[1], ".2f") + "x", fmt(paper[3], ".2f"), fmt(paper[2], ".1f") + "%",
-                                  fmt(paper[5], ".1f"), fmt(paper[6], ".2f")]) if paper else
-               f"   {PAPER_LINEAR[r.method]:.2f}x (Table 4)" if r.method in PAPER_LINEAR else "")
-    accept = None if r.acceptance_rate is None else 100 * r.acceptance_rate
-    print(f"{r.method[:21]:<22}{r.speedup:>13.2f}x{fmt(r.tokens_per_iteration, '9.2f')}{fmt(r.avg_path_length, '7.2f')}"
-          f"{fmt(accept, '7.1f')}%{fmt(r.mean_tree_nodes, '7.1f')}{fmt(r.ttft_ms, '9.2f')}{fmt(r.tpot_ms, '9.3f')}"
-          f"   |{paper_s}")
+paper = {r.method: PAPER_TABLE1.get(r.method, (None,) * 7) for r in table1}
+pd.DataFrame(
+    {("ours", "speedup (×)"): [num(r.speedup, 2) for r in table1],
+     ("ours", "τ (tokens/round)"): [num(r.tokens_per_iteration, 2) for r in table1],
+     ("ours", "path (accepted tokens/round)"): [num(r.avg_path_length, 2) for r in table1],
+     ("ours", "accept (%)"): [num(r.acceptance_rate, 1, 100) for r in table1],
+     ("ours", "nodes/round"): [num(r.mean_tree_nodes, 1) for r in table1],
+     ("ours", "TTFT (ms)"): [num(r.ttft_ms, 2) for r in table1],
+     ("ours", "TPOT (ms)"): [num(r.tpot_ms, 3) for r in table1],
+     ("paper", "speedup (×)"): [PAPER_LINEAR.get(r.method, paper[r.method][1]) for r in table1],
+     ("paper", "τ (tokens/round)"): [paper[r.method][3] for r in table1],
+     ("paper", "accept (%)"): [paper[r.method][2] for r in table1],
+     ("paper", "TTFT (ms)"): [paper[r.method][5] for r in table1],
+     ("paper", "TPOT (ms)"): [paper[r.method][6] for r in table1],
+     ("paper", "source"): ["Table 4 (WikiText-2, 500 tokens)" if r.method in PAPER_LINEAR else
+                           "Tables 1 / 2" if r.method in PAPER_TABLE1 else "" for r in table1]},
+    index=pd.Index([SHORT.get(r.method, r.method) for r in table1], name="method"))
 
 # %%
 fig, ax = plt.subplots(1, 2, figsize=(11, 3.5))
-labels = [{TUNED: "dynatree-zoo", AS_CHAIN: "dynatree as chain6"}.get(r.method, r.method) for r in table1]
+labels = [SHORT.get(r.method, r.method) for r in table1]
 ax[0].bar(labels, [r.throughput for r in table1], color="tab:blue")
 ax[0].set_ylabel("tokens / s (ours)")
 ax[1].bar(labels, [r.speedup for r in table1], color="tab:orange", label="ours")
@@ -219,16 +241,18 @@ def forward_ms(cfg, params, width, context=128, reps=20):
 widths = P.get("cost_widths", (1, 2, 4, 8, 16, 32, 64, 128))  # must hold 1 and 64
 cost = {name: [forward_ms(cfg, params, w) for w in widths] for name, (cfg, params) in
         (("target", target), ("draft", draft))}
-for name, ms in cost.items():
-    print(f"{name:>6} forward ms by tokens verified: " + ", ".join(f"{w}: {m:.2f}" for w, m in zip(widths, ms)))
+display(pd.DataFrame({f"{name} forward (ms)": [round(m, 2) for m in ms] for name, ms in cost.items()},
+                     index=pd.Index(widths, name="tokens verified")))
 print(f"target(64 tokens) / target(1 token) = {cost['target'][widths.index(64)] / cost['target'][0]:.2f} "
       f"(on the paper's GPU this ratio is close to 1); draft / target forward at 1 token = "
       f"{cost['draft'][0] / cost['target'][0]:.2f}")
 ms_per_round = {r.method: (r.total_seconds - r.ttft_ms * r.num_prompts / 1e3) * 1e3 / max(r.rounds, 1)
                 for r in table1}  # decoding only: each prompt's time to first token removed
-for r in table1[1:]:
-    print(f"{r.method[:40]:<40} nodes/round {r.mean_tree_nodes:6.1f}  depth {r.mean_tree_depth:4.2f}  "
-          f"tokens/round {r.tokens_per_iteration:4.2f}  ms/round {ms_per_round[r.method]:6.2f}")
+display(pd.DataFrame({"nodes/round": [round(r.mean_tree_nodes, 1) for r in table1[1:]],
+                      "depth (tokens)": [round(r.mean_tree_depth, 2) for r in table1[1:]],
+                      "τ (tokens/round)": [round(r.tokens_per_iteration, 2) for r in table1[1:]],
+                      "round (ms)": [round(ms_per_round[r.method], 2) for r in table1[1:]]},
+                     index=pd.Index([SHORT.get(r.method, r.method) for r in table1[1:]], name="method")))
 print(f"DynaTree machinery as a 6-token chain vs the chain drafter, per round: "
       f"{ms_per_round[AS_CHAIN] / ms_per_round['chain6']:.2f}x")
 
@@ -287,9 +311,11 @@ table3 = {}
 for length in P["gen_lengths"]:
     table3[length] = bench(["ar", "chain6", TUNED], max_new=length)
 PAPER_TABLE3 = {100: 1.54, 200: 1.32, 500: 1.39, 750: 1.48, 1000: 1.57}
-print(f"{'length':>7}{'AR t/s':>10}{'chain6':>9}{'DynaTree':>10}{'accept':>8}")
-for length, (ar, chain, dyn) in table3.items():
-    print(f"{length:>7}{ar.throughput:>10.1f}{chain.speedup:>8.2f}x{dyn.speedup:>9.2f}x{100 * dyn.acceptance_rate:>7.1f}%")
+display(pd.DataFrame({"AR (tokens/s)": [round(ar.throughput, 1) for ar, _, _ in table3.values()],
+                      "linear K=6 speedup (×)": [round(chain.speedup, 2) for _, chain, _ in table3.values()],
+                      "DynaTree (tuned) speedup (×)": [round(dyn.speedup, 2) for _, _, dyn in table3.values()],
+                      "DynaTree accept (%)": [round(100 * dyn.acceptance_rate, 1) for _, _, dyn in table3.values()]},
+                     index=pd.Index(list(table3), name="generated tokens")))
 print("paper, DynaTree (best config per length) vs AR: "
       + ", ".join(f"{length} tokens {speedup:.2f}x" for length, speedup in PAPER_TABLE3.items()))
 fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -317,10 +343,14 @@ except Exception as err:  # the Debian package is fetched on first use; report, 
     print(f"long-form corpus unavailable, Table 4 skipped: {err}")
 if fiction:
     table4 = {"fiction (Austen)": bench(TABLE4_METHODS, prompt_list=fiction), "wiki": bench(TABLE4_METHODS)}
-    print(f"{'method':<10}" + "".join(f"{name:>22}" for name in table4))
-    for i, label in enumerate(("AR", "linear K=6", "linear K=7", "DynaTree D=6", "DynaTree D=7")):
-        print(f"{label:<14}" + "".join(f"{rs[i].throughput:>10.1f} t/s {rs[i].speedup:>5.2f}x" for rs in table4.values()))
-    print("paper (PG-19 / WikiText-2): linear K=6 1.20x / 1.26x, K=7 1.20x / 1.30x, DynaTree D=6 1.32x / 1.39x")
+    PAPER_TABLE4 = {"PG-19": (None, 1.20, 1.20, 1.32, None), "WikiText-2": (None, 1.26, 1.30, 1.39, None)}
+    columns = {}
+    for name, rs in table4.items():
+        columns[name, "tokens/s"] = [round(r.throughput, 1) for r in rs]
+        columns[name, "speedup (×)"] = [round(r.speedup, 2) for r in rs]
+    columns.update({(f"paper: {name}", "speedup (×)"): list(v) for name, v in PAPER_TABLE4.items()})
+    display(pd.DataFrame(columns, index=pd.Index(["AR", "linear K=6", "linear K=7", "DynaTree D=6", "DynaTree D=7"],
+                                                 name="method")))
 
 # %% [markdown]
 # ## Table 5: prompt length
@@ -330,10 +360,10 @@ table5 = {}
 for length in P["prompt_lengths"]:
     plist = prompts_from(wiki_texts, length, P["warmup"] + P["prompts"])
     table5[length] = bench(["ar", "chain6", "chain7", TUNED], prompt_list=plist)
-print(f"{'prompt':>7}{'AR t/s':>10}{'K=6':>8}{'K=7':>8}{'DynaTree':>10}")
-for length, rs in table5.items():
-    print(f"{length:>7}{rs[0].throughput:>10.1f}" + "".join(f"{r.speedup:>7.2f}x" for r in rs[1:3])
-          + f"{rs[3].speedup:>9.2f}x")
+display(pd.DataFrame({"AR (tokens/s)": [round(rs[0].throughput, 1) for rs in table5.values()],
+                      **{f"{label} speedup (×)": [round(rs[i].speedup, 2) for rs in table5.values()]
+                         for i, label in enumerate(("linear K=6", "linear K=7", "DynaTree (tuned)"), start=1)}},
+                     index=pd.Index(list(table5), name="prompt tokens")))
 print("paper (100/200/800/1000 tokens): K=6 1.19/1.38/1.26/1.04x, DynaTree D=6 1.36/1.55/1.39/1.21x")
 fig, ax = plt.subplots(figsize=(5, 3.5))
 for i, label in enumerate(("linear K=6", "linear K=7", "DynaTree (tuned)"), start=1):
@@ -348,7 +378,7 @@ fig.savefig(OUT / "table5.png", dpi=120)
 # %% [markdown]
 # ## Where we agree with the paper, and where not
 #
-# The checks below are computed from this run (they print, they do not assert: the
+# The checks below are computed from this run (they are shown, not asserted: the
 # notebook reports what it measured).
 
 # %%
@@ -364,16 +394,17 @@ checks = {
     "fixed tree beats AR": by["fixed5x2"].speedup > 1.0,
     "tuned DynaTree beats AR": by[TUNED].speedup > 1.0,
 }
-for claim, holds in checks.items():
-    print(f"[{'agrees' if holds else 'differs'}] {claim}")
-print(f"\nmean draft-token acceptance along the path: paper 77.9–94.7 %, ours "
+display(pd.DataFrame({"this run": ["agrees" if holds else "differs" for holds in checks.values()]},
+                     index=pd.Index(list(checks), name="claim")))
+print(f"mean draft-token acceptance along the path: paper 77.9–94.7 %, ours "
       f"{min(r.acceptance_rate for r in table1[1:]) * 100:.0f}–{max(r.acceptance_rate for r in table1[1:]) * 100:.0f} %")
 summary = {"checks": checks, "table1": [r.to_dict() for r in table1], "environment": env}
 every_result = [*table1, *sweep, *(r for rs in table3.values() for r in rs), *(r for rs in table5.values() for r in rs),
                 *(r for rs in (table4.values() if fiction else ()) for r in rs)]
 lossy = [r.method for r in every_result if r.mismatches]
 assert not lossy, f"greedy output differs from AR beyond a near-tie (a losslessness bug): {lossy}"
-(OUT / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+with open(OUT / "summary.json", "w") as f:
+    json.dump(summary, f, indent=2, default=str)
 
 # %% [markdown]
 # **Reading the results** (numbers in the cells above; the CPU run recorded in the

@@ -44,7 +44,7 @@
 # Figure 6's AR run reuse the benchmark's compiled programs), K = 0 and 1 in Table 4, a
 # two-point calibration grid, one DDTree budget, one repetition; every cell, table, figure
 # and losslessness check still runs, but its numbers are not results. The paper's numbers
-# (Vicuna / LLaMA-3.1 / Qwen3 on H20s) are printed beside ours as cited input: only
+# (Vicuna / LLaMA-3.1 / Qwen3 on H20s) are shown beside ours as cited input: only
 # orderings and mechanisms are comparable, never absolute values.
 #
 # **On a CPU** every verified token costs target time (the 61-token verify is ~5x a decode
@@ -66,8 +66,9 @@ if PROFILE == "gpu":  # measured on an H100: 2.3x faster bf16 decode without XLA
 import jax
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
+from IPython.display import display
 
-from specjax import zoo
 from specjax.bench.harness import environment, run_benchmark, warm_up, write_json
 from specjax.bench.methods import parse_method
 from specjax.bench.round_split import graft_split
@@ -76,6 +77,7 @@ from specjax.decode import generate, generate_ar
 from specjax.drafters.graft import calibrate_thresholds, draft_steps
 from specjax.drafters.retrieval import Template, measured_rank_prior, table_rows_used
 from specjax.models import pad_prompts
+from specjax.pipeline import load_pair
 from specjax.sampling import Sampling
 
 PROFILES = {
@@ -93,20 +95,23 @@ PROFILES = {
                 ddtree=((16, 6), (60, 20), (60, 36))),
 }
 P = PROFILES[PROFILE]
+pd.set_option("display.max_colwidth", None)  # long labels (claims, method specs) in full
 OUT = pathlib.Path(os.environ.get("SPECJAX_NOTEBOOK_OUT", "results")) / "graft"
 OUT.mkdir(parents=True, exist_ok=True)
 
-if PROFILE == "gpu":
-    from specjax.pipeline import smollm2
-
-    t_cfg, t_params, encode, _ = smollm2(chat=True)
-    prefix, chat, draft = "smollm2-135m", True, None  # no SmolLM2 draft LM: the chain and base=lm rows are skipped
-else:
-    t_cfg, t_params, _tok = zoo.load("tiny-neox-target")
-    d_cfg, d_params, _ = zoo.load("tiny-neox-draft")
-    encode, prefix, chat, draft = (lambda text: zoo.encode(_tok, text)), "tiny-neox", False, (d_cfg, d_params)
-readers = {kind: zoo.load_drafter(f"{prefix}-{kind}") for kind in ("dflash", "eagle3")}
+# One `Pair` (specjax.pipeline): the target, its tokenizer (`encode` puts the zoo's EOS separator before a
+# prompt; SmolLM2's wraps it in the chat template), the draft LM and the zoo's trained drafters for it.
+pair = load_pair("smollm2-135m" if PROFILE == "gpu" else "zoo", ("draft", "dflash", "eagle3"))
+prefix = "smollm2-135m" if PROFILE == "gpu" else "tiny-neox"
+t_cfg, t_params, readers, chat = pair.cfg, pair.params, pair.readers, pair.has_chat_template
+draft = pair.draft  # None for SmolLM2 (no draft LM): the chain and base=lm rows are skipped
 target = (t_cfg, t_params)
+
+
+def encode(text):
+    return pair.encode(text, chat=chat)
+
+
 names = (f"{prefix}-target" if PROFILE != "gpu" else "smollm2-135m-instruct", f"{prefix}-eagle3")
 env = environment(*names, t_params, extra={"profile": PROFILE})
 
@@ -141,6 +146,17 @@ def assert_lossless(rows, where):
     assert not lossy, f"greedy output differs from AR beyond a near-tie on {where} (a losslessness bug): {lossy}"
 
 
+MAT, SPEEDUP = "MAT (tokens/round)", "speedup (×)"
+
+
+def mat_table(columns, names):
+    """MAT and speedup per method (rows) and column (dataset, or dataset and T): {column: {method: result}}."""
+    return pd.DataFrame({(c, col): [round(getattr(rows[n], field), 2) for n in names]
+                         for c, rows in columns.items()
+                         for col, field in ((MAT, "tokens_per_iteration"), (SPEEDUP, "speedup"))},
+                        index=pd.Index(names, name="method"))
+
+
 ecfg = readers["eagle3"][0]
 print(f"profile {PROFILE}: target {names[0]}, EAGLE-3 drafter reading layers {ecfg.target_layer_ids}; "
       f"{len(WARM)} ShareGPT warm-up prompts; device {jax.devices()[0].device_kind}")
@@ -163,9 +179,11 @@ for k in P["table4_rounds"]:
     rows = table_rows_used(m.draft_params_override.table)
     r = bench([m], table4_data)["graft"]
     table4[k] = {"mat": r.tokens_per_iteration, "rows": rows, "mb": rows * graft0.drafter.width * 4 / 2**20}
-    print(f"K = {k:>2}: MAT {r.tokens_per_iteration:5.2f}, table rows {rows:>6} ({table4[k]['mb']:.3f} MB populated of "
-          f"{t_cfg.vocab_size * graft0.drafter.width * 4 / 2**20:.2f} MB allocated)")
 write_json(OUT / "table4.json", [], env, {"profile": PROFILE, **P, "table4": table4})
+pd.DataFrame({MAT: [round(t["mat"], 2) for t in table4.values()], "table rows used": [t["rows"] for t in table4.values()],
+              "populated (MB)": [round(t["mb"], 3) for t in table4.values()],
+              "allocated (MB)": round(t_cfg.vocab_size * graft0.drafter.width * 4 / 2**20, 2)},
+             index=pd.Index(list(table4), name="warm-up prompts K"))
 
 # %% [markdown]
 # ## Table 11: threshold calibration on the warm-up prompts
@@ -223,16 +241,16 @@ for dataset in P["datasets"]:
     table1[dataset] = bench(methods_t0, prompts_of(dataset, P["warmup"] + P["prompts"]))
     assert_lossless(table1[dataset], dataset)
 NAMES = [m if isinstance(m, str) else m.name for m in methods_t0]
-print(f"{'MAT / speedup':<22}" + "".join(f"{d:>18}" for d in P["datasets"]))
-for n in NAMES[1:]:
-    print(f"{n:<22}" + "".join(f"{table1[d][n].tokens_per_iteration:9.2f} {table1[d][n].speedup:6.2f}x"
-                               for d in P["datasets"]))
+display(mat_table(table1, NAMES[1:]))
 graft_name = f"graft:thr={THR}"
-for d in P["datasets"]:
-    g, e = table1[d][graft_name].tokens_per_iteration, table1[d]["eagle3"].tokens_per_iteration
-    print(f"{d}: Graft MAT {g:.2f} vs EAGLE-3 tree {e:.2f} ({100 * (g / e - 1):+.1f}%); TR "
-          f"{table1[d]['tr'].tokens_per_iteration:.2f}, PLD {table1[d]['pld'].tokens_per_iteration:.2f} "
-          f"(paper: Graft > EAGLE-3 >> TR ~ PLD)")
+mat = {d: {n: table1[d][n].tokens_per_iteration for n in (graft_name, "eagle3", "tr", "pld")} for d in P["datasets"]}
+display(pd.DataFrame({"Graft MAT (tokens/round)": [round(m[graft_name], 2) for m in mat.values()],
+                      "EAGLE-3 tree MAT (tokens/round)": [round(m["eagle3"], 2) for m in mat.values()],
+                      "Graft vs EAGLE-3 (%)": [round(100 * (m[graft_name] / m["eagle3"] - 1), 1) for m in mat.values()],
+                      "TR MAT (tokens/round)": [round(m["tr"], 2) for m in mat.values()],
+                      "PLD MAT (tokens/round)": [round(m["pld"], 2) for m in mat.values()]},
+                     index=pd.Index(list(mat), name="dataset")))
+print("paper's ordering of MAT: Graft > EAGLE-3 >> TR ~ PLD")
 write_json(OUT / "table1.json", [r for rows in table1.values() for r in rows.values()], env,
            {"profile": PROFILE, **P, "thresholds": thresholds})
 
@@ -279,11 +297,11 @@ for dataset in P["datasets"]:
         if temperature == 0.0:
             assert_lossless(table5[dataset, temperature], dataset)
 NAMES5 = [m if isinstance(m, str) else m.name for m in methods5]
-print(f"{'MAT / speedup':<22}" + "".join(f"{d + ' T=' + str(int(t)):>18}" for d, t in table5))
-for n in NAMES5[1:]:
-    print(f"{n:<22}" + "".join(f"{rows[n].tokens_per_iteration:9.2f} {rows[n].speedup:6.2f}x" for rows in table5.values()))
+display(mat_table({f"{d} T={t:.0f}": rows for (d, t), rows in table5.items()}, NAMES5[1:]))
 PAPER_TABLE6 = {"DFLASH(16)": (6.43, 6.45, 3.83, 3.11, 4.39), "Graft-DFLASH(16)": (6.61, 6.64, 4.23, 3.34, 4.54)}
-print("paper Table 6 MAT (Qwen3-8B; HumanEval, GSM8K, CNN/DM, Alpaca, MT-Bench):", PAPER_TABLE6)
+print("paper Table 6, MAT (tokens/round) on Qwen3-8B (cited input):")
+display(pd.DataFrame.from_dict(PAPER_TABLE6, orient="index", columns=["HumanEval", "GSM8K", "CNN/DM", "Alpaca",
+                                                                      "MT-Bench"]).rename_axis("paper method"))
 write_json(OUT / "table5_6.json", [r for rows in table5.values() for r in rows.values()], env,
            {"profile": PROFILE, **P, "keys": [list(k) for k in table5]})
 
@@ -320,7 +338,9 @@ for d, w in grid6:
 rows6 = bench(["ar"] + variants, f6_data)
 for (d, w), m in zip(grid6, variants):
     fig6[d, w] = rows6[m.name]
-    print(f"d = {d}, w = {w}: MAT {rows6[m.name].tokens_per_iteration:5.2f}, speedup {rows6[m.name].speedup:5.2f}x")
+display(pd.DataFrame({MAT: [round(r.tokens_per_iteration, 2) for r in fig6.values()],
+                      SPEEDUP: [round(r.speedup, 2) for r in fig6.values()]},
+                     index=pd.MultiIndex.from_tuples(list(fig6), names=["depth d", "width w"])))
 fig, ax = plt.subplots(1, 2, figsize=(10, 3.2))
 dd = [d for d, w in grid6 if w == max(P["fig6_widths"])]
 ww = [w for d, w in grid6 if d == max(P["fig6_depths"])]
@@ -343,8 +363,10 @@ write_json(OUT / "figure6.json", list(fig6.values()), env, {"profile": PROFILE, 
 # mask/pos 1.3%, verify 62.8%, matrix update 0.7%, posterior 0.5%, KV/input update 18.6%.
 
 # %%
-for k in ("draft", "draft_dense", "retrieve", "propose", "mask", "verify", "walk", "table_update", "round", "ar_step"):
-    print(f"{k:<13} {split[k]:8.3f} ms  ({100 * split[k] / split['round']:5.1f}% of the round)")
+PARTS14 = ("draft", "draft_dense", "retrieve", "propose", "mask", "verify", "walk", "table_update", "round", "ar_step")
+display(pd.DataFrame({"time (ms)": [round(split[k], 3) for k in PARTS14],
+                      "share of the round (%)": [round(100 * split[k] / split["round"], 1) for k in PARTS14]},
+                     index=pd.Index(PARTS14, name="part")))
 print(f"stage of the timed round: {('d0', 'd1', 'd5', 'none')[split['stage']]}; a d0 round drafts "
       f"{draft_steps(warm_graft.drafter, np.asarray([0]))[0]} step, an unpruned one "
       f"{draft_steps(warm_graft.drafter, np.asarray([3]))[0]}")
@@ -371,10 +393,7 @@ table_dd = {}
 for dataset in P["datasets"]:
     table_dd[dataset] = bench(methods_dd, prompts_of(dataset, P["warmup"] + P["prompts"]))
     assert_lossless(table_dd[dataset], dataset)
-print(f"{'MAT / speedup':<20}" + "".join(f"{d:>18}" for d in P["datasets"]))
-for s in DD:
-    print(f"{s:<20}" + "".join(f"{table_dd[d][s].tokens_per_iteration:9.2f} {table_dd[d][s].speedup:6.2f}x"
-                               for d in P["datasets"]))
+display(mat_table(table_dd, DD))
 # Per round, from the same marginals: the grafted tree's surrogate, DDTree's own (the optimum at N), and what
 # the target accepted. The surrogate predicts acceptance only if q were the target's law.
 tokens, lengths = pad_prompts(prompts_of(P["datasets"][0], P["prompts"]), P["prompt_len"])
@@ -388,10 +407,12 @@ for m in methods_dd[1:]:
     live = acc >= 0
     surrogates[m.name] = dict(grafted=float(sur[live].mean()), ddtree=float(opt[live].mean()),
                               accepted=float(acc[live].mean()), from_table=float(ret[live].mean()))
-    print(f"{m.name:<20} per round: surrogate sum q(u) {sur[live].mean():5.2f} (DDTree's own tree {opt[live].mean():5.2f}); "
-          f"accepted {acc[live].mean():5.2f}, of which from the table {ret[live].mean():5.2f}")
 write_json(OUT / "ddtree_retrieval.json", [r for rows in table_dd.values() for r in rows.values()], env,
            {"profile": PROFILE, **P, "surrogates": surrogates})
+pd.DataFrame.from_dict(surrogates, orient="index").round(2).rename(columns={
+    "grafted": "surrogate Σq(u), grafted tree (tokens/round)", "ddtree": "surrogate Σq(u), DDTree's own tree "
+    "(tokens/round)", "accepted": "accepted (tokens/round)", "from_table": "of which from the table (tokens/round)"},
+).rename_axis("method")
 
 # %% [markdown]
 # ## What this reproduces, and what it cannot
