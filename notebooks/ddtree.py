@@ -298,7 +298,7 @@ tokens, lengths = pad_prompts(calib_prompts, P["prompt_len"])
 calib, calib_rows = {}, {}
 for temperature in (0.0, 1.0):
     m = method(f"ddtree-{FIXED}")
-    out = generate(t_params, t_cfg, m.drafter, m.draft_params_override, tokens, lengths, P["max_new"],
+    out = generate(t_params, t_cfg, m.drafter, m.params, tokens, lengths, P["max_new"],
                    sampling=Sampling(temperature), key=jax.random.key(3), eos_ids=())
     surrogate = np.asarray(out.draft_state.surrogate)
     accepted = np.asarray(out.stats.accepted)
@@ -338,7 +338,7 @@ split_tokens, split_lengths = pad_prompts(prompts_of("math500", 1), P["prompt_le
 costs = {}
 for n in P.get("split_budgets", P["sweep"]):
     m = method(f"ddtree-{n}")
-    costs[n] = round_split(target, m.drafter, m.draft_params_override, split_tokens, split_lengths, reps=P["reps"],
+    costs[n] = round_split(target, m.drafter, m.params, split_tokens, split_lengths, reps=P["reps"],
                            max_new=P["max_new"])
 display(pd.DataFrame.from_dict({n: {"verify width (tokens)": c["width"], **{f"{p} (ms)": round(c[p], 3) for p in PARTS}}
                                 for n, c in costs.items()}, orient="index").rename_axis("budget N"))

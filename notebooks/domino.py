@@ -214,7 +214,7 @@ for b in P["batches"]:
             run = lambda: generate_ar(t_params, t_cfg, tokens, lengths, P["batch_new"], eos_ids=())  # noqa: E731
         else:
             m = method(spec)
-            run = lambda m=m: generate(t_params, t_cfg, m.drafter, m.draft_params_override, tokens, lengths,  # noqa
+            run = lambda m=m: generate(t_params, t_cfg, m.drafter, m.params, tokens, lengths,  # noqa
                                        P["batch_new"], eos_ids=())
         jax.block_until_ready(run().tokens)
         times = []

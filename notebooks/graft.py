@@ -176,7 +176,7 @@ graft0 = method("graft")
 table4 = {}
 for k in P["table4_rounds"]:
     m = warm(graft0, k)
-    rows = table_rows_used(m.draft_params_override.table)
+    rows = table_rows_used(m.params.table)
     r = bench([m], table4_data)["graft"]
     table4[k] = {"mat": r.tokens_per_iteration, "rows": rows, "mb": rows * graft0.drafter.width * 4 / 2**20}
 write_json(OUT / "table4.json", [], env, {"profile": PROFILE, **P, "table4": table4})
@@ -197,13 +197,13 @@ pd.DataFrame({MAT: [round(t["mat"], 2) for t in table4.values()], "table rows us
 # %%
 warm_graft = warm(graft0)
 s_tokens, s_lengths = pad_prompts(table4_data[:1], P["prompt_len"])
-split = graft_split(target, warm_graft.drafter, warm_graft.draft_params_override, s_tokens, s_lengths,
+split = graft_split(target, warm_graft.drafter, warm_graft.params, s_tokens, s_lengths,
                     reps=P["split_reps"], max_new=P["max_new"])
 c_tokens, c_lengths = pad_prompts(WARM, P["prompt_len"])
 
 
 def run_with(thresholds):
-    gp = warm_graft.draft_params_override.replace(thresholds=jax.numpy.asarray(thresholds, jax.numpy.float32))
+    gp = warm_graft.params.replace(thresholds=jax.numpy.asarray(thresholds, jax.numpy.float32))
     return generate(t_params, t_cfg, warm_graft.drafter, gp, c_tokens, c_lengths, P["max_new"], eos_ids=())
 
 
@@ -320,7 +320,7 @@ write_json(OUT / "table5_6.json", [r for rows in table5.values() for r in rows.v
 w_tokens, w_lengths = pad_prompts(WARM, P["prompt_len"])
 ar_warm = generate_ar(t_params, t_cfg, w_tokens, w_lengths, P["max_new"], eos_ids=())
 continuations = [np.asarray(ar_warm.tokens[i, :int(ar_warm.num_tokens[i])]).tolist() for i in range(len(WARM))]
-prior = measured_rank_prior(warm_graft.draft_params_override.table, continuations)
+prior = measured_rank_prior(warm_graft.params.table, continuations)
 print("measured rank prior w(r):", ", ".join(f"{w:.3f}" for w in prior), "(assumed by Table 7's construction: 2^-(r+1))")
 fig6 = {}
 grid6 = sorted({(d, max(P["fig6_widths"])) for d in P["fig6_depths"]} | {(max(P["fig6_depths"]), w)
@@ -331,10 +331,10 @@ for d, w in grid6:
     base = warm_graft.drafter
     counts = tuple(Template.best_first(t.size, w, d, prior[:w]).counts() for t in base.stage_templates)
     drafter = dataclasses.replace(base, width=w, templates=counts, rank_prior=prior[:w])
-    params = warm_graft.draft_params_override.replace(table=warm_graft.draft_params_override.table[:, :w],
+    params = warm_graft.params.replace(table=warm_graft.params.table[:, :w],
                                                       thresholds=jax.numpy.asarray(thresholds, jax.numpy.float32))
     variants.append(dataclasses.replace(warm_graft, name=f"graft d={d} w={w}", drafter=drafter,
-                                        draft_params_override=params))
+                                        params=params))
 rows6 = bench(["ar"] + variants, f6_data)
 for (d, w), m in zip(grid6, variants):
     fig6[d, w] = rows6[m.name]
@@ -401,7 +401,7 @@ surrogates = {}
 for m in methods_dd[1:]:
     if ":ret=" not in m.name:
         continue
-    out = generate(t_params, t_cfg, m.drafter, m.draft_params_override, tokens, lengths, P["max_new"], eos_ids=())
+    out = generate(t_params, t_cfg, m.drafter, m.params, tokens, lengths, P["max_new"], eos_ids=())
     sur, opt = np.asarray(out.draft_state.ddtree.surrogate), np.asarray(out.draft_state.optimal_surrogate)
     acc, ret = np.asarray(out.stats.accepted), np.asarray(out.draft_state.retrieved_accepted)
     live = acc >= 0

@@ -55,7 +55,7 @@ from specjax.models.model import LAYOUTS, num_params, with_layout
 from specjax.pipeline import DEFAULT_METHOD, MODELS, check_source, cut_at_stop, default_method, load_pair
 from specjax.sampling import Sampling
 
-__all__ = ["DATASETS", "DEFAULT_METHOD", "UsageError", "dataset_prompts", "dataset_texts", "main", "smollm2"]
+__all__ = ["DATASETS", "DEFAULT_METHOD", "UsageError", "dataset_prompts", "dataset_texts", "main"]
 
 TIMED_RUNS = 9  # CPU timings vary 30-50 % run to run: interleave the methods, report medians
 LOAD_ERRORS = (CheckpointError, AssetError, OSError, ValueError, KeyError)

@@ -37,7 +37,7 @@ from specjax.models.model import LAYOUTS, with_layout
 from specjax.sampling import Sampling
 
 __all__ = ["DEFAULT_METHOD", "MODELS", "Completion", "Pair", "Pipeline", "check_source", "cut_at_stop",
-           "default_method", "load_pair", "smollm2"]
+           "default_method", "load_pair"]
 
 # The fastest method on the embedded pair in a same-run benchmark (docs/results.md).
 DEFAULT_METHOD = "ddtree-8"
@@ -153,13 +153,6 @@ def load_pair(model: str = "zoo", needs: Sequence[str] = ("draft", *READERS), *,
         prefix = ()
     loaded = {k: _load_from(where[k], dtype) for k in needs if k in where}
     return Pair(model, cfg, with_layout(params, layout), tok, prefix, loaded.pop("draft", None), loaded)
-
-
-def smollm2(chat: bool = True, layout: str = "stacked"):
-    """SmolLM2-135M-Instruct (registry GGUF) as (cfg, params, encode, decode); `encode` applies the chat
-    template when `chat` (the notebooks' way in; `load_pair("smollm2-135m")` is the same model)."""
-    pair = load_pair("smollm2-135m", (), layout=layout)
-    return pair.cfg, pair.params, (lambda text: pair.encode(text, chat)), pair.decode
 
 
 @dataclasses.dataclass(frozen=True)

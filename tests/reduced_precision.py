@@ -41,7 +41,7 @@ def classify_bfloat16_generations() -> dict[str, dict[str, int]]:
     tally = {}
     for spec in SPECS:
         m = parse_method(spec, draft_cfg, dflash=(dcfg, dparams), target_cfg=tcfg)
-        dp = bf16(m.draft_params_override if m.draft_params_override is not None else draft_params)
+        dp = bf16(m.params if m.params is not None else draft_params)
         out = generate(params, tcfg, m.drafter, dp, tokens, lengths, NEW_TOKENS, eos_ids=())
         found = []
         for b, prompt in enumerate(prompts):

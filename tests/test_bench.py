@@ -160,8 +160,8 @@ def test_warm_up_fills_the_table_and_leaves_the_method_unchanged(pair):
     target, draft = pair
     tr = parse_method("tr:budget=6,depth=3", None, target_cfg=target[0])
     warm = harness.warm_up(tr, target, PROMPTS[:2], max_new_tokens=4, prompt_width=8)
-    assert table_rows_used(tr.draft_params_override) == 0  # the cold method is untouched
-    assert table_rows_used(warm.draft_params_override) > 0 and warm.drafter == tr.drafter
+    assert table_rows_used(tr.params) == 0  # the cold method is untouched
+    assert table_rows_used(warm.params) > 0 and warm.drafter == tr.drafter
     with pytest.raises(ValueError, match="keeps no state across requests"):
         harness.warm_up(parse_method("chain4", DRAFT), target, PROMPTS[:1], max_new_tokens=4)
 
@@ -262,7 +262,7 @@ def test_parse_method_dflash():
     dcfg = DFlashConfig.for_target(target, num_layers=1, target_layer_ids=(1, 4), block_size=16, mask_token_id=63)
     params = object()
     m = parse_method("dflash", None, dflash=(dcfg, params), target_cfg=target)
-    assert m.name == "dflash" and m.drafter == DFlashDrafter(dcfg, target) and m.draft_params_override is params
+    assert m.name == "dflash" and m.drafter == DFlashDrafter(dcfg, target) and m.params is params
     assert m.drafter.max_depth == 15 and m.drafter.target_layers == (1, 4)
     m8 = parse_method("dflash:block=8", None, dflash=(dcfg, params), target_cfg=target)
     assert m8.name == "dflash:block=8" and m8.drafter.budget == 7
@@ -285,7 +285,7 @@ def test_parse_method_ddtree():
     params = object()
     m = parse_method("ddtree-64", None, dflash=(dcfg, params), target_cfg=target)
     assert m.name == "ddtree-64" and m.drafter == DDTreeDrafter(DFlashDrafter(dcfg, target), 64)
-    assert m.draft_params_override is params and m.drafter.max_depth == 15 and m.drafter.budget == 64
+    assert m.params is params and m.drafter.max_depth == 15 and m.drafter.budget == 64
     assert m.drafter.verify_widths == (16, 32, 64) and m.drafter.target_layers == (1, 4)
     m2 = parse_method("DDTree-8:block=4,prune=0", None, dflash=(dcfg, params), target_cfg=target)
     assert m2.name == "ddtree-8:block=4,prune=0.0" and m2.drafter.max_depth == 3 and m2.drafter.verify_widths == (8,)
@@ -308,8 +308,8 @@ def test_parse_method_ddtree():
     assert g.name == "ddtree-60:ret=20"
     assert g.drafter == DDTreeGraftDrafter(DDTreeDrafter(DFlashDrafter(dcfg, target), 60), 20)
     assert g.drafter.template.counts() == PAPER_TEMPLATES["d5"] and g.drafter.budget == 60
-    assert g.draft_params_override.base is params and g.draft_params_override.table.shape == (64, 8)
-    assert np.all(np.asarray(g.draft_params_override.table) == -1)
+    assert g.params.base is params and g.params.table.shape == (64, 8)
+    assert np.all(np.asarray(g.params.table) == -1)
     g2 = parse_method("ddtree-16:ret=5,width=4,merge=0", None, dflash=(dcfg, params), target_cfg=target)
     assert (g2.drafter.width, g2.drafter.merge, g2.drafter.template.size) == (4, False, 5)
 
@@ -323,7 +323,7 @@ def test_parse_method_eagle3_and_dynamic_trees():
     ecfg = Eagle3Config.for_target(target)
     params = object()
     m = parse_method("eagle3", None, eagle3=(ecfg, params), target_cfg=target)
-    assert m.name == "eagle3" and m.draft_params_override is params
+    assert m.name == "eagle3" and m.params is params
     assert m.drafter == Eagle2TreeDrafter(Eagle3Stepper(ecfg, target), top_k=10, depth=8, total=60)
     assert (m.drafter.budget, m.drafter.max_depth, m.drafter.target_layers) == (60, 9, ecfg.target_layer_ids)
     m2 = parse_method("EAGLE3:topk=4,depth=5,total=16", None, eagle3=(ecfg, params), target_cfg=target)
@@ -332,7 +332,7 @@ def test_parse_method_eagle3_and_dynamic_trees():
     c = parse_method("eagle3-chain6", None, eagle3=(ecfg, params), target_cfg=target)
     assert c.name == "eagle3-chain6" and (c.drafter.top_k, c.drafter.depth, c.drafter.total) == (1, 5, 6)
     lm = parse_method("eagle2:topk=3", DRAFT)
-    assert lm.drafter == Eagle2TreeDrafter(DraftLMStepper(DRAFT), top_k=3) and lm.draft_params_override is None
+    assert lm.drafter == Eagle2TreeDrafter(DraftLMStepper(DRAFT), top_k=3) and lm.params is None
     for spec, message in (("eagle3:width=3", "the fields are topk=<int>, depth=<int>, total=<int>"),
                           ("eagle3:total=0", "total must lie in [1, 810]"), ("eagle3:topk=0", "top_k must be >= 1"),
                           ("eagle3-chain0", "K >= 1"), ("eagle3-chain4:topk=2", "takes no overrides")):
@@ -352,7 +352,7 @@ def test_parse_method_domino():
     dcfg = DominoConfig.for_target(target, num_layers=1, target_layer_ids=(1,), mask_token_id=63)
     params = object()
     m = parse_method("domino", None, domino=(dcfg, params), target_cfg=target)
-    assert m.name == "domino" and m.draft_params_override is params
+    assert m.name == "domino" and m.params is params
     assert m.drafter == DominoDrafter(dcfg, target) and (m.drafter.budget, m.drafter.max_depth) == (15, 15)
     off = parse_method("Domino:head=0,verify=walk", None, domino=(dcfg, params), target_cfg=target)
     assert off.name == "domino:head=0,verify=walk" and not off.drafter.use_head and off.drafter.verify == "walk"

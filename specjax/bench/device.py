@@ -347,7 +347,7 @@ def time_compile(cfg, params, s: Settings) -> list[dict]:
                 return generate_ar(params, cfg, tokens, lengths, s.new_tokens, eos_ids=(),
                                    matmul_precision=s.matmul_precision).tokens
         else:
-            dparams = method.draft_params_override if method.draft_params_override is not None else draft_params
+            dparams = method.params if method.params is not None else draft_params
 
             def run():
                 return generate(params, cfg, method.drafter, dparams, tokens, lengths, s.new_tokens, eos_ids=(),

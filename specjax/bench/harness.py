@@ -249,7 +249,7 @@ def resolve_methods(methods, draft, *, target_cfg=None, **readers) -> list[Metho
     if not out or len(set(names)) != len(names):
         raise ValueError(f"need at least one method and distinct names, got {names}")
     for m in out:
-        if not m.is_ar and draft is None and m.draft_params_override is None:
+        if not m.is_ar and draft is None and m.params is None:
             raise ValueError(f"method {m.name!r} needs draft params: pass draft=(cfg, params)")
     return out
 
@@ -262,7 +262,7 @@ class _Runner:
     def __init__(self, method: Method, target, draft, sampling: Sampling, eos_ids: tuple[int, ...], seed: int = 0):
         self.method, self.target, self.sampling, self.eos_ids = method, target, sampling, eos_ids
         self.draft_params = None if method.is_ar else (
-            method.draft_params_override if method.draft_params_override is not None else draft[1])
+            method.params if method.params is not None else draft[1])
         self.key = None if sampling.greedy else jax.random.key(seed)
 
     def _next_key(self):  # None when greedy, else a fresh key per call
@@ -294,12 +294,12 @@ def warm_up(method: Method, target, prompts: list[list[int]], *, max_new_tokens:
     `max_new_tokens`), so the benchmark reuses their compiled program."""
     if not isinstance(method.drafter, CarriesOver):
         raise ValueError(f"method {method.name!r} keeps no state across requests: nothing to warm up")
-    if method.draft_params_override is None:
+    if method.params is None:
         raise ValueError(f"method {method.name!r} has no draft params to warm up (its table)")
     run = _Runner(method, target, None, sampling, tuple(eos_ids))
     for tokens, lengths in (prepare_prompts(prompts, prompt_width) if prompts else ()):
         run(tokens, lengths, max_new_tokens, max_new_tokens)
-    return dataclasses.replace(method, draft_params_override=run.draft_params)
+    return dataclasses.replace(method, params=run.draft_params)
 
 
 def _record(index: int, lengths, out, seconds: float, ttft: float | None) -> _Run:

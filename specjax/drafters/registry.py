@@ -67,7 +67,7 @@ class Method:
     Fields:
       name: the canonical spec (aliases resolved, overrides spelled out), e.g. "chain4", "dynatree-p3:d0=4".
       drafter: the drafter object passed to `generate`; None = autoregressive (`generate_ar`, `is_ar`).
-      draft_params_override: the drafter's params (DFlash / DDTree / Domino params, a `GraftParams`,
+      params: the drafter's params as `generate` takes them (DFlash / DDTree / Domino params, a `GraftParams`,
         Token Recycling's table, ...); None: the draft LM's params (pass them yourself). `method()`
         fills in the draft LM's params when it was given them. `warm_up` returns a copy with warm params.
       needs: what it drafts with ("draft", "target", reader kinds); not part of equality.
@@ -75,17 +75,12 @@ class Method:
 
     name: str
     drafter: object | None
-    draft_params_override: object | None = None
+    params: object | None = None
     needs: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     @property
     def is_ar(self) -> bool:
         return self.drafter is None
-
-    @property
-    def params(self):
-        """The drafter's params as `generate` takes them (`draft_params_override`)."""
-        return self.draft_params_override
 
 
 def forms() -> str:
@@ -150,15 +145,15 @@ def method(spec: str, target_cfg=None, *, draft: tuple | None = None, **readers:
     (``m.is_ar``: use `generate_ar`). Raises ValueError saying what is missing or wrong.
     """
     m = _build(spec, target_cfg, draft, readers)
-    if m.draft_params_override is None and not m.is_ar and draft is not None and len(draft) > 1:
-        m = dataclasses.replace(m, draft_params_override=draft[1])
+    if m.params is None and not m.is_ar and draft is not None and len(draft) > 1:
+        m = dataclasses.replace(m, params=draft[1])
     return m
 
 
 def parse_method(spec: str, draft_cfg=None, *, target_cfg=None, draft_params=None, **readers) -> Method:
     """`method` in the benchmarks' older argument order: the draft LM's config first, its params apart.
 
-    A draft-LM method comes back with ``draft_params_override`` None (the harness passes the draft LM's).
+    A draft-LM method comes back with ``params`` None (the harness passes the draft LM's).
     """
     draft = (draft_cfg, draft_params) if draft_cfg is not None else None
     return _build(spec, target_cfg, draft, readers)
