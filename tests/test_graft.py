@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from specjax.decode import generate, generate_ar
 from specjax.drafters.eagle2_tree import DraftLMStepper
 from specjax.drafters.graft import GraftDrafter, graft_params
-from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, empty_table, graft, retrieve, update_from_prompt,
+from specjax.drafters.grafting import graft
+from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, empty_table, retrieve, update_from_prompt,
                                         update_table)
 from specjax.models import pad_prompts
 from specjax.sampling import Sampling

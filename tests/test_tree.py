@@ -255,7 +255,8 @@ def test_eager_calls_of_the_looping_functions_compile_once_per_shape():
     with new values of the same shapes they reuse their program. Unjitted, every call traced
     a fresh loop body and compiled it again (measured: 225 compiles of one `walk` shape)."""
     from specjax.bench.timing import compile_totals
-    from specjax.drafters.retrieval import Template, graft, retrieve
+    from specjax.drafters.grafting import graft
+    from specjax.drafters.retrieval import Template, retrieve
     from specjax.verify import walk
 
     template = Template.from_counts((2, 1), 2)

@@ -34,8 +34,9 @@ from flax import struct
 from specjax.drafters.ddtree import DDTreeDrafter, DDTreeState
 from specjax.drafters.dflash import BLOCK, block_drafter
 from specjax.drafters.graft import GraftParams, graft_params, record_round
+from specjax.drafters.grafting import graft
 from specjax.drafters.protocol import Verified, Wrapper
-from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, accepted_from_table, graft, retrieve,
+from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, accepted_from_table, retrieve,
                                         update_from_prompt, update_from_round)
 from specjax.drafters.spec import Build, Field, MethodSpec, fields_from
 from specjax.tree import Tree

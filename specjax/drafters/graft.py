@@ -42,10 +42,11 @@ from flax import struct
 
 from specjax.drafters.eagle2_tree import TREE_FIELDS, DraftLMStepper, pool_expand, pool_start, ranked
 from specjax.drafters.eagle3 import Eagle3Stepper
+from specjax.drafters.grafting import graft
 from specjax.drafters.protocol import PromptContext, Verified
-from specjax.drafters.spec import Build, Field, MethodSpec, fields_from
-from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, accepted_from_table, empty_table, graft,
+from specjax.drafters.retrieval import (PAPER_TEMPLATES, Template, accepted_from_table, empty_table,
                                         retrieve, union, update_from_prompt, update_from_round)
+from specjax.drafters.spec import Build, Field, MethodSpec, fields_from
 
 __all__ = [
     "calibrate_thresholds", "draft_steps", "graft_params", "GraftDrafter", "GraftParams", "GraftState", "METHODS",
