@@ -6,7 +6,7 @@ were the target's law nothing could beat it at equal N. It is not: a block draft
 marginals miss what the text has already said, which is exactly what Graft's successor
 table remembers. This drafter asks whether retrieval still pays inside a surrogate-optimal
 budget: of the N verified nodes, the first N - U of DDTree's selection order are kept and a
-U-node retrieval template is grafted under the root (`specjax.drafters.retrieval.graft`:
+U-node retrieval template is grafted under the root (`specjax.drafters.grafting.graft`:
 paths compared by token content, a retrieved path DDTree already holds merges into its
 node, and every slot a merge or an empty table entry frees goes to DDTree's next prefix in
 the selection order, so the tree still has N nodes while candidates last). With U = 0 this
