@@ -64,50 +64,13 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from specjax.models.cache import KVCache, init_cache
-from specjax.models.gpt_neox import GPTNeoXConfig
-from specjax.models.llama import LlamaConfig
+from specjax.models.families import DATA, FAMILIES, MODEL
 from specjax.models.model import stack_layers
 
-DATA, MODEL = "data", "model"
-_ = None  # a replicated dimension, for the rule tables below
-
-# Per-layer rules: the leaf path inside params["layers"] -> the spec of one layer's array
-# (the leading [L] axis is prepended, replicated). Specs hold mesh axis names.
-_NORMS = {(norm, leaf): (_,) for norm in ("input_layernorm", "post_attention_layernorm")
-          for leaf in ("scale", "bias", "weight")}
-_LAYER_RULES = {
-    GPTNeoXConfig: {
-        **_NORMS,
-        ("attention", "qkv"): (_, _, MODEL, _),  # [E, 3, H, D]
-        ("attention", "qkv_bias"): (_, MODEL, _),  # [3, H, D]
-        ("attention", "dense"): (MODEL, _, _),  # [H, D, E]
-        ("attention", "dense_bias"): (_,),  # [E]
-        ("mlp", "dense_h_to_4h", "kernel"): (_, MODEL),  # [E, F]
-        ("mlp", "dense_h_to_4h", "bias"): (MODEL,),  # [F]
-        ("mlp", "dense_4h_to_h", "kernel"): (MODEL, _),  # [F, E]
-        ("mlp", "dense_4h_to_h", "bias"): (_,),  # [E]
-    },
-    LlamaConfig: {
-        **_NORMS,
-        ("self_attn", "q"): (_, MODEL, _),  # [E, H, D]
-        ("self_attn", "k"): (_, MODEL, _),  # [E, K, D]
-        ("self_attn", "v"): (_, MODEL, _),  # [E, K, D]
-        ("self_attn", "o"): (MODEL, _, _),  # [H, D, E]
-        ("self_attn", "q_bias"): (MODEL, _),  # [H, D]
-        ("self_attn", "k_bias"): (MODEL, _),  # [K, D]
-        ("self_attn", "v_bias"): (MODEL, _),  # [K, D]
-        ("self_attn", "o_bias"): (_,),  # [E]
-        ("self_attn", "q_norm", "weight"): (_,),  # [D]
-        ("self_attn", "k_norm", "weight"): (_,),  # [D]
-        ("mlp", "gate_proj", "kernel"): (_, MODEL),  # [E, F]
-        ("mlp", "up_proj", "kernel"): (_, MODEL),
-        ("mlp", "down_proj", "kernel"): (MODEL, _),  # [F, E]
-        ("mlp", "gate_proj", "bias"): (MODEL,),  # [F]
-        ("mlp", "up_proj", "bias"): (MODEL,),
-        ("mlp", "down_proj", "bias"): (_,),  # [E]
-    },
-}
-# Outside the layer stack, shared by every family.
+_ = None  # a replicated dimension, for the rule table below
+# The per-layer rules are registered by each target family where it is defined
+# (`specjax.models.families`, e.g. `specjax.models.llama.LAYER_SHARDING`); outside the layer
+# stack the rules are shared by every family:
 _OUTER_RULES = {
     ("embed", "embedding"): (MODEL, _),  # [V, E]
     ("head", "kernel"): (_, MODEL),  # [E, V]
@@ -162,12 +125,14 @@ def param_specs(params: dict, cfg, mesh: Mesh) -> dict:
     `jax.ShapeDtypeStruct`s. Raises on a leaf no rule names, on a rank that does not match
     its rule, and on a sharded size the "model" axis does not divide.
     """
-    if type(cfg) not in _LAYER_RULES:
+    fam = FAMILIES.get(type(cfg))
+    if fam is None or fam.layer_sharding is None:
+        targets = sorted(c.__name__ for c, f in FAMILIES.items() if f.layer_sharding)
         raise TypeError(f"no sharding rules for {type(cfg).__name__}: tensor parallelism covers the targets "
-                        f"{sorted(c.__name__ for c in _LAYER_RULES)}; replicate drafter params with `replicate`")
+                        f"{targets}; replicate drafter params with `replicate`")
     model = mesh.shape[MODEL]
     check_divisible(cfg, model)
-    layer_rules = _LAYER_RULES[type(cfg)]
+    layer_rules = fam.layer_sharding
 
     def spec(path, leaf):
         names = _path_names(path)

@@ -12,11 +12,15 @@ import pytest
 import torch
 import transformers
 
+from specjax import zoo
 from specjax.models import (
     CheckpointError, UnsupportedConfigError, config_from_hf, init_cache, load_checkpoint, pad_prompts, prefill,
     save_checkpoint,
 )
+from specjax.models import dflash, domino, eagle3, gpt_neox, llama
+from specjax.models.families import FAMILIES, MODEL_TYPES, register
 from specjax.models.loading import read_safetensors, write_safetensors
+from specjax.sharding import param_specs
 from tests.tiny_models import LLAMA3_ROPE, hf_logits
 
 
@@ -268,3 +272,24 @@ def test_untied_checkpoint_without_an_lm_head_raises(llama3_dir):
     edit_tensors(llama3_dir, lambda t: t.pop("lm_head.weight"))
     with pytest.raises(CheckpointError, match=r"missing tensors: \['lm_head.weight \(config.json has tie_word_embeddings false"):
         load_checkpoint(llama3_dir)
+
+
+def test_each_family_registers_itself_where_it_is_defined():
+    """Every architecture module registers its config class, the HF model types it reads and (targets
+    only) its layer sharding rules; `family`, `config_from_hf` and the sharding rules read that
+    registry; a config class or model type is never taken twice."""
+    modules = (gpt_neox, llama, dflash, domino, eagle3)
+    assert {f.module for f in FAMILIES.values()} == set(modules)
+    for module in modules:
+        assert FAMILIES[module.FAMILY.config] is module.FAMILY
+    assert {t: c.__name__ for t, c in MODEL_TYPES.items()} == {
+        "gpt_neox": "GPTNeoXConfig", "llama": "LlamaConfig", "qwen2": "LlamaConfig", "qwen3": "LlamaConfig",
+        "dflash": "DFlashConfig", "domino": "DominoConfig", "eagle3": "Eagle3Config"}
+    assert [m.__name__.rsplit(".", 1)[1] for m in modules if m.FAMILY.layer_sharding] == ["gpt_neox", "llama"]
+    with pytest.raises(ValueError, match="LlamaConfig is already registered by specjax.models.llama"):
+        register(gpt_neox, llama.LlamaConfig)
+    with pytest.raises(ValueError, match=r"model_type\(s\) \['qwen2'\] are already registered"):
+        register(gpt_neox, gpt_neox.GPTNeoXConfig, ("gpt_neox", "qwen2"))
+    assert MODEL_TYPES["qwen2"] is llama.LlamaConfig and FAMILIES[gpt_neox.GPTNeoXConfig] is gpt_neox.FAMILY
+    with pytest.raises(TypeError, match="no sharding rules for DFlashConfig"):
+        param_specs({"layers": {}}, zoo.load_drafter("tiny-neox-dflash")[0], None)

@@ -38,11 +38,13 @@ The pure forward functions live with the drafter (`specjax.drafters.dflash`).
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 from flax import nnx
 
 from specjax.models import llama
+from specjax.models.families import register
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError
 from specjax.models.layers import RMSNorm
 from specjax.models.loading_maps import ParamMap, Transform
@@ -312,3 +314,5 @@ def param_maps(cfg: DFlashConfig) -> tuple[list[ParamMap], list[ParamMap]]:
 
 
 IGNORED_KEYS = (r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"rotary_emb\.inv_freq")
+
+FAMILY = register(sys.modules[__name__], DFlashConfig, ("dflash",))

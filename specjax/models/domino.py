@@ -39,11 +39,13 @@ a Qwen3 config.json whose `dflash_config` adds `projector_type` "domino", `emb_d
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 from flax import nnx
 
 from specjax.models import dflash
+from specjax.models.families import register
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError
 from specjax.models.loading_maps import ParamMap, Transform
 
@@ -197,3 +199,5 @@ def to_reference_names(tensors: dict) -> dict:
 
 
 IGNORED_KEYS = dflash.IGNORED_KEYS
+
+FAMILY = register(sys.modules[__name__], DominoConfig, ("domino",))

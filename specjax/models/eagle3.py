@@ -44,12 +44,14 @@ The pure forward functions live with the drafter (`specjax.drafters.eagle3`).
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 import jax.numpy as jnp
 from flax import nnx
 
 from specjax.models import llama
+from specjax.models.families import register
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError
 from specjax.models.layers import LayerKV, RMSNorm, init_normal
 from specjax.models.loading_maps import ParamMap, Transform
@@ -358,3 +360,5 @@ def param_maps(cfg: Eagle3Config) -> tuple[list[ParamMap], list[ParamMap]]:
 # The target's embedding, which the reference's checkpoints may carry (SpecForge drops it when saving, EAGLE
 # loads it from the target): specjax always embeds with the target's own, so a copy is not read.
 IGNORED_KEYS = (r"midlayer\.self_attn\.rotary_emb\.inv_freq", r"embed_tokens\.weight")
+
+FAMILY = register(sys.modules[__name__], Eagle3Config, ("eagle3",))

@@ -20,11 +20,13 @@ pytree and scans the stacked `Block`s over layers.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 import jax.numpy as jnp
 from flax import nnx
 
+from specjax.models.families import MODEL, NORM_RULES, register
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError, eos_ids, read_rope
 from specjax.models.layers import (ACTIVATIONS, EmbedAndHead, LayerKV, apply_rotary, init_normal, merge_heads,
                                    split_heads)
@@ -253,3 +255,17 @@ IGNORED_KEYS = (
     r"gpt_neox\.layers\.\d+\.attention\.bias",
     r"gpt_neox\.layers\.\d+\.attention\.masked_bias",
 )
+
+# Tensor parallel over "model": heads and the MLP's inner dimension split, the norms replicated.
+LAYER_SHARDING = {
+    **NORM_RULES,
+    ("attention", "qkv"): (None, None, MODEL, None),  # [E, 3, H, D]
+    ("attention", "qkv_bias"): (None, MODEL, None),  # [3, H, D]
+    ("attention", "dense"): (MODEL, None, None),  # [H, D, E]
+    ("attention", "dense_bias"): (None,),  # [E]
+    ("mlp", "dense_h_to_4h", "kernel"): (None, MODEL),  # [E, F]
+    ("mlp", "dense_h_to_4h", "bias"): (MODEL,),  # [F]
+    ("mlp", "dense_4h_to_h", "kernel"): (MODEL, None),  # [F, E]
+    ("mlp", "dense_4h_to_h", "bias"): (None,),  # [E]
+}
+FAMILY = register(sys.modules[__name__], GPTNeoXConfig, ("gpt_neox",), LAYER_SHARDING)

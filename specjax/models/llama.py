@@ -16,11 +16,13 @@ Architecture features implemented (everything else in a config raises):
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 import jax.numpy as jnp
 from flax import nnx
 
+from specjax.models.families import MODEL, NORM_RULES, register
 from specjax.models.hf_config import ConfigReader, UnsupportedConfigError, eos_ids, read_rope
 from specjax.models.layers import (ACTIVATIONS, EmbedAndHead, LayerKV, Llama3RopeScaling, RMSNorm, apply_rotary,
                                    init_normal, merge_heads, split_heads)
@@ -298,3 +300,25 @@ def param_maps(cfg: LlamaConfig) -> tuple[list[ParamMap], list[ParamMap]]:
 
 
 IGNORED_KEYS = (r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",)
+
+# Tensor parallel over "model": heads and the MLP's inner dimension split, the norms replicated.
+LAYER_SHARDING = {
+    **NORM_RULES,
+    ("self_attn", "q"): (None, MODEL, None),  # [E, H, D]
+    ("self_attn", "k"): (None, MODEL, None),  # [E, K, D]
+    ("self_attn", "v"): (None, MODEL, None),  # [E, K, D]
+    ("self_attn", "o"): (MODEL, None, None),  # [H, D, E]
+    ("self_attn", "q_bias"): (MODEL, None),  # [H, D]
+    ("self_attn", "k_bias"): (MODEL, None),  # [K, D]
+    ("self_attn", "v_bias"): (MODEL, None),  # [K, D]
+    ("self_attn", "o_bias"): (None,),  # [E]
+    ("self_attn", "q_norm", "weight"): (None,),  # [D]
+    ("self_attn", "k_norm", "weight"): (None,),  # [D]
+    ("mlp", "gate_proj", "kernel"): (None, MODEL),  # [E, F]
+    ("mlp", "up_proj", "kernel"): (None, MODEL),
+    ("mlp", "down_proj", "kernel"): (MODEL, None),  # [F, E]
+    ("mlp", "gate_proj", "bias"): (MODEL,),  # [F]
+    ("mlp", "up_proj", "bias"): (MODEL,),
+    ("mlp", "down_proj", "bias"): (None,),  # [E]
+}
+FAMILY = register(sys.modules[__name__], LlamaConfig, ("llama", "qwen2", "qwen3"), LAYER_SHARDING)

@@ -28,7 +28,8 @@ import numpy as np
 from flax import nnx
 
 from specjax.inputs import WrongConfigError, as_prompt_batch, check_positions, pad_prompts, raise_on_mismatch
-from specjax.models import dflash, domino, eagle3, gpt_neox, llama
+from specjax.models import dflash, domino, eagle3, gpt_neox, llama  # noqa: F401  (each registers its family)
+from specjax.models.families import FAMILIES, MODEL_TYPES
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache, per_layer_cache, stacked_cache
 from specjax.models.hf_config import UnsupportedConfigError
 from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots
@@ -36,18 +37,10 @@ from specjax.numerics import DEFAULT_PRECISION, check_precision, matmul_scope
 
 ModelConfig = Union[gpt_neox.GPTNeoXConfig, llama.LlamaConfig]
 
-# DFlash, Domino and EAGLE-3 draft models share the registry (params, strict loading/saving), not `forward`.
-_FAMILIES = {gpt_neox.GPTNeoXConfig: gpt_neox, llama.LlamaConfig: llama, dflash.DFlashConfig: dflash,
-             domino.DominoConfig: domino, eagle3.Eagle3Config: eagle3}
-_MODEL_TYPES = {"gpt_neox": gpt_neox.GPTNeoXConfig, "llama": llama.LlamaConfig,
-                "qwen2": llama.LlamaConfig, "qwen3": llama.LlamaConfig, "dflash": dflash.DFlashConfig,
-                "domino": domino.DominoConfig, "eagle3": eagle3.Eagle3Config}
-
-
 def family(cfg: ModelConfig):
     """The architecture module (`gpt_neox` or `llama`) implementing `cfg`."""
     try:
-        return _FAMILIES[type(cfg)]
+        return FAMILIES[type(cfg)].module
     except KeyError:
         raise TypeError(f"not a specjax model config: {type(cfg).__name__}") from None
 
@@ -61,11 +54,11 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     if eagle3.is_reference_config(hf):  # SpecForge / EAGLE: a Llama config.json with `draft_vocab_size`
         return eagle3.Eagle3Config.from_reference(hf)
     model_type = hf.get("model_type")
-    if model_type not in _MODEL_TYPES:
+    if model_type not in MODEL_TYPES:
         raise UnsupportedConfigError(
-            f"model_type {model_type!r} is not supported; supported: {sorted(_MODEL_TYPES)}"
+            f"model_type {model_type!r} is not supported; supported: {sorted(MODEL_TYPES)}"
         )
-    return _MODEL_TYPES[model_type].from_hf(hf)
+    return MODEL_TYPES[model_type].from_hf(hf)
 
 
 @functools.lru_cache(maxsize=None)

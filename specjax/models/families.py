@@ -1,0 +1,60 @@
+"""The model families: each architecture module registers itself where it is defined (`register`):
+its config class, the Hugging Face `model_type`s it reads, and, for a target that can be sharded,
+the sharding rules of its layer params. `specjax.models.model` dispatches on the registry (params,
+`forward`, `config_from_hf`) and `specjax.sharding` reads the rules from it, as the drafter modules'
+`METHODS` feed the method registry.
+
+A sharding rule maps a leaf path inside params["layers"] to the partition of ONE layer's array
+(the stacked [L] axis is prepended, replicated): a tuple with a mesh axis name (`DATA`, `MODEL`)
+or None (replicated) per dimension.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+__all__ = ["DATA", "MODEL", "NORM_RULES", "Family", "FAMILIES", "MODEL_TYPES", "register"]
+
+DATA, MODEL = "data", "model"  # the mesh axes of `specjax.sharding.make_mesh`
+# Every family's layer norms are replicated, whatever their leaf names.
+NORM_RULES = {(norm, leaf): (None,) for norm in ("input_layernorm", "post_attention_layernorm")
+              for leaf in ("scale", "bias", "weight")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One registered architecture.
+
+    Fields:
+      module: the architecture module (its `Outer` / `Block` classes, `param_maps`, `IGNORED_KEYS`).
+      config: its config class (a frozen dataclass; `type(cfg)` selects the family).
+      model_types: the HF `config.json` model_type values read into `config` (none for draft networks,
+        which are recognised by their layout: `config_from_hf`).
+      layer_sharding: the sharding rules of one layer's params (module docstring), or None: not
+        shardable as a target (drafter params are replicated).
+    """
+
+    module: types.ModuleType
+    config: type
+    model_types: tuple[str, ...] = ()
+    layer_sharding: dict | None = None
+
+
+FAMILIES: dict[type, Family] = {}  # config class -> family
+MODEL_TYPES: dict[str, type] = {}  # HF model_type -> config class
+
+
+def register(module: types.ModuleType, config: type, model_types: tuple[str, ...] = (),
+             layer_sharding: dict | None = None) -> Family:
+    """Register an architecture (call it at the bottom of its module); returns its `Family`.
+    Raises ValueError when the config class or a model_type is registered twice."""
+    if config in FAMILIES and FAMILIES[config].module is not module:
+        raise ValueError(f"{config.__name__} is already registered by {FAMILIES[config].module.__name__}")
+    taken = [t for t in model_types if MODEL_TYPES.get(t, config) is not config]
+    if taken:
+        raise ValueError(f"model_type(s) {taken} are already registered")
+    fam = Family(module, config, tuple(model_types), layer_sharding)
+    FAMILIES[config] = fam
+    MODEL_TYPES.update({t: config for t in model_types})
+    return fam
