@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from typing import Any
+from typing import Any, Callable
 
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.inputs import check_generate_args, is_traced, validate_prompts
@@ -43,6 +43,7 @@ from specjax.ops import device_widths
 from specjax.ops import top_k as top_k_op
 from specjax.sampling import Sampling
 from specjax.sharding import init_cache_on, mesh_of, replicate
+from specjax.streaming import emit, listening
 from specjax.tree import tree_depth
 from specjax.verify import verify_tree
 
@@ -101,22 +102,22 @@ def count_through_first_eos(eos_at: jax.Array, default: jax.Array | int) -> jax.
     return jnp.where(eos_at.any(axis=1), jnp.argmax(eos_at, axis=1) + 1, default).astype(jnp.int32)
 
 
-_AR_JIT = dict(static_argnames=("cfg", "max_new_tokens", "sampling", "pad_id", "matmul_precision"),
+_AR_JIT = dict(static_argnames=("cfg", "max_new_tokens", "sampling", "pad_id", "matmul_precision", "stream"),
                donate_argnames=("cache",))
 
 
 def generate_ar_entry(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos, sampling, pad_id,
-                       matmul_precision=DEFAULT_PRECISION, stop=None):
+                       matmul_precision=DEFAULT_PRECISION, stop=None, stream=False):
     with matmul_scope(matmul_precision):
         return _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos, sampling,
-                                 pad_id, stop)
+                                 pad_id, stop, stream)
 
 
 _generate_ar = jax.jit(generate_ar_entry, **_AR_JIT)
 
 
 def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos, sampling, pad_id,
-                      stop=None):
+                      stop=None, stream=False):
     # max_new_tokens (static) sizes the output; `stop` (traced int32 scalar <= it, default
     # max_new_tokens) ends the loop, so calls that differ only in it share one program.
     b = tokens.shape[0]
@@ -128,6 +129,8 @@ def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_t
     out = jnp.full((b, max_new_tokens), pad_id, jnp.int32).at[:, 0].set(first)
     done = is_eos(first, eos)
     ones_mask = jnp.ones((b, 1, 1), bool)
+    if stream:  # `specjax.streaming`: the first token, then one per step and live row
+        emit(jnp.zeros((b,), jnp.int32), jnp.ones((b,), jnp.int32), out)
 
     def cond(state):
         step, _, _, _, done, _ = state
@@ -140,6 +143,8 @@ def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_t
         key, sub = jax.random.split(key)
         nxt = jnp.where(done, pad_id, pick_token(logits[:, 0], sub, sampling))
         out = out.at[:, step].set(nxt)
+        if stream:
+            emit(jnp.full((b,), step, jnp.int32), jnp.where(done, step, step + 1).astype(jnp.int32), out)
         return step + 1, nxt, out, cache, done | is_eos(nxt, eos), key
 
     _, _, out, cache, _, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), first, out, cache, done, key))
@@ -163,6 +168,7 @@ def generate_ar(
     cache_dtype=None,
     matmul_precision: str = DEFAULT_PRECISION,
     reserve_new_tokens: int | None = None,
+    on_round: Callable[[list[np.ndarray]], None] | None = None,
 ) -> GenerateOutput:
     """Plain autoregressive generation: the baseline every speculative method must match.
 
@@ -178,6 +184,8 @@ def generate_ar(
     specjax's precision policy (`specjax.numerics`; default full float32 on every backend).
     Errors are raised before compiling. Traceable (prompts, params and key may be tracers under
     `jax.jit` / `jax.vmap`; the rest static): then prompt values go unchecked (`specjax.core`).
+    `on_round`: streaming (`specjax.streaming`), called on the host with each row's new token after
+    the prefill and after every step (not under a transformation).
     """
     tokens, prompt_lengths, eos_ids = check_generate_args("generate_ar", cfg, tokens, prompt_lengths, max_new_tokens,
                                                           eos_ids, sampling, key, pad_id, matmul_precision)
@@ -191,9 +199,15 @@ def generate_ar(
     cache = init_cache_on(mesh, cfg, b, slots, dtype)
     eos = eos_table(cfg.eos_token_ids if eos_ids is None else eos_ids, mesh)
     traced = is_traced(params, tokens, prompt_lengths, key)  # under jit / vmap: no donation (vmap broadcasts it)
+    if on_round is not None and traced:
+        raise ValueError("on_round streams to the host: call generate_ar outside jax.jit / jax.vmap to stream")
     run = _entry_point(_generate_ar, generate_ar_entry, cfg, donate=not traced)
-    out = run(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32), cache, key,
-              buffer, eos, sampling, pad_id, matmul_precision, stop=_stop_bound(max_new_tokens, mesh))
+    with listening(on_round):
+        out = run(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32), cache, key,
+                  buffer, eos, sampling, pad_id, matmul_precision, stop=_stop_bound(max_new_tokens, mesh),
+                  stream=on_round is not None)
+        if on_round is not None:
+            out.tokens.block_until_ready()
     return out if buffer == max_new_tokens else out.replace(tokens=out.tokens[:, :max_new_tokens])
 
 
@@ -382,14 +396,14 @@ def finish(state: LoopState, max_new_tokens: int, pad_id: int) -> "SpeculativeOu
 
 
 _SPEC_JIT = dict(static_argnames=("cfg", "drafter", "max_new_tokens", "sampling", "pad_id", "num_slots",
-                                  "reserve", "matmul_precision"))
+                                  "reserve", "matmul_precision", "stream"))
 
 
 def generate_entry(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos,
-                    sampling, pad_id, num_slots, reserve, matmul_precision=DEFAULT_PRECISION, stop=None):
+                    sampling, pad_id, num_slots, reserve, matmul_precision=DEFAULT_PRECISION, stop=None, stream=False):
     with matmul_scope(matmul_precision):  # target and drafter, prefill, verify and decode: one policy
         return _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens,
-                              eos, sampling, pad_id, num_slots, reserve, stop)
+                              eos, sampling, pad_id, num_slots, reserve, stop, stream)
 
 
 _generate = jax.jit(generate_entry, **_SPEC_JIT)
@@ -414,7 +428,7 @@ def _entry_point(default, entry, cfg, donate: bool = True):
 
 
 def _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos,
-                   sampling, pad_id, num_slots, reserve, stop=None):
+                   sampling, pad_id, num_slots, reserve, stop=None, stream=False):
     # max_new_tokens (static) sizes the buffers; `stop` (traced, default max_new_tokens) ends rows.
     stop = max_new_tokens if stop is None else stop
     state = initial_state(params, cfg, drafter, draft_params, tokens, prompt_lengths, key,
@@ -422,7 +436,16 @@ def _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, k
                           num_slots=num_slots, reserve=reserve, stop=stop)
     body = functools.partial(speculative_round, params, cfg, drafter, max_new_tokens=stop, eos_ids=eos,
                              sampling=sampling)
+    if stream:  # `specjax.streaming`: the first token, then each round's, to the host listener
+        emit(jnp.zeros_like(state.count), state.count, state.out)
+        body = functools.partial(_streamed, body)
     return finish(jax.lax.while_loop(lambda s: ~jnp.all(s.done), body, state), max_new_tokens, pad_id)
+
+
+def _streamed(round_fn, state):
+    new = round_fn(state)
+    emit(state.count, new.count, new.out)
+    return new
 
 
 def cache_sizes(drafter, prompt_width: int, max_new_tokens: int, reserve_new_tokens: int | None = None):
@@ -451,6 +474,7 @@ def generate(
     pad_id: int = 0,
     reserve_new_tokens: int | None = None,
     matmul_precision: str = DEFAULT_PRECISION,
+    on_round: Callable[[list[np.ndarray]], None] | None = None,
 ) -> SpeculativeOutput:
     """Speculative generation with any drafter; the output distribution is the target's.
 
@@ -467,6 +491,8 @@ def generate(
     first token) runs the full call's compiled program on the same cache shapes.
     `matmul_precision`: specjax's precision policy for every forward of the target and the
     drafter (`specjax.numerics`; default full float32 on any backend).
+    `on_round`: streaming (`specjax.streaming`): called on the host with each row's tokens after
+    the prefill and after every round; the call then returns once the generation has finished.
     """
     tokens, prompt_lengths, eos_ids = check_generate_args("generate", cfg, tokens, prompt_lengths, max_new_tokens,
                                                           eos_ids, sampling, key, pad_id, matmul_precision)
@@ -478,9 +504,15 @@ def generate(
     num_slots, reserve = cache_sizes(drafter, tokens.shape[1], max_new_tokens, reserve_new_tokens)
     mesh = mesh_of(params, tokens)
     eos = eos_table(cfg.eos_token_ids if eos_ids is None else eos_ids, mesh)
+    if on_round is not None and is_traced(params, tokens, prompt_lengths, key):
+        raise ValueError("on_round streams to the host: call generate outside jax.jit / jax.vmap to stream")
     run = _entry_point(_generate, generate_entry, cfg)
-    out = run(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, reserve, eos, sampling, pad_id,
-              num_slots, reserve, matmul_precision, stop=_stop_bound(max_new_tokens, mesh))
+    with listening(on_round):
+        out = run(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, reserve, eos, sampling, pad_id,
+                  num_slots, reserve, matmul_precision, stop=_stop_bound(max_new_tokens, mesh),
+                  stream=on_round is not None)
+        if on_round is not None:
+            out.tokens.block_until_ready()
     if reserve == max_new_tokens:
         return out
     trim = lambda x: x[:, :max_new_tokens]  # noqa: E731  ([B, reserve] -> [B, max_new_tokens]: nothing past is set)

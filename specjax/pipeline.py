@@ -27,7 +27,6 @@ from tokenizers import Tokenizer
 from specjax import zoo
 from specjax.data.assets import fetch
 from specjax.decode import generate, generate_ar
-from specjax.drafters.protocol import CarriesOver
 from specjax.drafters.registry import READERS, Method, needs_of
 from specjax.drafters.registry import method as build_method
 from specjax.inputs import pad_prompts
@@ -227,18 +226,16 @@ class Pipeline:
     def generate(self, prompts: str | Sequence[str], max_new_tokens: int = 64, *, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None, stop: Sequence[str] = (),
                  chat: bool | None = None, key: jax.Array | int = 0, stop_at_eos: bool = True,
-                 callback: Callable[[int, list[str]], None] | None = None, chunk_tokens: int = 16) -> list[Completion]:
+                 callback: Callable[[int, list[str]], None] | None = None) -> list[Completion]:
         """Continue each prompt; greedy by default (output identical to plain decoding), else sampled.
 
         prompts: one string or a list (one batch: one compiled program). chat: wrap each prompt in the
-        model's chat template (default: when it has one). stop: strings that end a row's text (the
-        row's tokens are still generated to the end of its chunk: a stop string cuts the text, it
-        does not stop the device loop). key: a PRNG key or an int seed, used when sampling.
-        callback: streaming, called as ``callback(chunk_index, texts_so_far)``. The decode loop has no
-        per-round hook, so a callback makes this run in chunks of `chunk_tokens` new tokens: each
-        chunk is one `generate` call that prefills the prompt plus the text so far (padded to one
-        width, so one compile); it is called per chunk, not per round, and ends early once every
-        row has hit EOS or a stop string. Without a callback, one call generates everything.
+        model's chat template (default: when it has one). stop: strings that end a row's text (they
+        cut the text; the device loop runs to EOS or max_new_tokens). key: a PRNG key or an int seed,
+        used when sampling. callback: streaming, called as ``callback(round_index, texts_so_far)``
+        after the prefill (round 0) and after every verification round (every step for "ar"), from
+        inside the one compiled generation (`specjax.streaming`); a row's text stops growing at its
+        stop string.
         """
         if isinstance(prompts, str):
             prompts = [prompts]
@@ -251,37 +248,28 @@ class Pipeline:
         ids = [self.pair.encode(p, chat) for p in prompts]
         key = jax.random.key(key) if isinstance(key, int) else key
         eos = set(self.pair.cfg.eos_token_ids) if stop_at_eos else set()
-        step = max_new_tokens if callback is None else max(1, min(chunk_tokens, max_new_tokens))
-        width = max(len(p) for p in ids) + max_new_tokens
-        made, rounds, committed = [[] for _ in ids], np.zeros(len(ids), np.int64), np.zeros(len(ids), np.int64)
-        done = np.zeros(len(ids), bool)
-        params, chunk = self.method.params, 0
-        while not done.all():
-            n = min(step, max(max_new_tokens - len(m) for m, d in zip(made, done) if not d))
-            tokens, lengths = pad_prompts([p + m for p, m in zip(ids, made)], length=width if callback else None)
-            key, sub = jax.random.split(key)
-            eos_ids = tuple(eos) if eos else ()
-            if self.method.is_ar:
-                out = generate_ar(self.pair.params, self.pair.cfg, tokens, lengths, n, eos_ids=eos_ids,
-                                  sampling=sampling, key=sub, reserve_new_tokens=step)
-                row_rounds = np.maximum(np.asarray(out.num_tokens) - 1, 0)
-            else:
-                out = generate(self.pair.params, self.pair.cfg, self.method.drafter, params, tokens, lengths, n,
-                               sampling=sampling, key=sub, eos_ids=eos_ids, reserve_new_tokens=step)
-                row_rounds = np.asarray(out.stats.num_rounds)
-                if isinstance(self.method.drafter, CarriesOver):
-                    params = self.method.drafter.carry_over(params, out.draft_state)
-            got, counts = np.asarray(out.tokens), np.asarray(out.num_tokens)
-            for b in range(len(ids)):
-                if not done[b]:
-                    made[b] += got[b, : counts[b]].tolist()[: max_new_tokens - len(made[b])]
-                    rounds[b] += row_rounds[b]
-                    committed[b] += max(int(counts[b]) - 1, 0)  # the first token of a call comes from its prefill
-            texts = [cut_at_stop(self.pair, m, stop, eos) for m in made]
-            done |= np.asarray([reason is not None for _, _, reason in texts])
-            done |= np.asarray([len(m) >= max_new_tokens for m in made])
-            if callback is not None:
-                callback(chunk, [t for t, _, _ in texts])
-            chunk += 1
+        eos_ids = tuple(eos) if eos else ()
+        tokens, lengths = pad_prompts(ids)
+        on_round = None
+        if callback is not None:
+            made, index = [[] for _ in ids], [0]
+
+            def on_round(new):
+                for m, t in zip(made, new):
+                    m += t.tolist()
+                callback(index[0], [cut_at_stop(self.pair, m, stop, eos)[0] for m in made])
+                index[0] += 1
+        if self.method.is_ar:
+            out = generate_ar(self.pair.params, self.pair.cfg, tokens, lengths, max_new_tokens, eos_ids=eos_ids,
+                              sampling=sampling, key=key, on_round=on_round)
+            rounds = np.maximum(np.asarray(out.num_tokens) - 1, 0)
+        else:
+            out = generate(self.pair.params, self.pair.cfg, self.method.drafter, self.method.params, tokens, lengths,
+                           max_new_tokens, sampling=sampling, key=key, eos_ids=eos_ids, on_round=on_round)
+            rounds = np.asarray(out.stats.num_rounds)
+        got, counts = np.asarray(out.tokens), np.asarray(out.num_tokens)
+        made = [got[b, :counts[b]].tolist() for b in range(len(ids))]
+        committed = np.maximum(counts - 1, 0)  # the first token comes from the prefill
+        texts = [cut_at_stop(self.pair, m, stop, eos) for m in made]
         return [Completion(text, cut, len(m), int(r), float(c / r) if r else 1.0, reason or "length")
                 for (text, cut, reason), m, r, c in zip(texts, made, rounds, committed)]

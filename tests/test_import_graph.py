@@ -21,6 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # public API re-exporting everything) sits on top with the CLI.
 LAYERS = {
     "specjax.inputs": 0, "specjax.numerics": 0, "specjax.ops": 0, "specjax.sampling": 0, "specjax.tree": 0,
+    "specjax.streaming": 0,
     "specjax.models": 1, "specjax.draft_vocab": 1,
     "specjax.verify": 2, "specjax.sharding": 2, "specjax.equality": 2,
     "specjax.drafters": 3,

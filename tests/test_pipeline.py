@@ -1,16 +1,20 @@
 """The text-level pipeline (issue 37 item 2): strings in, strings and per-row stats out, any method.
 
 On the embedded pair: greedy text equals AR's for a speculative method, stop strings cut the
-text, streaming in chunks gives the same text, and a method the model cannot run is refused
-before a weight loads.
+text, streaming per round (`specjax.streaming`) hands over exactly the committed tokens, and a
+method the model cannot run is refused before a weight loads.
 """
 
 from __future__ import annotations
 
+import jax
+import numpy as np
 import pytest
 
 from specjax import Pipeline, method
-from specjax.pipeline import check_source, default_method
+from specjax.decode import generate, generate_ar
+from specjax.inputs import pad_prompts
+from specjax.pipeline import check_source, default_method, load_pair
 
 PROMPTS = ["The river flows through the", "The city of Paris is"]
 
@@ -28,15 +32,41 @@ def test_greedy_text_equals_ar_and_stats_per_row(chain):
     assert all(a.tau == 1.0 for a in ar)
 
 
-def test_stop_strings_and_streaming_in_chunks(chain):
+def test_stop_strings_and_streaming_per_round(chain):
     full = chain.generate(PROMPTS[0], max_new_tokens=12)[0]
     stop = full.text.split()[1]
     cut = chain.generate(PROMPTS[0], max_new_tokens=12, stop=[stop])[0]
     assert cut.finish == "stop" and cut.text == full.text[: full.text.index(stop)]
     seen = []
-    streamed = chain.generate(PROMPTS, max_new_tokens=12, callback=lambda i, texts: seen.append(texts), chunk_tokens=5)
+    streamed = chain.generate(PROMPTS, max_new_tokens=12, callback=lambda i, texts: seen.append((i, texts)))
     assert [s.text for s in streamed] == [o.text for o in chain.generate(PROMPTS, max_new_tokens=12)]
-    assert len(seen) == 3 and all(len(t) == 2 for t in seen) and seen[-1] == [s.text for s in streamed]
+    # round 0 is the prefill's token, then one call per verification round of the longest row
+    assert [i for i, _ in seen] == list(range(max(s.rounds for s in streamed) + 1))
+    assert all(len(t) == 2 for _, t in seen) and seen[-1][1] == [s.text for s in streamed]
+    assert all(new.startswith(old) for (_, a), (_, b) in zip(seen, seen[1:]) for old, new in zip(a, b))
+
+
+@pytest.mark.parametrize("name", ["ar", "ddtree-8"])
+def test_on_round_hands_over_exactly_each_rounds_committed_tokens(name):
+    """`on_round` receives, per row, the tokens committed since the previous call: joined they are the
+    row's output, one call per round after the prefill's (rows that finished get nothing), greedy
+    output unchanged by streaming; a traced call cannot stream."""
+    pair = load_pair("zoo", ("dflash",))
+    m = method(name, pair.cfg, **pair.readers)
+    tokens, lengths = pad_prompts([pair.encode(p) for p in PROMPTS])
+    calls = []
+    run = ((lambda toks=tokens, **kw: generate_ar(pair.params, pair.cfg, toks, lengths, 20, **kw)) if m.is_ar else
+           (lambda toks=tokens, **kw: generate(pair.params, pair.cfg, m.drafter, m.params, toks, lengths, 20, **kw)))
+    out = run(on_round=lambda new: calls.append([t.tolist() for t in new]))
+    plain = run()
+    np.testing.assert_array_equal(out.tokens, plain.tokens)
+    counts = np.asarray(out.num_tokens)
+    for b in range(len(PROMPTS)):
+        assert sum((c[b] for c in calls), []) == np.asarray(out.tokens)[b, :counts[b]].tolist()
+    steps = counts.max() if m.is_ar else np.asarray(out.stats.num_rounds).max() + 1
+    assert len(calls) == steps and all(len(c[b]) == 1 for c in calls[:1] for b in range(len(PROMPTS)))
+    with pytest.raises(ValueError, match="on_round streams to the host"):
+        jax.jit(lambda t: run(t, on_round=print).tokens)(tokens)
 
 
 def test_sampling_and_bad_calls(chain):
