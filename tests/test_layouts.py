@@ -125,3 +125,29 @@ def test_pipeline_and_cli_choose_the_layout(capsys):
     assert layout_of(Pipeline.load("zoo", method="ar", layout="dual").pair.params) == "dual"
     assert main(["generate", "--method", "ar", "--layout", "flat"]) == 2
     assert "invalid choice: 'flat'" in capsys.readouterr().err
+
+
+def test_one_token_attention_of_a_batch_by_multiply_and_sum_is_grouped_query_attention():
+    """At batch >= ONE_TOKEN_REDUCE_MIN_BATCH a one-token query attends by multiply-and-sum over the
+    [B, S, K, D] cache (no transposes); checked against a numpy softmax attention with grouped heads
+    and a ragged mask, and against the batched-product path on the same inputs."""
+    from specjax.models import layers
+
+    rng = np.random.default_rng(0)
+    b, s, kh, g, d = layers.ONE_TOKEN_REDUCE_MIN_BATCH + 1, 37, 3, 2, 16
+    q = rng.normal(size=(b, 1, kh * g, d)).astype(np.float32)
+    k, v = (rng.normal(size=(b, s, kh, d)).astype(np.float32) for _ in range(2))
+    visible = rng.integers(1, s + 1, b)
+    mask = np.arange(s)[None, None, :] < visible[:, None, None]  # [B, 1, S]
+    got = np.asarray(layers.attend(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(mask), 0.25))
+    want = np.zeros_like(q)
+    for r in range(b):
+        for h in range(kh * g):
+            scores = k[r, :visible[r], h // g] @ q[r, 0, h] * 0.25
+            p = np.exp(scores - scores.max())
+            want[r, 0, h] = (p / p.sum()) @ v[r, :visible[r], h // g]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    product = np.concatenate([np.asarray(layers.attend(jnp.asarray(q[i:i + 1]), jnp.asarray(k[i:i + 1]),
+                                                       jnp.asarray(v[i:i + 1]), jnp.asarray(mask[i:i + 1]), 0.25))
+                              for i in range(b)])  # batch 1: the product path
+    np.testing.assert_allclose(got, product, rtol=1e-5, atol=1e-5)
