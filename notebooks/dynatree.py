@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import display
 
-from specjax.bench.harness import Method, environment, run_benchmark, write_csv, write_json
+from specjax.bench.harness import Method, environment, run_benchmark, table_rows, write_csv, write_json
 from specjax.bench.methods import parse_method
 from specjax.data.austen import austen_corpus
 from specjax.data.prompts import wiki_corpus
@@ -111,21 +111,8 @@ def bench(methods, prompt_list=None, max_new=None, ttft=False):
 
 
 def results_table(results):
-    """`specjax.bench.harness.format_table`'s columns as a DataFrame, one row per method (– / NaN: not measured)."""
-    def num(x, digits, scale=1.0):
-        return float("nan") if x is None else round(x * scale, digits)
-
-    def same(r):
-        return ("–" if r.identical_to_ar is None else "yes" if r.identical_to_ar else f"NO{r.mismatches}"
-                if r.mismatches else f"~{r.near_ties}" if r.near_ties else "NO")
-
-    return pd.DataFrame([{
-        "method": r.method, "tokens/s": num(r.throughput, 1), "± std (tokens/s)": num(r.throughput_std, 1),
-        "speedup (×)": num(r.speedup, 2), "accept (%)": num(r.acceptance_rate, 1, 100),
-        "node accept (%)": num(r.node_acceptance_rate, 1, 100), "τ (tokens/round)": num(r.tokens_per_iteration, 2),
-        "path (accepted tokens/round)": num(r.avg_path_length, 2), "TTFT (ms)": num(r.ttft_ms, 2),
-        "TPOT (ms)": num(r.tpot_ms, 3), "nodes/round": num(r.mean_tree_nodes, 1),
-        "depth (tokens)": num(r.mean_tree_depth, 2), "= AR": same(r)} for r in results]).set_index("method")
+    """`format_table`'s columns as a DataFrame, one row per method (NaN: not measured)."""
+    return pd.DataFrame(table_rows(results)).set_index("method").fillna(float("nan"))
 
 
 # %% [markdown]

@@ -113,6 +113,12 @@ def test_format_table(results):
     assert len(table) == 2 + len(results) and len({len(line) for line in table}) == 1  # fixed width
     assert table[0].split()[:3] == ["method", "tok/s", "±"]
     assert table[2].startswith("ar ") and table[2].rstrip().endswith("yes")
+    rows = harness.table_rows(results)  # the same cells as values, for DataFrames
+    for line, row, r in zip(table[2:], rows, results):
+        assert row["method"] == r.method and row["= AR"] == line.split()[-1] == harness.agrees_with_ar(r)
+        assert row["tokens/s"] == round(r.throughput, 1) and float(line.split()[1]) == row["tokens/s"]
+        assert row["τ (tokens/round)"] == round(r.tokens_per_iteration, 2)
+        assert row["TTFT (ms)"] == (None if r.ttft_ms is None else round(r.ttft_ms, 2))
 
 
 def test_self_draft_chain_accepts_everything(pair):
@@ -134,6 +140,7 @@ def test_summarise_records_a_mismatch():
     assert tie.identical_to_ar is False and (tie.near_ties, tie.mismatches) == (1, 0)
     table = harness.format_table([r, tie])
     assert table.splitlines()[2].endswith("NO1") and table.splitlines()[3].endswith("~1") and "near-tie" in table
+    assert [row["= AR"] for row in harness.table_rows([r, tie])] == ["NO1", "~1"]
     assert r.accept_hist == [1, 1, 0] and r.acceptance_rate == 0.25 and r.tpot_ms == pytest.approx(200.0)
 
 

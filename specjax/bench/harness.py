@@ -127,8 +127,9 @@ from specjax.models import GPTNeoXConfig, init_params, pad_prompts
 from specjax.models.model import layout_of, num_params
 from specjax.sampling import Sampling
 
-__all__ = ["Method", "MethodResult", "check_batches", "environment", "format_table", "parse_method", "prepare_prompts",
-           "random_pair", "read_csv", "read_json", "run_benchmark", "summarise", "warm_up", "write_csv", "write_json"]
+__all__ = ["Method", "MethodResult", "agrees_with_ar", "check_batches", "environment", "format_table", "parse_method",
+           "prepare_prompts", "random_pair", "read_csv", "read_json", "run_benchmark", "summarise", "table_rows", "warm_up", "write_csv",
+           "write_json"]
 
 GREEDY = Sampling()
 
@@ -510,6 +511,36 @@ def _fmt(x, spec: str, scale: float = 1.0) -> str:
     return "-" if x is None else format(x * scale, spec)
 
 
+def agrees_with_ar(r: MethodResult) -> str:
+    """The "=AR" cell: "yes" (identical on every counted prompt), "~N" (N prompts part from AR at a
+    near-tie), "NO<N>" (N prompts differ beyond it), "NO", or "-" (not compared)."""
+    return ("-" if r.identical_to_ar is None else "yes" if r.identical_to_ar else
+            f"NO{r.mismatches}" if r.mismatches else f"~{r.near_ties}" if r.near_ties else "NO")
+
+
+def table_rows(results: list[MethodResult]) -> list[dict]:
+    """`format_table`'s columns as one dict per method, named with their units and rounded as the
+    table prints them (None: not measured): what a notebook turns into a DataFrame."""
+    def num(x, digits, scale=1.0):
+        return None if x is None else round(x * scale, digits)
+
+    batched = any(r.batch > 1 for r in results)
+    rows = []
+    for r in results:
+        row = {"method": r.method, "tokens/s": num(r.throughput, 1), "± std (tokens/s)": num(r.throughput_std, 1)}
+        if batched:
+            row.update({"aggregate tokens/s": num(r.aggregate_throughput, 1),
+                        "± std (aggregate)": num(r.aggregate_throughput_std, 1)})
+        row.update({"speedup (×)": num(r.speedup, 2), "accept (%)": num(r.acceptance_rate, 1, 100),
+                    "node accept (%)": num(r.node_acceptance_rate, 1, 100),
+                    "τ (tokens/round)": num(r.tokens_per_iteration, 2),
+                    "path (accepted tokens/round)": num(r.avg_path_length, 2), "TTFT (ms)": num(r.ttft_ms, 2),
+                    "TPOT (ms)": num(r.tpot_ms, 3), "nodes/round": num(r.mean_tree_nodes, 1),
+                    "depth (tokens)": num(r.mean_tree_depth, 2), "= AR": agrees_with_ar(r)})
+        rows.append(row)
+    return rows
+
+
 def format_table(results: list[MethodResult]) -> str:
     """The results as a fixed-width text table (one row per method). With batch > 1, tok/s is the
     row throughput ("row tok/s") and "agg tok/s" (± std) the aggregate one that speedup compares."""
@@ -522,8 +553,7 @@ def format_table(results: list[MethodResult]) -> str:
     head = " ".join(name.ljust(width) if i == 0 else name.rjust(width) for i, (name, width) in enumerate(cols))
     lines = [head, "-" * len(head)]
     for r in results:
-        same = ("-" if r.identical_to_ar is None else "yes" if r.identical_to_ar else
-                f"NO{r.mismatches}" if r.mismatches else f"~{r.near_ties}" if r.near_ties else "NO")
+        same = agrees_with_ar(r)
         cells = [r.method, _fmt(r.throughput, ".1f"), _fmt(r.throughput_std, ".1f")]
         cells += [_fmt(r.aggregate_throughput, ".1f"), _fmt(r.aggregate_throughput_std, ".1f")] if batched else []
         cells += [_fmt(r.speedup, ".2f"), _fmt(r.acceptance_rate, ".1f", 100), _fmt(r.node_acceptance_rate, ".1f", 100),

@@ -71,7 +71,10 @@ def init_pool(cfg, batch_size: int, num_slots: int, dtype=jnp.float32) -> Pool:
 
 
 def pick_rows(logits, index, produced, sampled, seed):
-    """Each row's next token: greedy argmax, or a T = 1 draw keyed by (seed, prompt index, n).
+    """Each row's next token int32[B]: greedy argmax, or a T = 1 draw keyed by (seed, prompt index, n).
+
+    logits f32[B, V]; index, produced int32[B] (prompt index, tokens picked so far); sampled bool[B];
+    seed an int32 scalar.
 
     The draw inverts the softmax's CDF at one uniform per row (searchsorted over the cumulative
     probabilities): the same distribution as `jax.random.categorical`'s Gumbel trick, but one
