@@ -36,13 +36,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import pathlib
 import sys
 
 import jax
 import numpy as np
+import pandas as pd
 
 from specjax import __version__
 from specjax.bench import device, harness
+from specjax.bench.round_split import DOMINO_PARTS, GRAFT_PARTS, PARTS, method_split
 from specjax.bench.timing import timed_call
 from specjax.data import prompts as P
 from specjax.data.assets import AssetError
@@ -236,22 +239,32 @@ def _bench_models(args):
     return target, draft, readers, encode, names[0], names[1] if draft is not None else None
 
 
-def _bench_prompts(args, target, encode) -> tuple[list[list[int]], str]:
-    """(token lists, where they came from): random tokens for random models, else --prompt or the dataset."""
+def _bench_prompts(args, target, encode, dataset: str) -> tuple[list[list[int]], str]:
+    """(token lists, where they came from): random tokens for random models, else --prompt or `dataset`."""
     if encode is None:
         rng = np.random.default_rng(0)
         vocab = target[0].vocab_size
         return [rng.integers(0, vocab, args.prompt_len).tolist() for _ in range(args.prompts)], "random tokens"
-    texts = args.prompt or dataset_texts(args.dataset, args.split, chat=args.model == "smollm2-135m")
+    texts = args.prompt or dataset_texts(dataset, args.split, chat=args.model == "smollm2-135m")
     if len(texts) < args.prompts:
-        raise UsageError(f"--prompts {args.prompts} but only {len(texts)} prompts available")
-    split = f" ({args.split})" if args.dataset in ("wiki", "sharegpt", "austen") else ""
-    return [encode(t) for t in texts[: args.prompts]], "--prompt" if args.prompt else args.dataset + split
+        raise UsageError(f"--prompts {args.prompts} but only {len(texts)} prompts available in {dataset}")
+    split = f" ({args.split})" if dataset in ("wiki", "sharegpt", "austen") else ""
+    return [encode(t) for t in texts[: args.prompts]], "--prompt" if args.prompt else dataset + split
 
 
 def _check_bench(args) -> None:
     """Every argument of `specjax bench` that can be checked before a model loads."""
     _check_sampling(args)
+    args.datasets = [d.strip() for d in args.dataset.split(",") if d.strip()]
+    unknown = [d for d in args.datasets if d not in DATASETS]
+    if unknown or not args.datasets:
+        raise UsageError(f"--dataset {args.dataset!r}: unknown {', '.join(unknown) or 'empty'}; choose from "
+                         f"{', '.join(DATASETS)} (several comma-separated)")
+    twice = sorted({d for d in args.datasets if args.datasets.count(d) > 1})
+    if twice:
+        raise UsageError(f"--dataset {args.dataset!r}: {', '.join(twice)} twice")
+    if args.prompt and len(args.datasets) > 1:
+        raise UsageError("--prompt replaces --dataset: give one or the other")
     if args.prompt and any(not p.strip() for p in args.prompt):
         raise UsageError("--prompt is empty: give the text to continue")
     if args.prompts is None:
@@ -283,9 +296,71 @@ def _bench(args) -> int:
     _check_bench(args)
     target, draft, readers, encode, target_name, draft_name = _bench_models(args)
     sampling = Sampling(args.temperature)
-    prompts, source = _bench_prompts(args, target, encode)
     try:
         methods = harness.resolve_methods(args.methods.split(","), draft, target_cfg=target[0], **readers)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    extra = describe_readers(readers, {k for m in methods for k in m.needs}) or None
+    env = harness.environment(target_name, draft_name, target[1], extra)
+    several = len(args.datasets) > 1
+    per_dataset = {}
+    for dataset in args.datasets:  # the models load once; each dataset compiles at its own prompt width
+        prompts, source = _bench_prompts(args, target, encode, dataset)
+        results, config = _bench_one(args, target, draft, methods, prompts, source, sampling)
+        print(harness.format_table(results))
+        if args.json:
+            harness.write_json(_per_dataset_path(args.json, dataset, several), results, env, config)
+        if args.csv:
+            harness.write_csv(_per_dataset_path(args.csv, dataset, several), results, env)
+        per_dataset[source] = results
+        if args.round_split and len(per_dataset) == 1:  # on the first set's first counted prompt
+            print(f"\nwhat a round costs ({source}, its first counted prompt; medians of {ROUND_SPLIT_REPS} "
+                  f"rounds from a state after 2 rounds; ms):\n")
+            print(_round_splits(args, target, draft, methods, prompts[args.warmup], results, sampling).to_string())
+    if several:
+        print("\nspeedup vs AR / τ (tokens per round) per dataset, and their means over the datasets:\n")
+        print(harness.dataset_summary(per_dataset).to_string())
+    print("\nenvironment: " + ", ".join(f"{k}={v}" for k, v in env.items()))
+    # near-ties are rounding, not bugs (specjax.equality)
+    return 0 if all(not r.mismatches for results in per_dataset.values() for r in results) else 1
+
+
+ROUND_SPLIT_REPS = 5
+ROUND_PARTS = set(PARTS) | set(DOMINO_PARTS) | set(GRAFT_PARTS)  # the splits' millisecond entries
+
+
+def _round_splits(args, target, draft, methods, prompt, results, sampling) -> pd.DataFrame:
+    """The round split that explains η = speedup / τ, per speculative method: in the loop a round costs
+    τ / speedup = 1 / η AR steps (from the benchmark itself); beside it the round and one AR step timed
+    alone from a mid-generation state (`method_split`, jitted calls: on a model whose step takes ~1 ms their
+    dispatch dominates, on SmolLM2 it does not) and the parts where a split exists, in ms."""
+    toks, lens = pad_prompts([prompt[-args.prompt_len:]])
+    rows = []
+    for m, r in zip(methods, results):
+        if m.is_ar:
+            continue
+        params = m.params if m.params is not None else draft[1]  # None: the draft LM's (`Method.params`)
+        split = method_split(target, m.drafter, params, toks, lens, reps=ROUND_SPLIT_REPS, sampling=sampling,
+                             max_new=args.max_new_tokens)
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in split.items() if k in ROUND_PARTS and k not in ("round", "ar_step"))
+        in_loop = None if not r.speedup else round(r.tokens_per_iteration / r.speedup, 2)
+        rows.append({"method": m.name, "τ": round(r.tokens_per_iteration, 2), "speedup": r.speedup and round(r.speedup, 2),
+                     "η": r.efficiency and round(r.efficiency, 2), "round / AR step (in loop)": in_loop,
+                     "round ms": round(split["round"], 2), "AR step ms": round(split["ar_step"], 2),
+                     "round / AR step (alone)": round(split["round"] / split["ar_step"], 2),
+                     "parts (ms)": parts or "-"})
+    return pd.DataFrame(rows).set_index("method")
+
+
+def _per_dataset_path(path: str, dataset: str, several: bool) -> pathlib.Path:
+    """--json / --csv PATH as given for one dataset; with several, PATH's stem + "." + dataset (a file each)."""
+    p = pathlib.Path(path)
+    return p if not several else p.with_name(f"{p.stem}.{dataset}{p.suffix}")
+
+
+def _bench_one(args, target, draft, methods, prompts, source, sampling):
+    """`run_benchmark` of `methods` on one prompt set, its header printed; (results, config)."""
+    try:
         if min(len(p) for p in prompts) < 1:
             raise ValueError("every prompt needs >= 1 token")
         width = min(args.prompt_len, max(len(p) for p in prompts))
@@ -301,21 +376,13 @@ def _bench(args) -> int:
               "sampling": "greedy" if sampling.greedy else f"temperature {args.temperature}",
               "eos_ids": list(target[0].eos_token_ids) if args.stop_at_eos else [], "batch": args.batch,
               "layout": args.layout}
-    extra = describe_readers(readers, {k for m in methods for k in m.needs}) or None
-    env = harness.environment(target_name, draft_name, target[1], extra)
     counted = len(prompts) - args.warmup
     print(f"\n{counted} counted prompt{'s' * (counted != 1)} ({source}, {args.warmup} warm-up discarded), "
           f"{args.max_new_tokens} new tokens each, prompt width {width}, {config['sampling']}, batch {args.batch}"
           + (f" ({counted // args.batch} timed calls per method; row tok/s = a row's tokens / its call's time, "
              f"agg tok/s = all rows' tokens / call time, speedup = agg vs AR's)" if args.batch > 1 else "")
           + f"; the target's layers {args.layout}\n")
-    print(harness.format_table(results))
-    print("\nenvironment: " + ", ".join(f"{k}={v}" for k, v in env.items()))
-    if args.json:
-        harness.write_json(args.json, results, env, config)
-    if args.csv:
-        harness.write_csv(args.csv, results, env)
-    return 0 if all(not r.mismatches for r in results) else 1  # near-ties are rounding, not bugs (specjax.equality)
+    return results, config
 
 
 def _bench_device(args) -> int:
@@ -380,7 +447,9 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="the paper's benchmark protocol: methods x held-out prompts, one table")
     bench.add_argument("--methods", default="ar,fixed5x2,dynatree-p1,dynatree-p2,dynatree-p3",
                        help="comma-separated method specs (default: the paper's Table 1 rows)")
-    bench.add_argument("--dataset", choices=DATASETS, default="wiki", help="prompt set (default: wiki)")
+    bench.add_argument("--dataset", default="wiki", help=f"prompt set, or several comma-separated: each is measured in "
+                       f"turn on the same loaded models (a table each, then speedup / τ per dataset and their "
+                       f"means); one of {', '.join(DATASETS)} (default: %(default)s)")
     bench.add_argument("--split", choices=["train", "valid", "test"], default="test",
                        help="split of wiki / sharegpt / austen (default: test, held out from training)")
     bench.add_argument("--prompt", action="append", help="prompt text instead of --dataset (repeatable)")
@@ -392,6 +461,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--max-new-tokens", type=int, default=128, help="tokens per prompt (default: %(default)s)")
     bench.add_argument("--prompt-len", type=int, default=64,
                        help="keep each prompt's last N tokens; all are padded to one width (default 64)")
+    bench.add_argument("--round-split", action="store_true",
+                       help="after the (first) prompt set, time each speculative method's round and its parts "
+                            "against an AR step (`specjax.bench.round_split.method_split`): what explains η")
     bench.add_argument("--json", help="write environment, config and results (per prompt too) here")
     bench.add_argument("--csv", help="write one row per method here")
     models = bench.add_mutually_exclusive_group()

@@ -119,6 +119,30 @@ def test_format_table(results):
         assert row["tokens/s"] == round(r.throughput, 1) and float(line.split()[1]) == row["tokens/s"]
         assert row["τ (tokens/round)"] == round(r.tokens_per_iteration, 2)
         assert row["TTFT (ms)"] == (None if r.ttft_ms is None else round(r.ttft_ms, 2))
+        # η = speedup / τ: AR's is exactly 1 (speedup 1, τ 1); a method's is its speedup over its τ
+        eta = r.speedup / r.tokens_per_iteration
+        assert row["η (speedup / τ)"] == round(eta, 2) and line.split()[4] == f"{eta:.2f}"
+    assert rows[0]["η (speedup / τ)"] == 1.0
+
+
+def test_dataset_summary_puts_each_sets_speedup_and_tau_side_by_side_with_their_means(results):
+    """Pure arithmetic on two sets: the second's speedups halved and τ doubled; means are plain means over
+    the sets; "=AR" joins differing cells; sets that ran other methods are refused."""
+    other = [dataclasses.replace(r, speedup=r.speedup / 2, tokens_per_iteration=2 * r.tokens_per_iteration,
+                                 identical_to_ar=False if i == 1 else r.identical_to_ar, mismatches=1 if i == 1 else None)
+             for i, r in enumerate(results)]
+    table = harness.dataset_summary({"gsm8k": results, "mbpp": other})
+    assert list(table.index) == [r.method for r in results]
+    assert list(table.columns) == ["gsm8k speedup", "gsm8k τ", "mbpp speedup", "mbpp τ", "mean speedup", "mean τ",
+                                   "= AR"]
+    for r, o in zip(results, other):
+        row = table.loc[r.method]
+        assert row["gsm8k speedup"] == round(r.speedup, 2) and row["mbpp τ"] == round(o.tokens_per_iteration, 2)
+        assert row["mean speedup"] == round((r.speedup + o.speedup) / 2, 2)
+        assert row["mean τ"] == round(1.5 * r.tokens_per_iteration, 2)
+    assert table.loc[results[0].method, "= AR"] == "yes" and table.loc[results[1].method, "= AR"] == "yes/NO1"
+    with pytest.raises(ValueError, match="ran methods"):
+        harness.dataset_summary({"gsm8k": results, "mbpp": other[:1]})
 
 
 def test_self_draft_chain_accepts_everything(pair):

@@ -56,6 +56,52 @@ def test_bench_command_on_the_embedded_pair(tmp_path, capsys):
                                                                        for r in results]
 
 
+@pytest.mark.slow
+@pytest.mark.registry
+def test_bench_runs_several_datasets_on_the_same_models(tmp_path, capsys):
+    """--dataset a,b: a table per set, a JSON per set (PATH's stem + set), and the summary of speedup / τ
+    per set whose cells are those files' numbers."""
+    from specjax.bench.harness import read_json
+
+    args = ["bench", "--dataset", "austen,gsm8k", "--prompts", "2", "--warmup", "1", "--max-new-tokens", "8",
+            "--methods", "ar,chain4", "--no-progress", "--no-ttft", "--json", str(tmp_path / "b.json")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "1 counted prompt (austen (test), 1 warm-up discarded)" in out and "1 counted prompt (gsm8k, 1" in out
+    summary = out[out.index("their means over the datasets"):].splitlines()
+    chain = next(line for line in summary if line.startswith("chain4")).split()
+    cells = []
+    for name in ("austen", "gsm8k"):
+        results, _, config = read_json(tmp_path / f"b.{name}.json")
+        assert [r.method for r in results] == ["ar", "chain4"] and config["prompts"].startswith(name)
+        cells += [f"{results[1].speedup:.2f}", f"{results[1].tokens_per_iteration:.2f}"]
+    assert [float(c) for c in chain[1:5]] == [float(c) for c in cells] and chain[-1] == "yes"
+
+
+@pytest.mark.slow
+def test_bench_round_split_explains_eta(tmp_path, capsys):
+    """--round-split: a row per speculative method whose in-loop round cost is τ / speedup of the same run
+    (1 / η), the round and AR step timed alone, and the DDTree round's parts (a chain has no split)."""
+    from specjax.bench.harness import read_json
+
+    args = ["bench", "--prompt", "The river flows through the", "--prompt", "The city of Paris is", "--prompts", "2",
+            "--warmup", "1", "--max-new-tokens", "16", "--methods", "ar,chain4,ddtree-8", "--no-progress",
+            "--no-ttft", "--round-split", "--json", str(tmp_path / "b.json")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    lines = out[out.index("what a round costs"):].splitlines()
+    rows = {line.split()[0]: line for line in lines if line.startswith(("chain4", "ddtree-8", "ar "))}
+    assert set(rows) == {"chain4", "ddtree-8"}
+    results = {r.method: r for r in read_json(tmp_path / "b.json")[0]}
+    for name, line in rows.items():
+        r, cells = results[name], line.split()
+        assert float(cells[1]) == round(r.tokens_per_iteration, 2) and float(cells[3]) == round(r.efficiency, 2)
+        assert float(cells[4]) == round(r.tokens_per_iteration / r.speedup, 2)
+        assert float(cells[5]) > 0 and float(cells[6]) > 0
+    assert rows["chain4"].rstrip().endswith(" -")
+    assert all(f"{part} " in rows["ddtree-8"] for part in ("draft", "select", "mask", "verify", "walk_commit"))
+
+
 def test_bench_rejects_bad_arguments(capsys):
     assert main(["bench", "--prompt", "The", "--prompts", "2", "--warmup", "2"]) == 2
     assert "--warmup" in capsys.readouterr().err

@@ -18,7 +18,7 @@ from specjax.models.dflash_net import target_outer
 from specjax.models.domino import DominoConfig
 from specjax.train import dflash as TD
 from specjax.train import domino as T
-from specjax.train.loop import train
+from specjax.train.loop import export, train, warm_start
 from tests.tiny_models import perturbed
 from tests.train_fixtures import TARGET, TARGET_PARAMS, trainset
 
@@ -77,6 +77,32 @@ def test_training_with_the_curriculum_learns_and_resumes_bit_exactly(tmp_path):
     _, log = run(dataclasses.replace(tc, steps=60, log_every=30, ckpt_every=60), "c")
     assert log[-1]["train_loss"] < 0.9 * log[0]["train_loss"], log
     assert {"valid_loss_base", "valid_loss_final", "valid_tau_base"} <= set(log[-1]), log[-1]
+
+
+def test_a_domino_run_starts_from_a_trained_dflash_backbone(tmp_path):
+    """--init with a DFlash drafter of exactly the backbone's architecture: every backbone leaf starts at
+    the DFlash drafter's weights, the head at this run's fresh initialisation; another architecture is refused."""
+    from specjax.models.dflash import DFlashConfig
+
+    backbone = DRAFTER.backbone()
+    assert type(backbone) is DFlashConfig
+    export(tmp_path / "dflash", backbone, perturbed(init_params(backbone, jax.random.key(7)), 4, 0.3), {"note": "test"})
+    _, saved = load_checkpoint(tmp_path / "dflash")
+    tc = T.DominoTrainConfig(steps=1, batch_size=4, anchors=4, gamma=2.0, lr=0.0, log_every=1, ckpt_every=1)
+    run = lambda out, **kw: train((TARGET, target_outer(TARGET_PARAMS)), DRAFTER,  # noqa: E731
+                                  trainset(DRAFTER.target_layer_ids), tc, tmp_path / out,
+                                  step_factory=T.make_step, progress=False, **kw)[0]
+    fresh, warm = run("fresh"), run("warm", init=warm_start(tmp_path / "dflash", DRAFTER))
+    assert set(warm) == set(saved) | {"head"}
+    for key in saved:
+        jax.tree.map(lambda got, want: np.testing.assert_array_equal(np.asarray(got), np.asarray(want, np.float32)),
+                     warm[key], saved[key])
+        assert any(np.any(np.asarray(a) != np.asarray(b)) for a, b in
+                   zip(jax.tree.leaves(warm[key]), jax.tree.leaves(fresh[key]))), key
+    jax.tree.map(lambda got, want: np.testing.assert_array_equal(np.asarray(got), np.asarray(want)),
+                 warm["head"], fresh["head"])
+    with pytest.raises(ValueError, match="config differs"):
+        warm_start(tmp_path / "dflash", dataclasses.replace(DRAFTER, block_size=DRAFTER.block_size + 1))
 
 
 @pytest.mark.registry

@@ -114,6 +114,7 @@ import flax
 import jax
 import jaxlib
 import numpy as np
+import pandas as pd
 from tqdm import tqdm
 
 from specjax.bench.batching import call_times, calls_of, check_batches, group_batches, row_outputs
@@ -197,6 +198,14 @@ class MethodResult:
     batch: int = 1
     aggregate_throughput: float | None = None
     aggregate_throughput_std: float | None = None
+
+    @property
+    def efficiency(self) -> float | None:
+        """η = speedup / τ: the share of its ideal speedup (τ, rounds free) a method keeps; 1 / η is what a
+        round costs in AR steps of the same run. None without a speedup or a τ."""
+        if self.speedup is None or not self.tokens_per_iteration:
+            return None
+        return self.speedup / self.tokens_per_iteration
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -531,7 +540,7 @@ def table_rows(results: list[MethodResult]) -> list[dict]:
         if batched:
             row.update({"aggregate tokens/s": num(r.aggregate_throughput, 1),
                         "± std (aggregate)": num(r.aggregate_throughput_std, 1)})
-        row.update({"speedup (×)": num(r.speedup, 2), "accept (%)": num(r.acceptance_rate, 1, 100),
+        row.update({"speedup (×)": num(r.speedup, 2), "η (speedup / τ)": num(r.efficiency, 2), "accept (%)": num(r.acceptance_rate, 1, 100),
                     "node accept (%)": num(r.node_acceptance_rate, 1, 100),
                     "τ (tokens/round)": num(r.tokens_per_iteration, 2),
                     "path (accepted tokens/round)": num(r.avg_path_length, 2), "TTFT (ms)": num(r.ttft_ms, 2),
@@ -541,6 +550,33 @@ def table_rows(results: list[MethodResult]) -> list[dict]:
     return rows
 
 
+def dataset_summary(per_dataset: dict[str, list[MethodResult]]) -> pd.DataFrame:
+    """One row per method, for each prompt set its speedup vs AR and τ, then their means over the sets
+    (a plain mean: each set counts once, whatever its number of prompts); "=AR" is "yes" only where
+    every set's greedy output was identical to AR's (`agrees_with_ar` joined otherwise).
+
+    per_dataset: prompt set name -> `run_benchmark` results of the same methods in the same order."""
+    methods = [r.method for r in next(iter(per_dataset.values()))]
+    for name, results in per_dataset.items():
+        if [r.method for r in results] != methods:
+            raise ValueError(f"{name} ran methods {[r.method for r in results]}, not {methods}")
+    rows = []
+    for i, method in enumerate(methods):
+        row = {"method": method}
+        for name, results in per_dataset.items():
+            r = results[i]
+            row[f"{name} speedup"] = None if r.speedup is None else round(r.speedup, 2)
+            row[f"{name} τ"] = None if r.tokens_per_iteration is None else round(r.tokens_per_iteration, 2)
+        speedups = [results[i].speedup for results in per_dataset.values()]
+        taus = [results[i].tokens_per_iteration for results in per_dataset.values()]
+        row["mean speedup"] = None if None in speedups else round(float(np.mean(speedups)), 2)
+        row["mean τ"] = None if None in taus else round(float(np.mean(taus)), 2)
+        cells = [agrees_with_ar(results[i]) for results in per_dataset.values()]
+        row["= AR"] = cells[0] if len(set(cells)) == 1 else "/".join(cells)
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("method")
+
+
 def format_table(results: list[MethodResult]) -> str:
     """The results as a fixed-width text table (one row per method). With batch > 1, tok/s is the
     row throughput ("row tok/s") and "agg tok/s" (± std) the aggregate one that speedup compares."""
@@ -548,7 +584,7 @@ def format_table(results: list[MethodResult]) -> str:
     batched = any(r.batch > 1 for r in results)
     cols = [("method", w), ("row tok/s" if batched else "tok/s", 9), ("± std", 7)]
     cols += [("agg tok/s", 9), ("± std", 7)] if batched else []
-    cols += [("speedup", 7), ("accept%", 7), ("node%", 6), ("tok/iter", 8), ("path", 5), ("TTFT ms", 8),
+    cols += [("speedup", 7), ("η", 5), ("accept%", 7), ("node%", 6), ("tok/iter", 8), ("path", 5), ("TTFT ms", 8),
              ("TPOT ms", 8), ("nodes", 6), ("depth", 5), ("=AR", 4)]
     head = " ".join(name.ljust(width) if i == 0 else name.rjust(width) for i, (name, width) in enumerate(cols))
     lines = [head, "-" * len(head)]
@@ -556,7 +592,7 @@ def format_table(results: list[MethodResult]) -> str:
         same = agrees_with_ar(r)
         cells = [r.method, _fmt(r.throughput, ".1f"), _fmt(r.throughput_std, ".1f")]
         cells += [_fmt(r.aggregate_throughput, ".1f"), _fmt(r.aggregate_throughput_std, ".1f")] if batched else []
-        cells += [_fmt(r.speedup, ".2f"), _fmt(r.acceptance_rate, ".1f", 100), _fmt(r.node_acceptance_rate, ".1f", 100),
+        cells += [_fmt(r.speedup, ".2f"), _fmt(r.efficiency, ".2f"), _fmt(r.acceptance_rate, ".1f", 100), _fmt(r.node_acceptance_rate, ".1f", 100),
                   _fmt(r.tokens_per_iteration, ".2f"), _fmt(r.avg_path_length, ".2f"), _fmt(r.ttft_ms, ".2f"),
                   _fmt(r.tpot_ms, ".3f"), _fmt(r.mean_tree_nodes, ".1f"), _fmt(r.mean_tree_depth, ".2f"), same]
         lines.append(" ".join(c.ljust(width) if i == 0 else c.rjust(width)

@@ -29,6 +29,9 @@ import numpy as np
 
 from specjax.bench.timing import median_seconds
 from specjax.decode import cache_sizes, initial_state, speculative_round
+from specjax.drafters.ddtree import DDTreeDrafter
+from specjax.drafters.domino import DominoDrafter
+from specjax.drafters.graft import GraftDrafter
 from specjax.drafters.retrieval import retrieve, union, update_table
 from specjax.models.cache import commit
 from specjax.models.model import forward
@@ -274,3 +277,31 @@ def graft_split(target, drafter, draft_params, tokens, lengths, *, rounds_before
         }
         stage = int(np.asarray(draft(ds, root, active)[1])[0])
         return {**out, "stage": stage, "step_cost": out["draft_dense"] / (1 + drafter.depth) / out["verify"]}
+
+
+def round_cost(target, drafter, draft_params, tokens, lengths, *, rounds_before: int = 2, reps: int = 10,
+               sampling: Sampling = Sampling(), max_new: int = 64,
+               matmul_precision: str = DEFAULT_PRECISION) -> dict[str, float]:
+    """Median milliseconds of any drafter's whole round and of one AR step of the target, from the same
+    real mid-generation state: {"round", "ar_step"}. round / ar_step is what a round costs in AR steps,
+    so tau * ar_step / round is the speedup those costs allow (eta = speedup / tau = ar_step / round)."""
+    with matmul_scope(matmul_precision):
+        state, run_round = _state_after(target, drafter, draft_params, tokens, lengths, rounds_before, max_new,
+                                        sampling)
+        ar_step = _ar_step(target, tokens.shape[0])
+        return {"round": _median_ms(run_round, state, reps=reps),
+                "ar_step": _median_ms(ar_step, state.cache, state.root, reps=reps)}
+
+
+def method_split(target, drafter, draft_params, tokens, lengths, **kw) -> dict[str, float]:
+    """The round parts of a speculative method's drafter, in ms, with "round" and "ar_step" always:
+    `round_split` for DDTree drafters, `domino_split` for Domino, `graft_split` for Graft, else
+    `round_cost` (the whole round only). kw: their shared keywords (reps, sampling, max_new, ...)."""
+    if isinstance(drafter, DDTreeDrafter):
+        return round_split(target, drafter, draft_params, tokens, lengths, **kw)
+    if isinstance(drafter, GraftDrafter):
+        return graft_split(target, drafter, draft_params, tokens, lengths, **kw)
+    whole = round_cost(target, drafter, draft_params, tokens, lengths, **kw)
+    if isinstance(drafter, DominoDrafter):
+        return {**domino_split(target, drafter, draft_params, tokens, lengths, **kw), **whole}
+    return whole

@@ -121,7 +121,8 @@ def add_arguments(ap: argparse.ArgumentParser, kind: str) -> None:
     ap.add_argument("--export", default=None, help="write the trained drafter + recipe.json here (default: none)")
     ap.add_argument("--resume", action="store_true", help="continue from OUT/ckpt (bit-exact)")
     ap.add_argument("--init", default=None, help="start from this exported drafter's weights (same architecture "
-                    "and draft vocabulary; a fresh optimiser and schedule) instead of a fresh initialisation (default: a fresh "
+                    "and draft vocabulary; a fresh optimiser and schedule) instead of a fresh initialisation; domino also "
+                    "takes a DFlash drafter of its backbone's exact architecture (the head starts fresh) (default: a fresh "
                     "initialisation)")
     ap.add_argument("--stop-after", type=int, default=None, help="run at most this many steps now, then "
                     "checkpoint (continue with --resume) (default: to the end)")

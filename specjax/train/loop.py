@@ -328,9 +328,16 @@ def init_vocab_ids(directory: str | pathlib.Path) -> np.ndarray | None:
 def warm_start(directory: str | pathlib.Path, dcfg, vocab_ids=None):
     """`train`'s `init` that starts from an exported drafter (`export`'s directory): its weights, cast to
     the training params' dtypes. The drafter must have exactly `dcfg` and the same draft vocabulary
-    (`vocab_ids`, or none); a run continued on another machine, where its checkpoint is gone, starts here."""
+    (`vocab_ids`, or none); a run continued on another machine, where its checkpoint is gone, starts here.
+
+    A Domino run (`dcfg.backbone()`) may also start from a DFlash drafter whose config is exactly its
+    backbone's: the backbone's weights are the DFlash drafter's, the head (`head`, absent from a DFlash
+    drafter) keeps its fresh initialisation. That is Domino on a trained DFlash backbone: the head is
+    what the run has to learn (Domino, arXiv 2605.29707, §4.1: the head corrects the backbone's logits)."""
     cfg, params = load_checkpoint(directory)
-    if cfg != dcfg:
+    backbone = getattr(dcfg, "backbone", None)
+    backbone_only = cfg != dcfg and backbone is not None and cfg == backbone()
+    if cfg != dcfg and not backbone_only:
         diff = {f.name: (getattr(cfg, f.name, None), getattr(dcfg, f.name, None))
                 for f in dataclasses.fields(dcfg) if getattr(cfg, f.name, None) != getattr(dcfg, f.name, None)}
         raise ValueError(f"--init {directory}: its drafter config differs from this run's in (init, run): {diff}; "
@@ -343,8 +350,9 @@ def warm_start(directory: str | pathlib.Path, dcfg, vocab_ids=None):
                          f"and data give the same ids)")
 
     def init(dparams: dict) -> dict:
-        if jax.tree.structure(dparams) != jax.tree.structure(params):
+        saved = {**params, "head": dparams["head"]} if backbone_only else params
+        if jax.tree.structure(dparams) != jax.tree.structure(saved):
             raise ValueError(f"--init {directory}: its params tree differs from this run's drafter")
-        return jax.tree.map(lambda fresh, saved: jnp.asarray(saved, fresh.dtype), dparams, params)
+        return jax.tree.map(lambda fresh, old: jnp.asarray(old, fresh.dtype), dparams, saved)
 
     return init
