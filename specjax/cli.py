@@ -51,7 +51,7 @@ from specjax.data import prompts as P
 from specjax.data.assets import AssetError
 from specjax.data.datasets import DATASETS, dataset_texts
 from specjax.decode import generate, generate_ar
-from specjax.drafters.registry import READERS, describe_readers, forms, markdown_table, method, needs_of
+from specjax.drafters.registry import READERS, describe_readers, forms, markdown_table, method, needs_of, split_methods
 from specjax.equality import compare_with_ar
 from specjax.models import CheckpointError, pad_prompts
 from specjax.models.model import LAYOUTS, num_params, with_layout
@@ -255,6 +255,10 @@ def _bench_prompts(args, target, encode, dataset: str) -> tuple[list[list[int]],
 def _check_bench(args) -> None:
     """Every argument of `specjax bench` that can be checked before a model loads."""
     _check_sampling(args)
+    try:
+        args.method_list = split_methods(args.methods)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     args.datasets = [d.strip() for d in args.dataset.split(",") if d.strip()]
     unknown = [d for d in args.datasets if d not in DATASETS]
     if unknown or not args.datasets:
@@ -282,10 +286,10 @@ def _check_bench(args) -> None:
             available = check_source(_model_name(args), args.draft, **_reader_dirs(args))
         except ValueError as e:
             raise UsageError(str(e)) from None
-        for spec in args.methods.split(","):
+        for spec in args.method_list:
             _check_method(spec, available)
     else:
-        for spec in args.methods.split(","):
+        for spec in args.method_list:
             try:
                 needs_of(spec)
             except ValueError as e:
@@ -297,7 +301,7 @@ def _bench(args) -> int:
     target, draft, readers, encode, target_name, draft_name = _bench_models(args)
     sampling = Sampling(args.temperature)
     try:
-        methods = harness.resolve_methods(args.methods.split(","), draft, target_cfg=target[0], **readers)
+        methods = harness.resolve_methods(args.method_list, draft, target_cfg=target[0], **readers)
     except ValueError as e:
         raise UsageError(str(e)) from None
     extra = describe_readers(readers, {k for m in methods for k in m.needs}) or None
@@ -446,7 +450,8 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="the paper's benchmark protocol: methods x held-out prompts, one table")
     bench.add_argument("--methods", default="ar,fixed5x2,dynatree-p1,dynatree-p2,dynatree-p3",
-                       help="comma-separated method specs (default: the paper's Table 1 rows)")
+                       help="comma-separated method specs; a method's own overrides continue after it "
+                            "(ar,ddtree-8:ret=4,prune=0) (default: the paper's Table 1 rows)")
     bench.add_argument("--dataset", default="wiki", help=f"prompt set, or several comma-separated: each is measured in "
                        f"turn on the same loaded models (a table each, then speedup / τ per dataset and their "
                        f"means); one of {', '.join(DATASETS)} (default: %(default)s)")

@@ -258,6 +258,26 @@ def test_parse_method_rejects(spec, message):
         parse_method(spec, DRAFT)
 
 
+@pytest.mark.parametrize("text, methods", [
+    ("ar,ddtree-8:ret=4,prune=0,dflash", ["ar", "ddtree-8:ret=4,prune=0", "dflash"]),
+    ("dynatree-p3:d0=4,tau_h=0.8, chain4 ,", ["dynatree-p3:d0=4,tau_h=0.8", "chain4"]),
+    ("ddtree-8", ["ddtree-8"]),
+])
+def test_a_method_list_keeps_each_methods_own_overrides(text, methods):
+    from specjax.drafters.registry import parse, split_methods
+
+    assert split_methods(text) == methods
+    for m in methods:
+        parse(m)  # each piece is a whole method string
+
+
+def test_a_method_list_refuses_an_override_without_its_method():
+    from specjax.drafters.registry import split_methods
+
+    with pytest.raises(ValueError, match="follows no method with overrides"):
+        split_methods("ar,prune=0")
+
+
 def test_parse_method_needs_a_draft_config_except_for_ar():
     assert parse_method("ar", None).is_ar
     with pytest.raises(ValueError, match="needs a draft model"):

@@ -61,6 +61,7 @@ MISUSE = [
     (["bench", "--random", "--prompt-len", "0"], "--prompt-len must be >= 1, got 0"),
     (["bench", "--random", "--prompts", "6", "--warmup", "2", "--batch", "4"], "multiple of the batch"),
     (["bench", "--prompt", ""], "--prompt is empty"),
+    (["bench", "--random", "--methods", "ar,prune=0"], "override 'prune=0' in 'ar,prune=0' follows no method"),
     (["bench", "--random", "--dataset", "gsm8k,nope"], "--dataset 'gsm8k,nope': unknown nope; choose from wiki"),
     (["bench", "--dataset", "gsm8k,gsm8k"], "--dataset 'gsm8k,gsm8k': gsm8k twice"),
     (["bench", "--dataset", "gsm8k,mbpp", "--prompt", "The"], "--prompt replaces --dataset"),

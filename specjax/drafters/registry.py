@@ -21,7 +21,7 @@ import specjax.drafters as _package
 from specjax.drafters.spec import AR, Build, MethodSpec, Parsed, Reader, parse_fields, render_form
 
 __all__ = ["ALIASES", "METHOD_SPECS", "READERS", "Method", "describe_readers", "forms", "markdown_table", "method",
-           "needs_of", "parse", "parse_method", "reader_kinds"]
+           "needs_of", "parse", "parse_method", "reader_kinds", "split_methods"]
 
 
 def _collect() -> tuple[tuple[MethodSpec, ...], dict[str, Reader]]:
@@ -113,6 +113,25 @@ def parse(text: str) -> Parsed:
     name = render_form(spec.forms[0], positional, spec.positional)
     name += (":" + ",".join(f"{k}={v}" for k, v in given.items())) if given else ""
     return Parsed(spec, name, values, given)
+
+
+def split_methods(text: str) -> list[str]:
+    """A comma-separated list of method strings, where a method's own overrides are comma-separated too:
+    a piece of the form ``name=value`` (no ``:``) continues the method before it, e.g.
+    ``"ar,ddtree-8:ret=4,prune=0,dflash"`` -> ``["ar", "ddtree-8:ret=4,prune=0", "dflash"]``.
+    Raises ValueError for an override with no method before it."""
+    out: list[str] = []
+    for piece in (p.strip() for p in text.split(",")):
+        if not piece:
+            continue
+        if "=" in piece and ":" not in piece:
+            if not out or ":" not in out[-1]:
+                raise ValueError(f"override {piece!r} in {text!r} follows no method with overrides; write it as "
+                                 f"METHOD:{piece}")
+            out[-1] += "," + piece
+        else:
+            out.append(piece)
+    return out
 
 
 def needs_of(text: str) -> tuple[str, ...]:
