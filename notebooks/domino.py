@@ -29,8 +29,8 @@
 # (`specjax.zoo`, the 4.9M-parameter GPT-NeoX) with `tiny-neox-domino` (trained by specjax:
 # 1,200 steps, teacher forcing + the base-anchored curriculum), `tiny-neox-dflash` (chain
 # DFlash trained on the same data for the same 1,200 steps) and `tiny-neox-eagle3`. `gpu`:
-# SmolLM2-135M with its zoo drafters — it needs `smollm2-135m-domino`, which no session has
-# trained yet (no GPU was lent), so the profile stops with the training command. `ci` is
+# SmolLM2-135M with its zoo drafters (`smollm2-135m-domino`: Domino on the trained DFlash backbone,
+# 1,200 CPU steps, `specjax/zoo/TRAINING.md`; the profile has not been run: no GPU was lent). `ci` is
 # the test suite's smoke run (`tests/test_notebooks.py`): the cpu-tiny models, one counted
 # prompt per dataset and no warm-up, 24 new tokens everywhere (so Table 2's batch 1 reuses
 # Table 1's compiled programs), batches 1 and 2, one ablation prompt, one repetition;
@@ -86,10 +86,6 @@ pd.set_option("display.max_colwidth", None)  # long labels (claims, method specs
 OUT = pathlib.Path(os.environ.get("SPECJAX_NOTEBOOK_OUT", "results")) / "domino"
 OUT.mkdir(parents=True, exist_ok=True)
 
-if PROFILE == "gpu" and not zoo.has("smollm2-135m-domino"):
-    raise FileNotFoundError("the gpu profile needs a SmolLM2 Domino drafter: train one with `python -m specjax.train "
-                            "domino --target smollm2-135m --out RUN --export specjax/zoo/smollm2-135m-domino "
-                            "--layers 1 --gru-hidden 144 --head-rank 32 ...` (specjax/zoo/TRAINING.md)")
 # One `Pair` (specjax.pipeline): the target, its tokenizer (`encode` puts the zoo's EOS separator before a
 # prompt; SmolLM2's wraps it in the chat template) and the zoo's trained drafters for it.
 pair = load_pair("smollm2-135m" if PROFILE == "gpu" else "zoo", ("dflash", "eagle3", "domino"))

@@ -34,7 +34,8 @@ from specjax.models import load_checkpoint
 ZOO_DIR = pathlib.Path(__file__).resolve().parent
 NAMES = ("tiny-neox-target", "tiny-neox-draft")
 # Drafters that read the target (DFlash, EAGLE-3, Domino): tiny-neox-target's and SmolLM2-135M's
-DRAFTERS = ("tiny-neox-dflash", "smollm2-135m-dflash", "tiny-neox-eagle3", "smollm2-135m-eagle3", "tiny-neox-domino")
+DRAFTERS = ("tiny-neox-dflash", "smollm2-135m-dflash", "tiny-neox-eagle3", "smollm2-135m-eagle3", "tiny-neox-domino",
+            "smollm2-135m-domino")
 EOS_ID = 0
 
 __all__ = ["ZOO_DIR", "NAMES", "DRAFTERS", "EOS_ID", "path", "load", "load_drafter", "has", "load_tokenizer",
