@@ -346,10 +346,11 @@ def _round_splits(args, target, draft, methods, prompt, results, sampling) -> pd
         params = m.params if m.params is not None else draft[1]  # None: the draft LM's (`Method.params`)
         split = method_split(target, m.drafter, params, toks, lens, reps=ROUND_SPLIT_REPS, sampling=sampling,
                              max_new=args.max_new_tokens)
-        parts = ", ".join(f"{k} {v:.2f}" for k, v in split.items() if k in ROUND_PARTS and k not in ("round", "ar_step"))
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in split.items() if k in ROUND_PARTS - {"round", "ar_step"})
         in_loop = None if not r.speedup else round(r.tokens_per_iteration / r.speedup, 2)
-        rows.append({"method": m.name, "τ": round(r.tokens_per_iteration, 2), "speedup": r.speedup and round(r.speedup, 2),
-                     "η": r.efficiency and round(r.efficiency, 2), "round / AR step (in loop)": in_loop,
+        rows.append({"method": m.name, "τ": round(r.tokens_per_iteration, 2),
+                     "speedup": r.speedup and round(r.speedup, 2), "η": r.efficiency and round(r.efficiency, 2),
+                     "round / AR step (in loop)": in_loop,
                      "round ms": round(split["round"], 2), "AR step ms": round(split["ar_step"], 2),
                      "round / AR step (alone)": round(split["round"] / split["ar_step"], 2),
                      "parts (ms)": parts or "-"})
