@@ -47,7 +47,7 @@ MISUSE = [
     (["generate", "--checkpoint", "{tmp}/ckpt", "--method", "ar"],
      "cannot run 'ar' on {tmp}/ckpt: no model.safetensors"),
     (["generate", "--checkpoint", "{tmp}/junk", "--method", "ar"], "config.json is not valid JSON"),
-    (["generate", "--model", "smollm2-135m", "--method", "domino"],
+    (["generate", "--checkpoint", "{tmp}/ckpt", "--method", "domino"],
      "method 'domino' needs a Domino drafter trained for this target (--domino DIR)"),
     (["generate", "--model", "smollm2-135m", "--method", "eagle2"], "method 'eagle2' needs a draft LM"),
     (["generate", "--dflash", "{tmp}/nowhere"], "--dflash {tmp}/nowhere: no such directory"),

@@ -83,7 +83,7 @@ def test_sampling_and_bad_calls(chain):
 
 def test_a_method_the_model_cannot_run_is_refused_before_loading(tmp_path):
     assert default_method(check_source("zoo")) == "ddtree-8"
-    with pytest.raises(ValueError, match="method 'domino' needs a Domino drafter"):
-        Pipeline.load("smollm2-135m", method="domino")  # nothing fetched: refused from the names alone
+    with pytest.raises(ValueError, match="method 'eagle2' needs a draft LM"):
+        Pipeline.load("smollm2-135m", method="eagle2")  # nothing fetched: refused from the names alone
     with pytest.raises(ValueError, match="no such directory"):
         Pipeline.load(str(tmp_path / "nowhere"))
