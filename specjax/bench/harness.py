@@ -128,9 +128,9 @@ from specjax.models import GPTNeoXConfig, init_params, pad_prompts
 from specjax.models.model import layout_of, num_params
 from specjax.sampling import Sampling
 
-__all__ = ["Method", "MethodResult", "agrees_with_ar", "check_batches", "environment", "format_table", "parse_method",
-           "prepare_prompts", "random_pair", "read_csv", "read_json", "run_benchmark", "summarise", "table_rows", "warm_up", "write_csv",
-           "write_json"]
+__all__ = ["Method", "MethodResult", "agrees_with_ar", "check_batches", "dataset_summary", "environment", "format_table",
+           "parse_method", "prepare_prompts", "random_pair", "read_csv", "read_json", "run_benchmark", "summarise",
+           "table_rows", "warm_up", "write_csv", "write_json"]
 
 GREEDY = Sampling()
 
@@ -540,7 +540,8 @@ def table_rows(results: list[MethodResult]) -> list[dict]:
         if batched:
             row.update({"aggregate tokens/s": num(r.aggregate_throughput, 1),
                         "± std (aggregate)": num(r.aggregate_throughput_std, 1)})
-        row.update({"speedup (×)": num(r.speedup, 2), "η (speedup / τ)": num(r.efficiency, 2), "accept (%)": num(r.acceptance_rate, 1, 100),
+        row.update({"speedup (×)": num(r.speedup, 2), "η (speedup / τ)": num(r.efficiency, 2),
+                    "accept (%)": num(r.acceptance_rate, 1, 100),
                     "node accept (%)": num(r.node_acceptance_rate, 1, 100),
                     "τ (tokens/round)": num(r.tokens_per_iteration, 2),
                     "path (accepted tokens/round)": num(r.avg_path_length, 2), "TTFT (ms)": num(r.ttft_ms, 2),
@@ -584,17 +585,17 @@ def format_table(results: list[MethodResult]) -> str:
     batched = any(r.batch > 1 for r in results)
     cols = [("method", w), ("row tok/s" if batched else "tok/s", 9), ("± std", 7)]
     cols += [("agg tok/s", 9), ("± std", 7)] if batched else []
-    cols += [("speedup", 7), ("η", 5), ("accept%", 7), ("node%", 6), ("tok/iter", 8), ("path", 5), ("TTFT ms", 8),
-             ("TPOT ms", 8), ("nodes", 6), ("depth", 5), ("=AR", 4)]
+    cols += [("speedup", 7), ("η", 5), ("accept%", 7), ("node%", 6), ("tok/iter", 8), ("path", 5),
+             ("TTFT ms", 8), ("TPOT ms", 8), ("nodes", 6), ("depth", 5), ("=AR", 4)]
     head = " ".join(name.ljust(width) if i == 0 else name.rjust(width) for i, (name, width) in enumerate(cols))
     lines = [head, "-" * len(head)]
     for r in results:
-        same = agrees_with_ar(r)
         cells = [r.method, _fmt(r.throughput, ".1f"), _fmt(r.throughput_std, ".1f")]
         cells += [_fmt(r.aggregate_throughput, ".1f"), _fmt(r.aggregate_throughput_std, ".1f")] if batched else []
-        cells += [_fmt(r.speedup, ".2f"), _fmt(r.efficiency, ".2f"), _fmt(r.acceptance_rate, ".1f", 100), _fmt(r.node_acceptance_rate, ".1f", 100),
-                  _fmt(r.tokens_per_iteration, ".2f"), _fmt(r.avg_path_length, ".2f"), _fmt(r.ttft_ms, ".2f"),
-                  _fmt(r.tpot_ms, ".3f"), _fmt(r.mean_tree_nodes, ".1f"), _fmt(r.mean_tree_depth, ".2f"), same]
+        cells += [_fmt(r.speedup, ".2f"), _fmt(r.efficiency, ".2f"), _fmt(r.acceptance_rate, ".1f", 100),
+                  _fmt(r.node_acceptance_rate, ".1f", 100), _fmt(r.tokens_per_iteration, ".2f"),
+                  _fmt(r.avg_path_length, ".2f"), _fmt(r.ttft_ms, ".2f"), _fmt(r.tpot_ms, ".3f"),
+                  _fmt(r.mean_tree_nodes, ".1f"), _fmt(r.mean_tree_depth, ".2f"), agrees_with_ar(r)]
         lines.append(" ".join(c.ljust(width) if i == 0 else c.rjust(width)
                               for i, (c, (_, width)) in enumerate(zip(cells, cols))))
     if any(r.near_ties or r.mismatches for r in results):

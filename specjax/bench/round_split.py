@@ -163,7 +163,7 @@ def costs_from_figures(budgets, ar_ms: float, verify_ms: dict[int, float], selec
                 "round": draft_ms + select_ms + verify(n + 1)} for n in budgets}
 
 
-DOMINO_PARTS = ("backbone", "head", "verify", "round")
+DOMINO_PARTS = ("backbone", "head", "verify", "round", "ar_step")
 
 
 def domino_split(target, drafter, draft_params, tokens, lengths, *, rounds_before: int = 2, reps: int = 10,
@@ -175,6 +175,7 @@ def domino_split(target, drafter, draft_params, tokens, lengths, *, rounds_befor
     head      the sequential rollout: K GRU steps + corrections + argmax / samples
     verify    the target forward over [root, K drafts] (chain mask, tapped features)
     round     the whole round as the loop runs it
+    ar_step   one autoregressive step of the target
     drafter: a `DominoDrafter` (with `use_head=False` the rollout is K argmax / sample steps
     over the base logits, no GRU). The paper reports +2.8% latency for the head.
     """
@@ -198,6 +199,7 @@ def domino_split(target, drafter, draft_params, tokens, lengths, *, rounds_befor
             "head": _median_ms(head, ds, rows, base, root, jax.random.key(1), reps=reps),
             "verify": _median_ms(verify, state.cache, tree, root, reps=reps),
             "round": _median_ms(run_round, state, reps=reps),
+            "ar_step": _median_ms(_ar_step(target, tokens.shape[0]), state.cache, root, reps=reps),
         }
 
 
@@ -297,11 +299,6 @@ def method_split(target, drafter, draft_params, tokens, lengths, **kw) -> dict[s
     """The round parts of a speculative method's drafter, in ms, with "round" and "ar_step" always:
     `round_split` for DDTree drafters, `domino_split` for Domino, `graft_split` for Graft, else
     `round_cost` (the whole round only). kw: their shared keywords (reps, sampling, max_new, ...)."""
-    if isinstance(drafter, DDTreeDrafter):
-        return round_split(target, drafter, draft_params, tokens, lengths, **kw)
-    if isinstance(drafter, GraftDrafter):
-        return graft_split(target, drafter, draft_params, tokens, lengths, **kw)
-    whole = round_cost(target, drafter, draft_params, tokens, lengths, **kw)
-    if isinstance(drafter, DominoDrafter):
-        return {**domino_split(target, drafter, draft_params, tokens, lengths, **kw), **whole}
-    return whole
+    split = (round_split if isinstance(drafter, DDTreeDrafter) else domino_split if isinstance(drafter, DominoDrafter)
+             else graft_split if isinstance(drafter, GraftDrafter) else round_cost)
+    return split(target, drafter, draft_params, tokens, lengths, **kw)
