@@ -36,7 +36,7 @@ test-fast: $(STAMP)
 
 # Execute every notebooks/*.py in place: `jupytext --sync`, run it (SPECJAX_PROFILE=$(NOTEBOOK_PROFILE)),
 # write notebooks/<name>.ipynb with its outputs. Outputs go to notebooks/results/ (gitignored).
-NOTEBOOK_PROFILE ?= cpu-tiny
+NOTEBOOK_PROFILE ?= cpu-smollm2
 notebooks: $(STAMP)
 	$(PY) tests/test_notebooks.py --profile $(NOTEBOOK_PROFILE) $(NOTEBOOKS)
 

@@ -13,6 +13,7 @@ import json
 import re
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -23,6 +24,7 @@ from specjax.drafters.dynatree import DynaTreeDrafter
 from specjax.drafters.fixed_tree import FixedTreeDrafter
 from specjax.equality import Agreement
 from specjax.models import GPTNeoXConfig, init_params
+from specjax.models.cache import init_cache
 from tests.drafter_fixtures import TARGETS, drafter_cfg, random_dflash_params
 
 TARGET = GPTNeoXConfig(vocab_size=32, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, rotary_dim=4)
@@ -432,6 +434,20 @@ def test_round_split_times_every_part_and_projection_arithmetic():
     assert costs["width"] == 24 and costs["nodes"] == 24  # unpruned: the full budget is verified
     proj = project_speedup({8: {"ar_step": 2.0, "round": 4.0}, 16: {"ar_step": 2.0, "round": 5.0}}, {8: 3.0, 32: 9.0})
     assert proj == {8: 1.5}
+
+
+def test_split_programs_take_the_weights_as_arguments_as_the_loop_does():
+    """The split's AR step and verify forward read the target's weights as program arguments, as the
+    decode loop does: closed over, they would be compile-time constants that XLA folds layouts into
+    (SmolLM2's tied head: a 113 MB transpose at compile time), timing a program the loop never runs."""
+    from specjax.bench.round_split import _ar_step
+
+    target = TARGETS["neox"]
+    params = random_dflash_params(target, 1)
+    step = _ar_step((target, params), 1)
+    cache = init_cache(target, 1, 8)
+    lowered = step.func.lower(*step.args, cache, jnp.zeros((1,), jnp.int32))
+    assert len(jax.tree.leaves(lowered.args_info)) == len(jax.tree.leaves((params, cache))) + 1
 
 
 def test_round_costs_from_cited_figures_interpolate_the_verify_forward():

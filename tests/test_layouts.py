@@ -115,6 +115,41 @@ def test_feature_cache_and_checkpoints_do_not_depend_on_the_layout(target, tmp_p
         jax.tree.map(np.testing.assert_array_equal, back, params)
 
 
+def test_llama_layers_are_fused_per_layer_and_unfused_exactly():
+    """Unstacked, a Llama-family layer holds q | k | v as one [E, H + 2K, D] kernel and gate | up as one
+    [E, 2F] projection (`llama.fuse_layer`, run by `FusedBlock`); stacking slices them back bit for bit,
+    and a forward through the fused copies (Qwen3 flags: q/k biases, qk-norm, GQA; an MLP bias) gives the
+    scanned separate layers' logits and K/V. (Parity with transformers in every layout:
+    test_model_parity.py.)"""
+    from specjax.models import LlamaConfig, init_params
+    from specjax.models.llama import fuse_layer, is_fused, unfuse_layer
+
+    cfg = LlamaConfig(vocab_size=97, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=8,
+                      intermediate_size=48, qkv_bias=True, o_bias=True, mlp_bias=True, qk_norm=True, flavor="llama")
+    params = jax.tree.map(lambda x: x + 0.01 * jnp.arange(x.size, dtype=x.dtype).reshape(x.shape) / x.size,
+                          init_params(cfg, jax.random.key(3)))  # non-zero biases and norms
+    flat = unstack_layers(params)
+    layer = flat["layers"][1]
+    assert is_fused(layer) and layer["self_attn"]["qkv"].shape == (32, 4 + 2 * 2, 8)
+    assert layer["mlp"]["gate_up_proj"]["kernel"].shape == (32, 96) and layer["mlp"]["gate_up_proj"]["bias"].shape == (96,)
+    assert "q" not in layer["self_attn"] and "gate_proj" not in layer["mlp"]
+    jax.tree.map(np.testing.assert_array_equal, stack_layers(flat), params)
+    one = jax.tree.map(lambda x: x[1], params["layers"])
+    assert fuse_layer(layer) is layer and unfuse_layer(one) is one  # each passes the other's form through
+    jax.tree.map(np.testing.assert_array_equal, unfuse_layer(fuse_layer(one)), one)
+    assert num_params(flat) == num_params(params)
+    tokens, lengths = pad_prompts([[5, 17, 3, 60, 2], [9, 1]])
+    want_logits, _, want = prefill(params, cfg, tokens, lengths, init_cache(cfg, 2, 12))
+    for layout in ("unstacked", "dual"):
+        logits, _, got = prefill(with_layout(params, layout), cfg, tokens, lengths, init_cache(cfg, 2, 12))
+        np.testing.assert_allclose(logits, want_logits, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got.k, want.k, rtol=1e-5, atol=1e-6)
+        step = jnp.asarray([[4], [8]], jnp.int32)
+        np.testing.assert_allclose(
+            forward(with_layout(params, layout), cfg, step, got.lengths[:, None], causal_mask(2, 1), got)[0],
+            forward(params, cfg, step, want.lengths[:, None], causal_mask(2, 1), want)[0], rtol=1e-5, atol=1e-5)
+
+
 def test_pipeline_and_cli_choose_the_layout(capsys):
     pipe = Pipeline.load("zoo", method="ar", layout="unstacked")
     assert is_unstacked(pipe.pair.params)

@@ -8,7 +8,7 @@ empty notebooks/ directory collects no tests at all.
 - `test_notebook_pairing_in_sync` (fast): the `.ipynb` exists and its code cells equal the `.py`'s.
 - `test_notebook_executes` (slow): every cell runs in a fresh kernel of *this* interpreter
   (sys.executable, whatever `python3` kernelspecs are installed elsewhere), cwd notebooks/,
-  with SPECJAX_PROFILE=ci (SPECJAX_NOTEBOOK_PROFILE=<profile> picks another, e.g. cpu-tiny),
+  with SPECJAX_PROFILE=ci (SPECJAX_NOTEBOOK_PROFILE=<profile> picks another, e.g. cpu-smollm2),
   MPLBACKEND=Agg and SPECJAX_NOTEBOOK_OUT=<tmp_path>. A failing cell is reported with its
   source, its line in the `.py` and the traceback. Every notebook defines the `ci` profile:
   the smallest run that still executes every cell, method, table, figure and losslessness
@@ -17,8 +17,9 @@ empty notebooks/ directory collects no tests at all.
 
 Run as a script (`make notebooks`), this module instead executes every notebook in place:
 `jupytext --sync`, then execute the `.ipynb` and write it back with its outputs. Its default
-profile is `cpu-tiny`, the one whose outputs are committed.
-    python tests/test_notebooks.py [--profile cpu-tiny] [notebooks/<name>.py ...]
+profile is `cpu-smollm2` (SmolLM2-135M-Instruct and its zoo drafters; the DynaTree notebook, which
+has no SmolLM2 draft LM, says so and runs `cpu-tiny`), the one whose outputs are committed.
+    python tests/test_notebooks.py [--profile cpu-smollm2] [notebooks/<name>.py ...]
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
-DEFAULT_PROFILE = "cpu-tiny"  # `make notebooks`: the committed outputs
+DEFAULT_PROFILE = "cpu-smollm2"  # `make notebooks`: the committed outputs (dynatree: cpu-tiny, it says why)
 # What `test_notebook_executes` runs: the notebooks' smoke-test profile.
 TEST_PROFILE = os.environ.get("SPECJAX_NOTEBOOK_PROFILE", "ci")
 # Per-cell limit in seconds (nbclient's `timeout`); a whole notebook may take longer.

@@ -50,17 +50,23 @@ def _median_ms(fn, *args, reps: int) -> float:
     return 1e3 * median_seconds(fn, *args, repeats=reps)
 
 
+def _with_params(fn, params):
+    """fn(params, *args) jitted, as a function of *args: the weights enter as arguments, as in the decode
+    loop. (Closed over, they would be compile-time constants: XLA then folds layouts into them, e.g. the
+    tied LM head's 113 MB transpose on SmolLM2, and times a program the loop never runs.)"""
+    return functools.partial(jax.jit(fn), params)
+
+
 def _ar_step(target, batch: int):
     """One jitted autoregressive step of the target: (cache, root int32[B]) -> (next token, cache)."""
     cfg, params = target
     ones = jnp.ones((batch, 1, 1), bool)
 
-    @jax.jit
-    def ar_step(cache, root):
+    def ar_step(params, cache, root):
         logits, cache = forward(params, cfg, root[:, None], cache.lengths[:, None], ones, cache)
         return jnp.argmax(logits[:, 0], axis=-1), cache
 
-    return ar_step
+    return _with_params(ar_step, params)
 
 
 def _state_after(target, drafter, draft_params, tokens, lengths, rounds: int, max_new: int, sampling: Sampling):
@@ -107,10 +113,10 @@ def _round_split(target, drafter, draft_params, tokens, lengths, rounds_before, 
     mask_fn = jax.jit(functools.partial(ancestor_mask, max_depth=drafter.max_depth))  # as the loop builds it
     mask = mask_fn(tree)
 
-    @jax.jit
-    def verify(cache, tree, mask, root):
+    def verify(params, cache, tree, mask, root):
         return tree_forward(params, cfg, tree, root, cache, layers, mask=mask)
 
+    verify = _with_params(verify, params)
     t_logits, t_cache, feats = verify(state.cache, tree, mask, state.root)
 
     @jax.jit
@@ -190,9 +196,10 @@ def domino_split(target, drafter, draft_params, tokens, lengths, *, rounds_befor
         tree = chain_tree(head(ds, rows, base, root, jax.random.key(0))[0])
         layers = tuple(drafter.target_layers)
 
-        @jax.jit
-        def verify(cache, tree, root):
+        def verify(params, cache, tree, root):
             return tree_forward(params, cfg, tree, root, cache, layers, drafter.max_depth)
+
+        verify = _with_params(verify, params)
 
         return {
             "backbone": _median_ms(backbone, ds, root, active, reps=reps),
@@ -245,9 +252,10 @@ def graft_split(target, drafter, draft_params, tokens, lengths, *, rounds_before
         mask, pos = mask_fn(tree, state.cache.lengths)
         layers = tuple(drafter.target_layers)
 
-        @jax.jit
-        def verify(cache, tree, mask, pos, root):
+        def verify(params, cache, tree, mask, pos, root):
             return tree_forward(params, cfg, tree, root, cache, layers, mask=mask, positions=pos)[0]
+
+        verify = _with_params(verify, params)
 
         t_logits = verify(state.cache, tree, mask, pos, root)
 

@@ -312,7 +312,7 @@ class Attention(llama.Attention):
 
     def __init__(self, cfg: llama.LlamaConfig, dtype, rngs: nnx.Rngs):
         e, h, k, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.cfg = cfg
+        self.cfg, self.fused = cfg, False  # separate q / k / v kernels (`llama.Attention`'s unfused form)
         self.q = init_normal(rngs, (2 * e, h, d), dtype)
         self.k = init_normal(rngs, (2 * e, k, d), dtype)
         self.v = init_normal(rngs, (2 * e, k, d), dtype)

@@ -175,12 +175,18 @@ class LlamaConfig:
 
 
 class Attention(nnx.Module):
-    def __init__(self, cfg: LlamaConfig, dtype, rngs: nnx.Rngs):
+    """Grouped-query self-attention. `fused`: the q, k and v kernels as one [E, H + 2K, D] array `qkv`
+    (one matrix product per layer instead of three; `fuse_layer`), else `q` [E, H, D], `k` / `v` [E, K, D]."""
+
+    def __init__(self, cfg: LlamaConfig, dtype, rngs: nnx.Rngs, fused: bool = False):
         e, h, k, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.cfg = cfg
-        self.q = init_normal(rngs, (e, h, d), dtype)
-        self.k = init_normal(rngs, (e, k, d), dtype)
-        self.v = init_normal(rngs, (e, k, d), dtype)
+        self.cfg, self.fused = cfg, fused
+        if fused:
+            self.qkv = init_normal(rngs, (e, h + 2 * k, d), dtype)
+        else:
+            self.q = init_normal(rngs, (e, h, d), dtype)
+            self.k = init_normal(rngs, (e, k, d), dtype)
+            self.v = init_normal(rngs, (e, k, d), dtype)
         self.o = init_normal(rngs, (h, d, e), dtype)
         if cfg.qkv_bias:
             self.q_bias = nnx.Param(jnp.zeros((h, d), dtype))
@@ -192,33 +198,53 @@ class Attention(nnx.Module):
             self.q_norm = RMSNorm(d, cfg.rms_norm_eps, dtype)
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps, dtype)
 
-    def queries(self, x, positions):
-        """x: [B, T, E] -> rotated queries [B, T, H, D] (bias, Qwen3 q_norm, rotary)."""
+    def _kernels(self):
+        """(q [E, H, D], k [E, K, D], v [E, K, D]) kernels, sliced out of `qkv` when fused."""
+        if not self.fused:
+            return self.q[...], self.k[...], self.v[...]
+        h, k = self.cfg.num_heads, self.cfg.num_kv_heads
+        qkv = self.qkv[...]
+        return qkv[:, :h], qkv[:, h:h + k], qkv[:, h + k:]
+
+    def _finish_queries(self, q, positions):
+        """Projected queries [B, T, H, D] -> rotated (bias, Qwen3 q_norm, rotary)."""
         cfg = self.cfg
-        q = split_heads(x, self.q[...])  # [B, T, H, D]
         if cfg.qkv_bias:
             q = q + self.q_bias[...]
         if cfg.qk_norm:
             q = self.q_norm(q)
         return apply_rotary(q, positions, cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
 
-    def keys_values(self, x, positions):
-        """x: [B, T, E] -> (rotated keys, values) [B, T, K, D] each (bias, Qwen3 k_norm, rotary).
-        DFlash also projects the target's context features through this."""
+    def _finish_keys_values(self, k, v, positions):
+        """Projected keys, values [B, T, K, D] -> (rotated keys, values) (bias, Qwen3 k_norm, rotary)."""
         cfg = self.cfg
-        k = split_heads(x, self.k[...])  # [B, T, K, D]
-        v = split_heads(x, self.v[...])  # [B, T, K, D]
         if cfg.qkv_bias:
             k, v = k + self.k_bias[...], v + self.v_bias[...]
         if cfg.qk_norm:
             k = self.k_norm(k)
         return apply_rotary(k, positions, cfg.head_dim, cfg.rope_theta, cfg.rope_scaling), v
 
+    def queries(self, x, positions):
+        """x: [B, T, E] -> rotated queries [B, T, H, D] (bias, Qwen3 q_norm, rotary)."""
+        return self._finish_queries(split_heads(x, self._kernels()[0]), positions)
+
+    def keys_values(self, x, positions):
+        """x: [B, T, E] -> (rotated keys, values) [B, T, K, D] each (bias, Qwen3 k_norm, rotary).
+        DFlash also projects the target's context features through this."""
+        _, k, v = self._kernels()
+        return self._finish_keys_values(split_heads(x, k), split_heads(x, v), positions)
+
     def __call__(self, x, positions, mask, kv: LayerKV):
         """x: [B, T, E]; kv: the stacked cache and this layer's index. Returns (out, kv)."""
         cfg = self.cfg
-        q = self.queries(x, positions)
-        kv = kv.append(*self.keys_values(x, positions))
+        if self.fused:  # one product, then the head axis split into q | k | v
+            h, k = cfg.num_heads, cfg.num_kv_heads
+            qkv = split_heads(x, self.qkv[...])  # [B, T, H + 2K, D]
+            q = self._finish_queries(qkv[:, :, :h], positions)
+            keys, values = self._finish_keys_values(qkv[:, :, h:h + k], qkv[:, :, h + k:], positions)
+        else:
+            q, (keys, values) = self.queries(x, positions), self.keys_values(x, positions)
+        kv = kv.append(keys, values)
         out = kv.attend(q, mask, cfg.head_dim**-0.5)  # [B, T, H, D]
         out = merge_heads(out, self.o[...])  # [B, T, E]
         if cfg.o_bias:
@@ -227,30 +253,89 @@ class Attention(nnx.Module):
 
 
 class MLP(nnx.Module):
-    def __init__(self, cfg: LlamaConfig, dtype, rngs: nnx.Rngs):
-        self.act = ACTIVATIONS[cfg.hidden_act]
+    """SwiGLU MLP down(act(gate(x)) * up(x)). `fused`: gate and up as one [E, 2F] `gate_up_proj`."""
+
+    def __init__(self, cfg: LlamaConfig, dtype, rngs: nnx.Rngs, fused: bool = False):
+        self.act, self.fused = ACTIVATIONS[cfg.hidden_act], fused
         lin = dict(use_bias=cfg.mlp_bias, kernel_init=nnx.initializers.normal(0.02), param_dtype=dtype, rngs=rngs)
-        self.gate_proj = nnx.Linear(cfg.hidden_size, cfg.intermediate_size, **lin)
-        self.up_proj = nnx.Linear(cfg.hidden_size, cfg.intermediate_size, **lin)
+        if fused:
+            self.gate_up_proj = nnx.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, **lin)
+        else:
+            self.gate_proj = nnx.Linear(cfg.hidden_size, cfg.intermediate_size, **lin)
+            self.up_proj = nnx.Linear(cfg.hidden_size, cfg.intermediate_size, **lin)
         self.down_proj = nnx.Linear(cfg.intermediate_size, cfg.hidden_size, **lin)
 
     def __call__(self, x):  # [B, T, E] -> [B, T, E]
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        if self.fused:
+            gate, up = jnp.split(self.gate_up_proj(x), 2, axis=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(self.act(gate) * up)
 
 
 class Block(nnx.Module):
     """One transformer layer; `model.forward` scans it over the stacked layer params."""
 
-    def __init__(self, cfg: LlamaConfig, dtype, rngs: nnx.Rngs):
+    def __init__(self, cfg: LlamaConfig, dtype, rngs: nnx.Rngs, fused: bool = False):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
-        self.self_attn = Attention(cfg, dtype, rngs)
+        self.self_attn = Attention(cfg, dtype, rngs, fused)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
-        self.mlp = MLP(cfg, dtype, rngs)
+        self.mlp = MLP(cfg, dtype, rngs, fused)
 
     def __call__(self, x, positions, mask, kv: LayerKV):
         attn, kv = self.self_attn(self.input_layernorm(x), positions, mask, kv)
         x = x + attn
         return x + self.mlp(self.post_attention_layernorm(x)), kv
+
+
+def FusedBlock(cfg: LlamaConfig, dtype, rngs: nnx.Rngs) -> Block:
+    """`Block` holding `fuse_layer`'s params: what one layer of the unstacked layout runs."""
+    return Block(cfg, dtype, rngs, fused=True)
+
+
+# Fused projections (the unstacked layout's per-layer copies, `specjax.models.model.unstack_layers`): at
+# batch 1 a decode step is a chain of small matrix-vector products, and on XLA:CPU three products of
+# [E, 576 | 192 | 192] cost more than one of [E, 960] over the same weights (SmolLM2-135M). Checkpoints,
+# sharding and the scanned layout keep the separate arrays; `unfuse_layer` restores them exactly.
+_MLP_PAIR = ("gate_proj", "up_proj")
+
+
+def is_fused(layer: dict) -> bool:
+    """Whether one layer's plain params are `fuse_layer`'s."""
+    return "qkv" in layer.get("self_attn", {})
+
+
+def fuse_layer(layer: dict) -> dict:
+    """One Llama-family layer's plain params (leaves without a layer axis) with q, k, v concatenated
+    on the head axis into `qkv` [E, H + 2K, D] and the MLP's gate and up projections into
+    `gate_up_proj` (kernel [E, 2F], bias [2F]): `FusedBlock`'s params. Anything else is returned as is."""
+    attn, mlp = layer.get("self_attn", {}), layer.get("mlp", {})
+    if not {"q", "k", "v"} <= set(attn) or not set(_MLP_PAIR) <= set(mlp):
+        return layer
+    attn = {**{n: a for n, a in attn.items() if n not in ("q", "k", "v")},
+            "qkv": jnp.concatenate([attn["q"], attn["k"], attn["v"]], axis=1)}
+    gate, up = mlp["gate_proj"], mlp["up_proj"]
+    fused = {name: jnp.concatenate([gate[name], up[name]], axis=-1) for name in gate}
+    mlp = {**{n: a for n, a in mlp.items() if n not in _MLP_PAIR}, "gate_up_proj": fused}
+    return {**layer, "self_attn": attn, "mlp": mlp}
+
+
+def unfuse_layer(layer: dict) -> dict:
+    """The inverse of `fuse_layer` (exact: slices of the concatenations); H = the `o` kernel's
+    leading axis, F = half of `gate_up_proj`'s. Unfused params are returned as is."""
+    if not is_fused(layer):
+        return layer
+    attn, mlp = layer["self_attn"], layer["mlp"]
+    h = attn["o"].shape[0]
+    k = (attn["qkv"].shape[1] - h) // 2
+    qkv = attn["qkv"]
+    attn = {**{n: a for n, a in attn.items() if n != "qkv"},
+            "q": qkv[:, :h], "k": qkv[:, h:h + k], "v": qkv[:, h + k:]}
+    halves = {name: jnp.split(a, 2, axis=-1) for name, a in mlp["gate_up_proj"].items()}
+    mlp = {**{n: a for n, a in mlp.items() if n != "gate_up_proj"},
+           "gate_proj": {name: pair[0] for name, pair in halves.items()},
+           "up_proj": {name: pair[1] for name, pair in halves.items()}}
+    return {**layer, "self_attn": attn, "mlp": mlp}
 
 
 def Outer(cfg: LlamaConfig, dtype, rngs: nnx.Rngs) -> EmbedAndHead:
