@@ -51,7 +51,7 @@ import pandas as pd
 from specjax import Pipeline, Sampling, ancestor_mask, generate, generate_ar, pad_prompts
 from specjax.data.assets import AssetError, fetch
 from specjax.decode import cache_sizes, initial_state, speculative_round
-from specjax.showcase import SMOLLM2_LAYOUT, SMOLLM2_METHOD
+from specjax.zoo import SMOLLM2_LAYOUT, SMOLLM2_METHOD
 
 
 def real_model_cached() -> bool:

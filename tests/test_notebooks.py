@@ -38,8 +38,10 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 DEFAULT_PROFILE = "cpu-smollm2"  # `make notebooks`: the committed outputs (dynatree: cpu-tiny, it says why)
 # What `test_notebook_executes` runs: the notebooks' smoke-test profile.
 TEST_PROFILE = os.environ.get("SPECJAX_NOTEBOOK_PROFILE", "ci")
-# Per-cell limit in seconds (nbclient's `timeout`); a whole notebook may take longer.
+# Per-cell limit in seconds (nbclient's `timeout`); a whole notebook may take longer. `make notebooks`
+# (`main`) allows MAKE_CELL_TIMEOUT: cpu-smollm2's Table 1 cells run ~10 minutes on 2 cores.
 CELL_TIMEOUT = int(os.environ.get("SPECJAX_NOTEBOOK_TIMEOUT", "900"))
+MAKE_CELL_TIMEOUT = int(os.environ.get("SPECJAX_NOTEBOOK_TIMEOUT", "3600"))
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -279,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         nb = nbformat.read(ipynb, as_version=4)
         print(f"executing {_rel(ipynb)} (SPECJAX_PROFILE={args.profile})", flush=True)
         try:
-            execute_notebook(nb, env=notebook_env(args.profile, mpl_backend=INLINE_BACKEND), name=rel, notebook_py=notebook)
+            execute_notebook(nb, env=notebook_env(args.profile, mpl_backend=INLINE_BACKEND), name=rel,
+                             notebook_py=notebook, timeout=MAKE_CELL_TIMEOUT)
         except NotebookCellError as e:
             print(e, file=sys.stderr)
             failed.append(rel)

@@ -38,6 +38,15 @@ DRAFTERS = ("tiny-neox-dflash", "smollm2-135m-dflash", "tiny-neox-eagle3", "smol
             "smollm2-135m-domino")
 EOS_ID = 0
 
+# The fastest method measured for SmolLM2-135M-Instruct on 2 CPU cores with the zoo's drafters:
+# DDTree over the block-8 DFlash drafter with 4 of its 8 nodes grafted from the successor table
+# (`ddtree-8:ret=4`): 1.04x - 1.23x AR (mean 1.19x, tau 2.11) on 20 prompts of each of six datasets,
+# against 0.95x - 1.17x for plain ddtree-8; on `make run`'s prompt (a cold table) 1.10x against 0.88x.
+# The target in the "dual" layer layout (AR steps unstacked, verify forwards scanned: each at its
+# faster one). docs/results.md, "SmolLM2-135M-Instruct".
+SMOLLM2_METHOD = "ddtree-8:ret=4"
+SMOLLM2_LAYOUT = "dual"  # `make run` (specjax.showcase) and the quickstart use them
+
 __all__ = ["ZOO_DIR", "NAMES", "DRAFTERS", "EOS_ID", "path", "load", "load_drafter", "has", "load_tokenizer",
            "encode"]
 
