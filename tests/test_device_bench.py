@@ -83,6 +83,19 @@ def test_bandwidth_bound_arithmetic_on_made_up_numbers():
         device.bandwidth_bound(0, 3200.0, 1.0)
 
 
+def test_a_figure_that_cannot_be_computed_is_logged_as_a_dash(monkeypatch):
+    """On a busy machine the AR difference t(N) - t(1) can come out <= 0: its ratios are None, and the log
+    says "-" for them instead of crashing (CI once failed there)."""
+    ar = {"ms_per_token": 0.0, "generate_N_ms": 1.0, "generate_1_ms": 1.0, "tokens_per_s": None,
+          "long_cache": {"slots": 2048, "ms_per_token": 0.5, "ratio_to_short_cache": None}}
+    monkeypatch.setattr(device, "time_ar", lambda *a: ar)
+    lines = []
+    out = device._time_layout(None, None, "stacked", ["ar"], device.Settings.for_platform("cpu", **SMALL), 1000,
+                              {"measured_GBps": 10.0}, lines.append)
+    assert out["ar"]["ratio_to_bound"] == 0.0 and out["ar"]["long_cache"]["ratio_to_short_cache"] is None
+    assert lines[1].endswith("0.500 ms/token, -x the short cache's")
+
+
 def test_named_shapes_carry_the_hf_numbers():
     q, s, p = device.SHAPES["qwen3-8b"], device.SHAPES["smollm2-135m"], device.SHAPES["pythia-410m"]
     assert (q.vocab_size, q.hidden_size, q.num_layers, q.num_heads, q.num_kv_heads, q.head_dim, q.intermediate_size,

@@ -70,7 +70,7 @@ import numpy as np
 
 from specjax.bench.methods import parse_method
 from specjax.bench.round_split import round_split
-from specjax.bench.timing import compile_totals
+from specjax.bench.timing import compile_totals, format_figure
 from specjax.decode import generate, generate_ar
 from specjax.drafters.ddtree import DDTreeDrafter, select_tree
 from specjax.drafters.dflash import DFlashDrafter
@@ -437,11 +437,6 @@ def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print) -
     return report
 
 
-def _fmt(x, spec: str) -> str:
-    """x formatted with `spec`, or "n/a" for a figure that could not be computed (None)."""
-    return "n/a" if x is None else format(x, spec)
-
-
 def _time_layout(cfg, params, layout: str, parts, s: Settings, weights: int, bandwidth: dict | None, log) -> dict:
     """The layout-dependent parts (ar, verify, compile, round) of one shape with its params in `layout`."""
     out = {}
@@ -450,11 +445,11 @@ def _time_layout(cfg, params, layout: str, parts, s: Settings, weights: int, ban
         out["ar"] = {**ar, **bandwidth_bound(weights, bandwidth["measured_GBps"], ar["ms_per_token"])}
         log(f"[{layout}] AR decode: {ar['ms_per_token']:.3f} ms/token (prompt {s.prompt_len}, {s.new_tokens} new); "
             f"bound {out['ar']['bound_ms_per_token']:.3f} ms (weights / measured bandwidth), ratio "
-            f"{_fmt(out['ar']['ratio_to_bound'], '.2f')}")
+            f"{format_figure(out['ar']['ratio_to_bound'], '.2f')}")
         if "long_cache" in ar:
             lc = ar["long_cache"]
             log(f"[{layout}] AR decode on a {lc['slots']}-slot cache: {lc['ms_per_token']:.3f} ms/token, "
-                f"{_fmt(lc['ratio_to_short_cache'], '.2f')}x the short cache's")
+                f"{format_figure(lc['ratio_to_short_cache'], '.2f')}x the short cache's")
     if "verify" in parts:
         out["verify"] = time_verify(cfg, params, s)
         log(f"[{layout}] verify forward at context {s.context}: " + ", ".join(

@@ -119,7 +119,7 @@ from tqdm import tqdm
 
 from specjax.bench.batching import call_times, calls_of, check_batches, group_batches, row_outputs
 from specjax.bench.methods import Method, parse_method
-from specjax.bench.timing import timed_call
+from specjax.bench.timing import format_figure, timed_call
 from specjax.decode import generate, generate_ar
 from specjax.drafters.protocol import CarriesOver
 from specjax.equality import Agreement, compare_with_ar
@@ -516,10 +516,6 @@ def environment(target_name: str, draft_name: str | None, target_params, extra: 
 # ======================================================================== output
 
 
-def _fmt(x, spec: str, scale: float = 1.0) -> str:
-    return "-" if x is None else format(x * scale, spec)
-
-
 def agrees_with_ar(r: MethodResult) -> str:
     """The "=AR" cell: "yes" (identical on every counted prompt), "~N" (N prompts part from AR at a
     near-tie), "NO<N>" (N prompts differ beyond it), "NO", or "-" (not compared)."""
@@ -590,12 +586,13 @@ def format_table(results: list[MethodResult]) -> str:
     head = " ".join(name.ljust(width) if i == 0 else name.rjust(width) for i, (name, width) in enumerate(cols))
     lines = [head, "-" * len(head)]
     for r in results:
-        cells = [r.method, _fmt(r.throughput, ".1f"), _fmt(r.throughput_std, ".1f")]
-        cells += [_fmt(r.aggregate_throughput, ".1f"), _fmt(r.aggregate_throughput_std, ".1f")] if batched else []
-        cells += [_fmt(r.speedup, ".2f"), _fmt(r.efficiency, ".2f"), _fmt(r.acceptance_rate, ".1f", 100),
-                  _fmt(r.node_acceptance_rate, ".1f", 100), _fmt(r.tokens_per_iteration, ".2f"),
-                  _fmt(r.avg_path_length, ".2f"), _fmt(r.ttft_ms, ".2f"), _fmt(r.tpot_ms, ".3f"),
-                  _fmt(r.mean_tree_nodes, ".1f"), _fmt(r.mean_tree_depth, ".2f"), agrees_with_ar(r)]
+        f = format_figure
+        cells = [r.method, f(r.throughput, ".1f"), f(r.throughput_std, ".1f")]
+        cells += [f(r.aggregate_throughput, ".1f"), f(r.aggregate_throughput_std, ".1f")] if batched else []
+        cells += [f(r.speedup, ".2f"), f(r.efficiency, ".2f"), f(r.acceptance_rate, ".1f", 100),
+                  f(r.node_acceptance_rate, ".1f", 100), f(r.tokens_per_iteration, ".2f"), f(r.avg_path_length, ".2f"),
+                  f(r.ttft_ms, ".2f"), f(r.tpot_ms, ".3f"), f(r.mean_tree_nodes, ".1f"), f(r.mean_tree_depth, ".2f"),
+                  agrees_with_ar(r)]
         lines.append(" ".join(c.ljust(width) if i == 0 else c.rjust(width)
                               for i, (c, (_, width)) in enumerate(zip(cells, cols))))
     if any(r.near_ties or r.mismatches for r in results):

@@ -25,6 +25,11 @@ def timed_call(run, *args):
             gc.enable()
 
 
+def format_figure(x, spec: str, scale: float = 1.0) -> str:
+    """x * scale formatted with `spec`, or "-" for a figure that was not measured or could not be (None)."""
+    return "-" if x is None else format(x * scale, spec)
+
+
 def median_seconds(run, *args, repeats: int) -> float:
     """Median seconds of `repeats` timed calls `run(*args)` (no warm-up: compile first)."""
     return statistics.median(timed_call(run, *args)[1] for _ in range(repeats))
