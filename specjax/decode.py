@@ -39,7 +39,7 @@ from specjax.inputs import check_generate_args, is_traced, validate_prompts
 from specjax.models.cache import KVCache, advance, check_capacity, commit, init_cache
 from specjax.models.model import ModelConfig, forward, outer_params, prefill_tapped, prefill_unchecked
 from specjax.numerics import DEFAULT_PRECISION, decode_compiler_options, matmul_scope
-from specjax.ops import device_widths
+from specjax.ops import argmax, device_widths
 from specjax.ops import top_k as top_k_op
 from specjax.sampling import Sampling
 from specjax.sharding import init_cache_on, mesh_of, replicate
@@ -72,6 +72,8 @@ class GenerateOutput:
 
 def pick_token(logits: jax.Array, key: jax.Array, sampling: Sampling) -> jax.Array:
     """One token int32[B] from logits f32[B, V] under `sampling` (argmax when greedy)."""
+    if sampling.greedy:  # the categorical of the greedy log-probs is the argmax, without a V-wide Gumbel draw
+        return argmax(logits)
     return jax.random.categorical(key, sampling.log_probs(logits), axis=-1).astype(jnp.int32)
 
 

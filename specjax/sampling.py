@@ -9,6 +9,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from specjax.ops import argmax
+
 __all__ = ["NEG_INF", "Sampling", "process_logits", "sampling_settings", "target_probs"]
 
 NEG_INF = -jnp.inf
@@ -103,7 +105,7 @@ def process_logits(logits: jax.Array, temperature, top_k=None, top_p=None) -> ja
         count = jnp.maximum(jnp.sum(before < p, axis=-1, keepdims=True), 1)
         threshold = jnp.take_along_axis(desc, count - 1, axis=-1)
         x = jnp.where((p < 1.0) & (probs < threshold), NEG_INF, x)
-    hard = jnp.where(jnp.arange(v) == jnp.argmax(logits, axis=-1, keepdims=True), 0.0, NEG_INF)
+    hard = jnp.where(jnp.arange(v) == argmax(logits)[..., None], 0.0, NEG_INF)
     return jnp.where(greedy, hard, x)
 
 

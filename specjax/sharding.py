@@ -35,7 +35,7 @@ exchanges one (max, index) pair per shard and row), and a tied embedding needs o
 for both uses. XLA's partitioner turns the lookup into a masked local gather plus an
 all-reduce of [B, T, E], the same as Megatron's vocab-parallel embedding.
 
-KV caches [L, B, S, K, D] hold the batch on "data" and the KV heads on "model"
+KV caches [L, B, K, S, D] hold the batch on "data" and the KV heads on "model"
 (`cache_shardings`): `generate_ar` allocates its cache so (`init_cache_on`, the one line
 `decode.py` needed); the caches `generate` and the drafters create inside the jit get the
 layout of the computation that writes them from XLA's sharding propagation. Every
@@ -184,11 +184,11 @@ def shard_batch(tokens: jax.Array, lengths: jax.Array, mesh: Mesh) -> tuple[jax.
 
 
 def cache_shardings(mesh: Mesh, batch: int, kv_heads: int) -> KVCache:
-    """The shardings of a KV cache (a `KVCache` of `NamedSharding`s): k / v [L, B, S, K, D]
+    """The shardings of a KV cache (a `KVCache` of `NamedSharding`s): k / v [L, B, K, S, D]
     with B on "data" and K on "model", lengths [B] on "data"; an axis a size is not
     divisible by stays replicated (a cache is scratch, not worth an error)."""
     on = lambda axis, size: axis if size % mesh.shape[axis] == 0 else None  # noqa: E731
-    kv = NamedSharding(mesh, P(_, on(DATA, batch), _, on(MODEL, kv_heads), _))
+    kv = NamedSharding(mesh, P(_, on(DATA, batch), on(MODEL, kv_heads), _, _))
     return KVCache(k=kv, v=kv, lengths=NamedSharding(mesh, P(on(DATA, batch))))
 
 

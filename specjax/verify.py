@@ -34,7 +34,7 @@ from flax import struct
 
 from specjax.models.cache import KVCache
 from specjax.models.model import ModelConfig, forward_tapped
-from specjax.ops import switch_on_width
+from specjax.ops import argmax, switch_on_width
 from specjax.ops import top_k as top_k_op
 from specjax.sampling import Sampling, process_logits, sampling_settings, target_probs
 from specjax.tree import Tree, ancestor_mask, match_child, node_positions
@@ -124,7 +124,7 @@ def greedy_walk(tree: Tree, logits: jax.Array, max_depth: int | None = None) -> 
     tree: Tree [B, N]; logits f32[B, N+1, V] (0 = root, i+1 = node i). The accepted
     tokens + bonus are exactly what plain greedy decoding would emit (ties: first index).
     """
-    return walk(tree, jnp.argmax(logits, axis=-1), max_depth)
+    return walk(tree, argmax(logits), max_depth)
 
 
 def sample_targets(logits: jax.Array, key: jax.Array, temperature, top_k=None, top_p=None) -> jax.Array:
@@ -210,7 +210,7 @@ def chain_rejection(
     resid = jnp.where(mass > 0, resid / jnp.where(mass > 0, mass, 1.0), p)
     resampled = jax.random.categorical(key_r, jnp.log(resid), axis=-1).astype(jnp.int32)  # [B, K+1]
 
-    greedy_tok = jnp.argmax(target_logits, axis=-1).astype(jnp.int32)  # [B, K+1]
+    greedy_tok = argmax(target_logits)  # [B, K+1]
     greedy_row = jnp.asarray(temperature, jnp.float32).reshape(-1) <= 0  # [1] or [B]
     accept = jnp.where(greedy_row[:, None], pos_ok & (draft_tokens == greedy_tok[:, :k]), accept)
     num = _leading_true(accept)
@@ -290,7 +290,7 @@ def verify_tree(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KV
         logits, cache, feats = tree_forward(params, cfg, sub, root, cache, feature_layers, max_depth)
         pad = ((0, 0), (0, budget - width))
         if sampling.greedy:  # greedy walk: the target's argmax per slot, [B, N+1] (past width + 1: unread)
-            out = jnp.pad(jnp.argmax(logits, axis=-1).astype(jnp.int32), pad)
+            out = jnp.pad(argmax(logits), pad)
         elif rejection:  # the full width only (checked below): the result itself
             out = chain_rejection(sub.tokens, draft_probs, logits, key, sampling.temperature, sampling.top_k,
                                   sampling.top_p)

@@ -79,8 +79,8 @@ def assert_caches_follow_output(params, cfg, draft_params, draft_cfg, prompts, s
         _, _, ref = prefill(p, c, tokens, lengths, init_cache(c, len(seqs), width))
         for b, m in enumerate(lens):
             # fp32: a K entry of ~10 may differ in its last bits between a tree forward and a prefill
-            np.testing.assert_allclose(np.asarray(cache.k[:, b, :m]), np.asarray(ref.k[:, b, :m]), atol=1e-5, rtol=2e-6)
-            np.testing.assert_allclose(np.asarray(cache.v[:, b, :m]), np.asarray(ref.v[:, b, :m]), atol=1e-5, rtol=2e-6)
+            np.testing.assert_allclose(np.asarray(cache.k[:, b, :, :m]), np.asarray(ref.k[:, b, :, :m]), atol=1e-5, rtol=2e-6)
+            np.testing.assert_allclose(np.asarray(cache.v[:, b, :, :m]), np.asarray(ref.v[:, b, :, :m]), atol=1e-5, rtol=2e-6)
         assert np.isfinite(np.asarray(cache.k)).all() and np.isfinite(np.asarray(cache.v)).all()
 
 

@@ -114,7 +114,7 @@ def assert_same_output(ref, out, mesh, what: str):
     assert S.is_sharded_over(out.tokens, mesh) and has_spec(out.tokens, P("data")), out.tokens.sharding
     np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(ref.tokens), err_msg=what)
     np.testing.assert_array_equal(np.asarray(out.num_tokens), np.asarray(ref.num_tokens), err_msg=what)
-    rows = {shard.data.shape[1] for shard in out.cache.k.addressable_shards}  # k [L, B, S, K, D]
+    rows = {shard.data.shape[1] for shard in out.cache.k.addressable_shards}  # k [L, B, K, S, D]
     assert rows == {len(PROMPTS) // mesh.shape["data"]}, f"{what}: target cache {out.cache.k.sharding}"
     print(f"{what}: identical, {np.asarray(out.num_tokens).tolist()} tokens per row", flush=True)
     print("  tokens:", np.asarray(out.tokens).tolist(), flush=True)
@@ -200,12 +200,12 @@ def check_layout():
     replicated = S.replicate({"w": params["embed"]["embedding"], "none": None}, mesh)
     assert replicated["none"] is None and has_spec(replicated["w"], P())
     assert S.mesh_of(params) is None and S.mesh_of(placed) == mesh and S.mesh_of(params, tokens) == mesh
-    # generate_ar's cache is allocated in its shards: [L, B, S, K, D] = [3, 4, 16, 4, 8] -> [3, 2, 16, 2, 8] each
+    # generate_ar's cache is allocated in its shards: [L, B, K, S, D] = [3, 4, 4, 16, 8] -> [3, 2, 2, 16, 8] each
     cache = S.init_cache_on(mesh, QWEN, 4, 16, np.float32)
-    assert has_spec(cache.k, P(None, "data", None, M, None)) and has_spec(cache.lengths, P("data"))
-    assert {s.data.shape for s in cache.v.addressable_shards} == {(3, 2, 16, 2, 8)}
+    assert has_spec(cache.k, P(None, "data", M, None, None)) and has_spec(cache.lengths, P("data"))
+    assert {s.data.shape for s in cache.v.addressable_shards} == {(3, 2, 2, 16, 8)}
     odd = S.init_cache_on(mesh, QWEN, 3, 16, np.float32)  # 3 rows: the batch stays whole, the heads split
-    assert has_spec(odd.k, P(None, None, None, M, None)) and not np.asarray(odd.k).any()
+    assert has_spec(odd.k, P(None, None, M, None, None)) and not np.asarray(odd.k).any()
     assert one_device(S.init_cache_on(None, QWEN, 4, 16, np.float32).k)
 
 
@@ -220,7 +220,7 @@ def check_generate_ar():
             sharded = S.shard_params(params, cfg, mesh)
             out = generate_ar(sharded, cfg, *S.shard_batch(tokens, lengths, mesh), MAX_NEW, eos_ids=EOS)
             assert_same_output(ref, out, mesh, f"generate_ar {cfg.model_type} data={data} model={model}")
-            assert has_spec(out.cache.k, P(None, "data", None, M, None)), out.cache.k.sharding
+            assert has_spec(out.cache.k, P(None, "data", M, None, None)), out.cache.k.sharding
             assert_second_call_compiles_and_transfers_nothing(
                 _generate_ar, lambda t, n: generate_ar(sharded, cfg, t, n, MAX_NEW, eos_ids=EOS), mesh)
 

@@ -170,8 +170,8 @@ def test_tree_forward_matches_path_decoding_and_commit(variant, data):
     np.testing.assert_array_equal(np.asarray(cache.lengths), np.asarray(direct.lengths))
     for r in range(b):
         m = int(direct.lengths[r])
-        np.testing.assert_allclose(np.asarray(cache.k[:, r, :m]), np.asarray(direct.k[:, r, :m]), atol=1e-5, rtol=0)
-        np.testing.assert_allclose(np.asarray(cache.v[:, r, :m]), np.asarray(direct.v[:, r, :m]), atol=1e-5, rtol=0)
+        np.testing.assert_allclose(np.asarray(cache.k[:, r, :, :m]), np.asarray(direct.k[:, r, :, :m]), atol=1e-5, rtol=0)
+        np.testing.assert_allclose(np.asarray(cache.v[:, r, :, :m]), np.asarray(direct.v[:, r, :, :m]), atol=1e-5, rtol=0)
 
 
 def test_attention_reads_only_the_visible_prefix(monkeypatch):
@@ -199,11 +199,11 @@ def test_attention_reads_only_the_visible_prefix(monkeypatch):
             tokens, lengths = pad_prompts(prompts)
             _, _, cache = prefill(params, cfg, tokens, lengths, init_cache(cfg, 2, slots))
             if minimum == 32:  # poison every slot past the bucket the step may read
-                cache = cache.replace(k=cache.k.at[:, :, bucket:].set(jnp.nan), v=cache.v.at[:, :, bucket:].set(jnp.nan))
+                cache = cache.replace(k=cache.k.at[:, :, :, bucket:].set(jnp.nan), v=cache.v.at[:, :, :, bucket:].set(jnp.nan))
             step = jnp.asarray([[5, 7, 11], [13, 17, 19]], jnp.int32)
             positions = cache.lengths[:, None] + jnp.asarray([0, 1, 1], jnp.int32)[None]
             logits, after = forward_jit(params, cfg, step, positions, jnp.broadcast_to(tree, (2, 3, 3)), cache)
-            written = after.k[:, :, :bucket]
+            written = after.k[:, :, :, :bucket]
             results[prompt_lengths, minimum] = (np.asarray(logits), np.asarray(written))
         tokens, lengths = pad_prompts(results[(9, 4), "prompts"])
         results["generate", minimum] = np.asarray(generate_ar(params, cfg, tokens, lengths, 12, eos_ids=(),

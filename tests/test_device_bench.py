@@ -67,6 +67,42 @@ def test_every_part_reports_positive_figures_with_units_and_settings(report):
         assert rnd["verify_width"] == 8 and rnd["tree_nodes"] == 8 and rnd["budget"] == 8  # prune_mass 0: full budget
 
 
+def test_products_floor_chains_the_steps_weight_matrices_and_the_ar_figure_is_compared_to_it(report):
+    tiny, bw = report["shapes"]["tiny"], report["bandwidth"]["measured_GBps"]
+    floor = tiny["products_floor"]
+    # tiny (Qwen3 flags, untied head): per layer q|k|v, o, gate|up, down; then the head kernel
+    cfg = device.SHAPES["tiny"]
+    norms = (2 * cfg.num_layers + 1) * cfg.hidden_size + 2 * cfg.num_layers * cfg.head_dim
+    assert floor["products"] == 4 * cfg.num_layers + 1 and _positive(floor["ms"])
+    assert floor["bytes"] == tiny["weight_bytes"] - 4 * (norms + cfg.vocab_size * cfg.hidden_size)  # no norm, no embedding
+    assert math.isclose(floor["ratio_to_bound"], floor["ms"] / (floor["bytes"] / (bw * 1e9) * 1e3), rel_tol=1e-9)
+    for parts in tiny["layouts"].values():
+        assert math.isclose(parts["ar"]["ratio_to_products_floor"], parts["ar"]["ms_per_token"] / floor["ms"])
+
+
+def test_step_products_are_smollm2s_matrices_as_a_decode_step_multiplies_them():
+    """Shapes only (no weights allocated): per layer the fused, output-major [out, in] kernels (used
+    transposed): [(H + 2K) * D, E] q|k|v, [E, H * D] o, [2F, E] gate|up, [E, F] down; then the tied
+    embedding [V, E], transposed."""
+    import jax
+    import jax.numpy as jnp
+
+    cfg = device.SHAPES["smollm2-135m"]
+    params = jax.eval_shape(lambda: device.random_params(cfg, jnp.float32))
+    flags = []
+
+    def matrices(p):
+        mats = device.step_products(cfg, p)
+        flags.extend(t for _, t in mats)
+        return [w for w, _ in mats]
+
+    shapes = jax.eval_shape(matrices, params)
+    layer = [((9 + 2 * 3) * 64, 576), (576, 9 * 64), (2 * 1536, 576), (576, 1536)]
+    assert [x.shape for x in shapes[:4]] == layer and len(shapes) == 4 * 30 + 1
+    assert [[x.shape for x in shapes[i:i + 4]] for i in range(0, 120, 4)] == [layer] * 30
+    assert shapes[-1].shape == (49152, 576) and flags == [True] * 121
+
+
 def test_bound_is_weight_bytes_over_measured_bandwidth(report):
     tiny, bw = report["shapes"]["tiny"], report["bandwidth"]["measured_GBps"]
     for parts in tiny["layouts"].values():  # the same weights in either layout: the same bound

@@ -154,8 +154,8 @@ def test_context_cache_equals_features_of_the_committed_tokens_after_every_round
                                                                jnp.float32), feats, jnp.asarray(ctx))
         for b in range(len(prompts)):
             m = int(ctx[b])
-            np.testing.assert_allclose(np.asarray(ds.cache.k[:, b, :m]), np.asarray(ref.k[:, b, :m]), atol=2e-5, rtol=1e-5)
-            np.testing.assert_allclose(np.asarray(ds.cache.v[:, b, :m]), np.asarray(ref.v[:, b, :m]), atol=2e-5, rtol=1e-5)
+            np.testing.assert_allclose(np.asarray(ds.cache.k[:, b, :, :m]), np.asarray(ref.k[:, b, :, :m]), atol=2e-5, rtol=1e-5)
+            np.testing.assert_allclose(np.asarray(ds.cache.v[:, b, :, :m]), np.asarray(ref.v[:, b, :, :m]), atol=2e-5, rtol=1e-5)
             n = int(pend[b])
             np.testing.assert_allclose(np.asarray(ds.pending[b, :n]), np.asarray(feats[b, m:m + n]), atol=2e-5, rtol=1e-5)
     assert rounds >= 3

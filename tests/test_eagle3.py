@@ -268,8 +268,8 @@ def test_draft_cache_holds_target_feature_rows_of_the_committed_tokens_after_eve
                            init_draft_cache(cfg, len(seqs), width, jnp.float32))
         for b, seq in enumerate(seqs):
             m, n = int(ctx[b]), int(pend[b])
-            np.testing.assert_allclose(ds.cache.k[:, b, :m], ref.k[:, b, :m], atol=2e-5, rtol=1e-5)
-            np.testing.assert_allclose(ds.cache.v[:, b, :m], ref.v[:, b, :m], atol=2e-5, rtol=1e-5)
+            np.testing.assert_allclose(ds.cache.k[:, b, :, :m], ref.k[:, b, :, :m], atol=2e-5, rtol=1e-5)
+            np.testing.assert_allclose(ds.cache.v[:, b, :, :m], ref.v[:, b, :, :m], atol=2e-5, rtol=1e-5)
             np.testing.assert_allclose(ds.pending[b, :n], feats[b, m:m + n], atol=2e-5, rtol=1e-5)
             assert np.asarray(ds.pending_tokens[b, : n - 1]).tolist() == seq[m + 1: m + n]
     assert rounds >= 3

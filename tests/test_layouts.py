@@ -47,7 +47,7 @@ def test_unstack_and_stack_are_inverse_and_idempotent(target):
 
 
 def test_a_per_layer_cache_holds_and_gives_what_the_stacked_one_does(target):
-    """`per_layer_cache` splits [L, B, S, K, D] into L arrays [1, B, S, K, D] (`stacked_cache` joins
+    """`per_layer_cache` splits [L, B, K, S, D] into L arrays [1, B, K, S, D] (`stacked_cache` joins
     them); a one-token forward of per-layer params over it returns the stacked forward's logits and
     writes the same K/V; `commit` and `advance` move the same slots; stacked params over a per-layer
     cache are refused, naming the fix."""
@@ -116,8 +116,9 @@ def test_feature_cache_and_checkpoints_do_not_depend_on_the_layout(target, tmp_p
 
 
 def test_llama_layers_are_fused_per_layer_and_unfused_exactly():
-    """Unstacked, a Llama-family layer holds q | k | v as one [E, H + 2K, D] kernel and gate | up as one
-    [E, 2F] projection (`llama.fuse_layer`, run by `FusedBlock`); stacking slices them back bit for bit,
+    """Unstacked, a Llama-family layer holds q | k | v as one output-major [H + 2K, D, E] kernel, o as
+    [E, H, D], gate | up as one [2F, E] and down as [E, F] (`llama.fuse_layer`, run by `FusedBlock`);
+    stacking transposes and slices them back bit for bit,
     and a forward through the fused copies (Qwen3 flags: q/k biases, qk-norm, GQA; an MLP bias) gives the
     scanned separate layers' logits and K/V. (Parity with transformers in every layout:
     test_model_parity.py.)"""
@@ -130,9 +131,13 @@ def test_llama_layers_are_fused_per_layer_and_unfused_exactly():
                           init_params(cfg, jax.random.key(3)))  # non-zero biases and norms
     flat = unstack_layers(params)
     layer = flat["layers"][1]
-    assert is_fused(layer) and layer["self_attn"]["qkv"].shape == (32, 4 + 2 * 2, 8)
-    assert layer["mlp"]["gate_up_proj"]["kernel"].shape == (32, 96) and layer["mlp"]["gate_up_proj"]["bias"].shape == (96,)
-    assert "q" not in layer["self_attn"] and "gate_proj" not in layer["mlp"]
+    attn, mlp = layer["self_attn"], layer["mlp"]
+    assert is_fused(layer) and attn["qkv"].shape == (4 + 2 * 2, 8, 32) and attn["out"].shape == (32, 4, 8)
+    assert mlp["gate_up"].shape == (96, 32) and mlp["gate_up_bias"].shape == (96,)
+    assert mlp["down"].shape == (32, 48) and mlp["down_bias"].shape == (32,)
+    assert not {"q", "o"} & set(attn) and not {"gate_proj", "down_proj"} & set(mlp)
+    np.testing.assert_array_equal(attn["qkv"][4 + 2 + 1, 5], params["layers"]["self_attn"]["v"][1, :, 1, 5])
+    np.testing.assert_array_equal(mlp["gate_up"][48 + 7], params["layers"]["mlp"]["up_proj"]["kernel"][1, :, 7])
     jax.tree.map(np.testing.assert_array_equal, stack_layers(flat), params)
     one = jax.tree.map(lambda x: x[1], params["layers"])
     assert fuse_layer(layer) is layer and unfuse_layer(one) is one  # each passes the other's form through
@@ -164,23 +169,23 @@ def test_pipeline_and_cli_choose_the_layout(capsys):
 
 def test_one_token_attention_of_a_batch_by_multiply_and_sum_is_grouped_query_attention():
     """At batch >= ONE_TOKEN_REDUCE_MIN_BATCH a one-token query attends by multiply-and-sum over the
-    [B, S, K, D] cache (no transposes); checked against a numpy softmax attention with grouped heads
+    [B, K, S, D] cache; checked against a numpy softmax attention with grouped heads
     and a ragged mask, and against the batched-product path on the same inputs."""
     from specjax.models import layers
 
     rng = np.random.default_rng(0)
     b, s, kh, g, d = layers.ONE_TOKEN_REDUCE_MIN_BATCH + 1, 37, 3, 2, 16
     q = rng.normal(size=(b, 1, kh * g, d)).astype(np.float32)
-    k, v = (rng.normal(size=(b, s, kh, d)).astype(np.float32) for _ in range(2))
+    k, v = (rng.normal(size=(b, kh, s, d)).astype(np.float32) for _ in range(2))
     visible = rng.integers(1, s + 1, b)
     mask = np.arange(s)[None, None, :] < visible[:, None, None]  # [B, 1, S]
     got = np.asarray(layers.attend(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(mask), 0.25))
     want = np.zeros_like(q)
     for r in range(b):
         for h in range(kh * g):
-            scores = k[r, :visible[r], h // g] @ q[r, 0, h] * 0.25
+            scores = k[r, h // g, :visible[r]] @ q[r, 0, h] * 0.25
             p = np.exp(scores - scores.max())
-            want[r, 0, h] = (p / p.sum()) @ v[r, :visible[r], h // g]
+            want[r, 0, h] = (p / p.sum()) @ v[r, h // g, :visible[r]]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     product = np.concatenate([np.asarray(layers.attend(jnp.asarray(q[i:i + 1]), jnp.asarray(k[i:i + 1]),
                                                        jnp.asarray(v[i:i + 1]), jnp.asarray(mask[i:i + 1]), 0.25))

@@ -1,4 +1,5 @@
-"""specjax/ops.py: width buckets and the width switch (exact branch choice at the edges)."""
+"""specjax/ops.py: width buckets and the width switch (exact branch choice at the edges), top-k and argmax
+against their references."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from specjax.ops import device_widths, switch_on_width, top_k, width_buckets
+from specjax.ops import argmax, device_widths, switch_on_width, top_k, width_buckets
 
 
 @pytest.mark.parametrize("width, smallest, factor, expected", [
@@ -68,3 +71,18 @@ def test_top_k_equal_zeros_ties_signed_zeros_by_index():
     values, indices = top_k(x, 2, equal_zeros=True)
     assert indices.tolist() == [[0, 1], [0, 1]]
     assert not np.signbit(np.asarray(values)).any()
+
+
+# Values drawn from a handful, so ties, infinities, signed zeros and NaNs are common.
+_SPECIAL = st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5, np.inf, -np.inf, np.nan, 3e38, -3e38])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 40), st.data())
+def test_argmax_is_numpys_first_argmax_with_ties_infinities_and_nans(rows, width, data):
+    x = np.asarray(data.draw(st.lists(st.lists(_SPECIAL, min_size=width, max_size=width), min_size=rows,
+                                       max_size=rows)), np.float32)
+    got = np.asarray(jax.jit(argmax)(jnp.asarray(x)))
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, np.argmax(x, axis=-1))
+    np.testing.assert_array_equal(got, np.asarray(jnp.argmax(jnp.asarray(x), axis=-1)))

@@ -27,6 +27,15 @@ scanned, unstacked or dual: `specjax.models.model.LAYOUTS`; JSON: shapes.<shape>
              the new tokens use the first slots, as in a server's preallocated cache) and
              its ratio to the short cache's: the cost of the unused slots (attention reads
              only a prefix bucket, `specjax.models.layers.LayerKV.attend`: goal ~1).
+             products_floor (once per shape): the weight products of one decode step alone,
+             as XLA compiles them on this device: a dependent chain of one-row products
+             x [B, in] @ W [in, out] over every weight matrix of the unstacked layout (fused
+             q|k|v and gate|up, output-major, where the family fuses them) and the LM head (the tied
+             embedding as x @ E^T), each x cut or repeated from the previous product's
+             output, nothing else (no attention, norm or cache); the fastest of `reps` calls
+             of one jitted chain. ratio_to_products_floor = AR ms/token / its ms: what the
+             rest of the step costs. Its own ratio to the bandwidth bound says how near
+             this backend's matrix-vector kernels come to the measured bandwidth.
   verify     target forward (`specjax.models.model.forward`, jitted, cache donated) of T
              pending tokens at a `context`-token context (cache lengths = context, zero
              K/V: values do not change the cost), for T in `verify_widths`, causal mask
@@ -74,6 +83,7 @@ from specjax.bench.timing import compile_totals, format_figure
 from specjax.decode import generate, generate_ar
 from specjax.drafters.ddtree import DDTreeDrafter, select_tree
 from specjax.drafters.dflash import DFlashDrafter
+from specjax.models import llama
 from specjax.models.cache import init_cache
 from specjax.models.dflash import DFlashConfig
 from specjax.models.gpt_neox import GPTNeoXConfig
@@ -259,6 +269,57 @@ def measure_bandwidth(mib: int, reps: int) -> dict:
             "spec_sheet_GBps": spec, "spec_sheet_note": "vendor peak figure, for reference; not used in the bound"}
 
 
+def step_products(cfg, params) -> list[tuple[jax.Array, bool]]:
+    """The weight matrices one decode step multiplies a row by, as (W, transposed): every
+    per-layer kernel of the unstacked layout as 2-D, and the LM head (the head kernel [E, V], or
+    the tied embedding [V, E], transposed). A fused Llama-family layer's kernels are output-major
+    (`specjax.models.llama.fuse_layer`): [out, in], transposed. Any other kernel is viewed as
+    [in, out], in = its leading axes whose product is the hidden, attention or MLP width (biases
+    and norms match none and are left out)."""
+    widths = {cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.intermediate_size}
+    out = []
+    for layer in with_layout(params, "unstacked")["layers"]:
+        if llama.is_fused(layer):
+            attn, mlp, e = layer["self_attn"], layer["mlp"], cfg.hidden_size
+            out += [(attn["qkv"].reshape(-1, e), True), (attn["out"].reshape(e, -1), True),
+                    (mlp["gate_up"], True), (mlp["down"], True)]
+            continue
+        for w in jax.tree.leaves(layer):
+            k = next((k for k in range(1, w.ndim) if int(np.prod(w.shape[:k])) in widths), None)
+            if k is not None:
+                out.append((w.reshape(int(np.prod(w.shape[:k])), -1), False))
+    head = params.get("head", {}).get("kernel")
+    out.append((params["embed"]["embedding"], True) if head is None else (head, False))
+    return out
+
+
+def time_products_floor(cfg, params, s: Settings) -> dict:
+    """`products_floor` (module docstring): the fastest of `reps` calls of one jitted dependent chain
+    of one-row products over `step_products`, ms, and the bytes it reads."""
+    mats = step_products(cfg, params)
+    transposed = tuple(t for _, t in mats)
+
+    @jax.jit
+    def chain(weights, x):
+        for w, t in zip(weights, transposed):
+            width = w.shape[1] if t else w.shape[0]
+            x = jnp.resize(x[0], (width,))[None] if x.shape[1] != width else x  # the next input from this output
+            x = x @ w.T if t else x @ w
+        return x
+
+    weights = [w for w, _ in mats]
+    x = jnp.ones((s.batch, mats[0][0].shape[0]), mats[0][0].dtype)
+    jax.block_until_ready(chain(weights, x))
+    times = []
+    for _ in range(s.reps):
+        start = time.perf_counter()
+        jax.block_until_ready(chain(weights, x))
+        times.append(time.perf_counter() - start)
+    return {"ms": min(times) * 1e3, "products": len(mats), "bytes": weight_bytes(weights),
+            "how": "fastest call of one jitted chain x @ W over the step's weight matrices (unstacked layout) "
+                   "and the LM head, each x cut or repeated from the previous output; nothing else"}
+
+
 def random_params(cfg, dtype, seed: int = 0):
     """init_params(cfg, key(seed), dtype) (one small jitted program per config)."""
     return init_params(cfg, jax.random.key(seed), dtype)
@@ -423,6 +484,13 @@ def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print) -
                  "num_params": int(sum(x.size for x in jax.tree.leaves(params)))}
         log(f"\n== {name} ({cfg.model_type}, {entry['num_params'] / 1e6:.1f}M params, {s.dtype}, "
             f"{entry['weight_bytes'] / 1e6:.1f} MB weights, batch {s.batch})")
+        if "ar" in parts:
+            floor = time_products_floor(cfg, params, s)
+            entry["products_floor"] = {**floor, **bandwidth_bound(floor["bytes"],
+                                                                  report["bandwidth"]["measured_GBps"], floor["ms"])}
+            log(f"the step's {floor['products']} weight products alone: {floor['ms']:.3f} ms "
+                f"({floor['bytes'] / 1e6:.1f} MB, {floor['bytes'] / floor['ms'] / 1e6:.1f} GB/s; "
+                f"{format_figure(entry['products_floor']['ratio_to_bound'], '.2f')}x their bandwidth bound)")
         if "select" in parts:
             entry["select"] = time_select(cfg.vocab_size, s)
             log(f"select_tree L={s.select_depth} V={cfg.vocab_size} budget {s.select_budget}: " + ", ".join(
@@ -430,22 +498,26 @@ def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print) -
         layered = [p for p in parts if p != "select"]
         if layered:
             entry["layouts"] = {layout: _time_layout(cfg, with_layout(params, layout), layout, layered, s,
-                                                     entry["weight_bytes"], report.get("bandwidth"), log)
+                                                     entry["weight_bytes"], report.get("bandwidth"), log,
+                                                     entry.get("products_floor"))
                                 for layout in s.layouts}
         report["shapes"][name] = entry
         del params
     return report
 
 
-def _time_layout(cfg, params, layout: str, parts, s: Settings, weights: int, bandwidth: dict | None, log) -> dict:
+def _time_layout(cfg, params, layout: str, parts, s: Settings, weights: int, bandwidth: dict | None, log,
+                 floor: dict | None = None) -> dict:
     """The layout-dependent parts (ar, verify, compile, round) of one shape with its params in `layout`."""
     out = {}
     if "ar" in parts:
         ar = time_ar(cfg, params, s)
-        out["ar"] = {**ar, **bandwidth_bound(weights, bandwidth["measured_GBps"], ar["ms_per_token"])}
+        out["ar"] = {**ar, **bandwidth_bound(weights, bandwidth["measured_GBps"], ar["ms_per_token"]),
+                     "ratio_to_products_floor": ar["ms_per_token"] / floor["ms"] if floor else None}
         log(f"[{layout}] AR decode: {ar['ms_per_token']:.3f} ms/token (prompt {s.prompt_len}, {s.new_tokens} new); "
             f"bound {out['ar']['bound_ms_per_token']:.3f} ms (weights / measured bandwidth), ratio "
-            f"{format_figure(out['ar']['ratio_to_bound'], '.2f')}")
+            f"{format_figure(out['ar']['ratio_to_bound'], '.2f')}; "
+            f"{format_figure(out['ar']['ratio_to_products_floor'], '.2f')}x the weight products alone")
         if "long_cache" in ar:
             lc = ar["long_cache"]
             log(f"[{layout}] AR decode on a {lc['slots']}-slot cache: {lc['ms_per_token']:.3f} ms/token, "

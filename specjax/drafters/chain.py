@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from specjax.drafters.draft_lm import DraftLMDrafter, StaticTreeShape
 from specjax.drafters.spec import Build, Field, MethodSpec
 from specjax.models.model import ModelConfig
+from specjax.ops import argmax
 
 __all__ = ["ChainDrafter", "METHODS"]
 
@@ -24,7 +25,7 @@ __all__ = ["ChainDrafter", "METHODS"]
 class ChainDrafter(DraftLMDrafter):
     """A draft LM proposes a greedy (or, at T > 0, sampled) chain of K = num_tokens tokens:
     Tree [B, K] with parents i - 1, verified by chain rejection at T > 0 (draft probs
-    f32[B, K, V]). State: `DraftLMState`, the draft LM's KV cache [L, B, S, K, D] and its lengths int32[B].
+    f32[B, K, V]). State: `DraftLMState`, the draft LM's KV cache [L, B, K, S, D] and its lengths int32[B].
 
     Fields:
       draft_cfg: the draft LM's model config (GPT-NeoX or Llama family); its vocabulary must be the target's.
@@ -48,7 +49,7 @@ class ChainDrafter(DraftLMDrafter):
     def choose(self, parent_logits, k, level, key, sampling):
         """parent_logits f32[B, 1, V] -> (token int32[B, 1, 1], draft probs f32[B, 1, V] or None)."""
         if sampling.greedy:
-            return jnp.argmax(parent_logits, axis=-1)[..., None].astype(jnp.int32), None
+            return argmax(parent_logits)[..., None], None
         log_q = sampling.log_probs(parent_logits)
         token = jax.random.categorical(key, log_q, axis=-1).astype(jnp.int32)
         return token[..., None], jnp.exp(log_q)

@@ -53,6 +53,7 @@ from specjax.models.dflash import DFlashConfig
 from specjax.models.dflash_net import (context_kv, draft_hidden, drafter_features, ingest_context, init_draft_cache,
                                        write_region)
 from specjax.models.model import ModelConfig, check_params
+from specjax.ops import argmax
 from specjax.tree import chain_tree
 
 __all__ = ["block_hidden", "block_logits", "DFlashDrafter", "DFlashState", "METHODS", "READER"]
@@ -69,7 +70,7 @@ class DFlashState:
       params: the drafter's params.
       target_params: the target's params outside the layer stack (embedding, final norm, LM head):
         shared with the target, not copied (the block is embedded and projected with them).
-      cache: the context `KVCache` k, v [N_d, B, S, K, D] of projected target features; `lengths` =
+      cache: the context `KVCache` k, v [N_d, B, K, S, D] of projected target features; `lengths` =
         committed context positions (== the target's committed length once the pending rows are in).
       pending: [B, C, n, E] target features (params dtype) of last round's root + accepted path, waiting
         to be written into the context by the next drafter forward; rows >= pending_n are padding.
@@ -130,7 +131,7 @@ class DFlashDrafter:
     """Chain DFlash: one drafter forward, argmax per position, a chain of L = block - 1 nodes.
 
     Proposes a chain Tree [B, L] from logits f32[B, L, V] (`block_logits`); state `DFlashState`:
-    the context cache k, v [L_draft, B, S, K, D] of projected target features and the pending
+    the context cache k, v [L_draft, B, K, S, D] of projected target features and the pending
     features [B, L + 1, n, E] of the last round's committed tokens.
 
     Fields:
@@ -209,7 +210,7 @@ class DFlashDrafter:
 
     def propose(self, state: DFlashState, root, active, key, sampling):
         logits, state = self.block_logits(state, root, active)
-        tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # [B, L]
+        tokens = argmax(logits)  # [B, L]
         num = jnp.where(active, self.budget, 0).astype(jnp.int32)  # finished rows draft nothing
         return chain_tree(tokens, num), None, state
 

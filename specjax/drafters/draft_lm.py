@@ -40,7 +40,7 @@ class DraftLMState:
 
     Fields:
       params: the draft LM's params (carried in the state so `propose` / `observe` see them).
-      cache: the draft LM's `KVCache` [L, B, S, K, D]; `lengths` = tokens the draft has committed
+      cache: the draft LM's `KVCache` [L, B, K, S, D]; `lengths` = tokens the draft has committed
         (the target's committed sequence minus the pending tokens); the tree's nodes go in the
         pending region after it.
       pending_tokens: int32[B, P] accepted tokens the draft has not forwarded yet (a suffix of the

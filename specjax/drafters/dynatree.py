@@ -100,7 +100,7 @@ class DynaTreeState:
     """DynaTree's state between rounds (B rows, W = the schedule's window).
 
     Fields:
-      lm: the draft LM's `DraftLMState` (its KV cache [L, B, S, K, D], pending tokens, forwarded nodes).
+      lm: the draft LM's `DraftLMState` (its KV cache [L, B, K, S, D], pending tokens, forwarded nodes).
       knobs: the current per-row `Knobs` ([B] each); Phase 3 moves tau_h, tau_l and d0.
       window: f32[B, W] the last rounds' acceptance statistics a_r (accepted / tree depth), newest
         first; only Phase 3 records them.
@@ -187,7 +187,7 @@ class DynaTreeDrafter(DraftLMDrafter):
     (the paper does not list them). See the module docstring and `Knobs` for the rules.
 
     Proposes Tree [B, N_max] grown level by level from the draft LM (depth <= D_max); state
-    `DynaTreeState`: the draft LM's KV cache [L, B, S, K, D] and the acceptance history.
+    `DynaTreeState`: the draft LM's KV cache [L, B, K, S, D] and the acceptance history.
 
     Fields:
       draft_cfg: the draft LM's model config; its vocabulary must be the target's.

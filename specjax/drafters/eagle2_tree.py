@@ -104,7 +104,7 @@ class Eagle2TreeDrafter:
     """EAGLE-2's dynamic tree over `stepper` (module docstring); the defaults are Graft's.
 
     Proposes Tree [B, total] (depth <= depth + 1) from a pool of k + depth k^2 candidates;
-    state `Eagle2TreeState`: the stepper's (e.g. the draft KV cache [L, B, S, K, D]).
+    state `Eagle2TreeState`: the stepper's (e.g. the draft KV cache [L, B, K, S, D]).
 
     Fields:
       stepper: an `ARStepper` (`DraftLMStepper` or `specjax.drafters.eagle3.Eagle3Stepper`).
@@ -292,7 +292,7 @@ class DraftLMStepper:
     (`draft_lm.catch_up`); frontier nodes are forwarded into the region; after verification
     the accepted nodes that were forwarded (a prefix of the path: a frontier node's parent
     was a frontier node) are gathered into place, the rest wait as pending tokens. State:
-    `DraftLMState` (the draft KV cache [L, B, S, K, D], lengths int32[B]); carried state width H = 0.
+    `DraftLMState` (the draft KV cache [L, B, K, S, D], lengths int32[B]); carried state width H = 0.
 
     Fields:
       draft_cfg: the draft LM's model config; its vocabulary must be the target's.

@@ -67,7 +67,7 @@ class Eagle3State:
       params: the drafter's params.
       target_params: the target's params outside the layer stack (embedding, final norm, LM head):
         shared with the target, not copied.
-      cache: the drafter's one-layer `KVCache` [1, B, S, K, D]; `lengths` = committed rows (rows that
+      cache: the drafter's one-layer `KVCache` [1, B, K, S, D]; `lengths` = committed rows (rows that
         hold target features, never the drafter's own states); tree nodes are scratch after them.
       pending: [B, C, n, E] target features (params dtype) of last round's root + accepted path (after
         the prefill: of the last prompt position), forwarded and committed by the next `start`; rows
@@ -92,7 +92,7 @@ class Eagle3State:
 @dataclasses.dataclass(frozen=True)
 class Eagle3Stepper:
     """EAGLE-3 as an `ARStepper` of the dynamic tree (`eagle3_drafter`); state `Eagle3State` (its
-    one-layer KV cache [1, B, S, K, D], pending features [B, C, n, E]); carried state [B, W, E]:
+    one-layer KV cache [1, B, K, S, D], pending features [B, C, n, E]); carried state [B, W, E]:
     each node's parent's output hidden state.
 
     Fields:

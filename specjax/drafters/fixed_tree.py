@@ -25,7 +25,7 @@ class FixedTreeDrafter(DraftLMDrafter):
     """A draft LM expands the top-`branching` children of every node down to `depth`, at most
     `max_nodes`: Tree [B, N = min(max_nodes, sum_d branching^d)], one draft forward per level.
     Greedy top-k at every temperature (T > 0 verifies with the sampling walk). State:
-    `DraftLMState`, the draft LM's KV cache [L, B, S, K, D] and its lengths int32[B].
+    `DraftLMState`, the draft LM's KV cache [L, B, K, S, D] and its lengths int32[B].
 
     Fields:
       draft_cfg: the draft LM's model config; its vocabulary must be the target's.

@@ -25,6 +25,7 @@ from specjax.drafters.graft import GraftParams, graft_params
 from specjax.drafters.protocol import Verified, Wrapper
 from specjax.drafters.retrieval import update_from_prompt, update_from_round
 from specjax.drafters.spec import Build, Field, MethodSpec
+from specjax.ops import argmax
 from specjax.tree import chain_tree
 
 __all__ = ["DFlashTailDrafter", "METHODS", "TailState"]
@@ -98,7 +99,7 @@ class DFlashTailDrafter(Wrapper):
 
     def propose(self, state: TailState, root, active, key, sampling):
         logits, block = self.dflash.block_logits(state.block, root, active)  # [B, L, V]
-        draft = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        draft = argmax(logits)
         conf = jnp.cumprod(jnp.max(jax.nn.softmax(logits.astype(jnp.float32), axis=-1), axis=-1), axis=1)
         kept = jnp.maximum(jnp.sum(conf > state.threshold, axis=1), 1).astype(jnp.int32)  # conf is non-increasing
         v = state.table.shape[0]

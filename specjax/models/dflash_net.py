@@ -66,7 +66,9 @@ def write_region(cache: KVCache, k: jax.Array, v: jax.Array, offset: int = 0) ->
     b, c = k.shape[1:3]
     rows = jnp.arange(b)[:, None]
     cols = cache.lengths[:, None] + offset + jnp.arange(c)[None]  # [B, C]
-    put = lambda buf, new: buf.at[:, rows, cols].set(new.astype(buf.dtype), mode="drop")  # noqa: E731
+    # The cache is [N_d, B, K, S, D]; indices around the head slice select [B, C] first: new as [B, C, N_d, K, D].
+    put = lambda buf, new: buf.at[:, rows, :, cols].set(  # noqa: E731
+        new.transpose(1, 2, 0, 3, 4).astype(buf.dtype), mode="drop")
     return cache.replace(k=put(cache.k, k), v=put(cache.v, v))
 
 

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from specjax.draft_vocab import add_to_columns, draft_vocab_ids, vocab_logits
 from specjax.models.domino import DominoConfig
 from specjax.models.model import embed_tokens
+from specjax.ops import argmax
 
 __all__ = ["correction", "draft_rows", "draft_vocab_head", "gru_cell", "head_mask", "rollout", "sampler",
            "teacher_forced_logits"]
@@ -118,5 +119,5 @@ def rollout(cfg: DominoConfig, params: dict, touter: dict, tcfg, rows: jax.Array
 def sampler(sampling):
     """pick() for `rollout`: argmax at T = 0, else a sample of the processed distribution."""
     if sampling.greedy:
-        return lambda logits, i, key: jnp.argmax(logits, axis=-1)
+        return lambda logits, i, key: argmax(logits)
     return lambda logits, i, key: jax.random.categorical(key, sampling.log_probs(logits), axis=-1)

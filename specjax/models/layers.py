@@ -86,6 +86,14 @@ def split_heads(x: jax.Array, kernel: jax.Array) -> jax.Array:
     return (x @ kernel.reshape(e, -1)).reshape(*x.shape[:-1], *heads)
 
 
+def project_out_major(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    """x [..., I] through an output-major kernel [*out, I] -> [..., *out] (x times the kernel's
+    transpose, as one 2-D product: `specjax.models.llama.fuse_layer` says why output-major)."""
+    out, i = kernel.shape[:-1], kernel.shape[-1]
+    y = jax.lax.dot_general(x, kernel.reshape(-1, i), (((x.ndim - 1,), (1,)), ((), ())))
+    return y.reshape(*x.shape[:-1], *out)
+
+
 def merge_heads(x: jax.Array, kernel: jax.Array) -> jax.Array:
     """x [B, T, H, D] through kernel [H, D, E] -> [B, T, E], as one 2-D matrix product.
 
@@ -161,8 +169,8 @@ class LayerKV:
     `attend` reads only the prefix of slots a pending token can see.
 
     Fields:
-      k: [L, B, S, K, D] the whole stacked key cache (all layers).
-      v: [L, B, S, K, D] the whole stacked value cache.
+      k: [L, B, K, S, D] the whole stacked key cache (all layers).
+      v: [L, B, K, S, D] the whole stacked value cache.
       layer: int32 scalar, this layer's index into the stack (traced inside the layer scan).
       write_at: int32[B] the slot where each row's first pending token goes (lengths + region offset).
       visible: int32 scalar or None: no pending token of any row sees a slot >= visible (the
@@ -182,8 +190,10 @@ class LayerKV:
         b, t = k_new.shape[:2]
         rows = jnp.arange(b)[:, None]
         cols = self.write_at[:, None] + jnp.arange(t)[None]
-        k = self.k.at[self.layer, rows, cols].set(k_new.astype(self.k.dtype), mode="drop", unique_indices=True)
-        v = self.v.at[self.layer, rows, cols].set(v_new.astype(self.v.dtype), mode="drop", unique_indices=True)
+        # Indices around the head slice select [B, T] first, then (K, D): the new [B, T, K, D] as it is.
+        at = (self.layer, rows, slice(None), cols)
+        k = self.k.at[at].set(k_new.astype(self.k.dtype), mode="drop", unique_indices=True)
+        v = self.v.at[at].set(v_new.astype(self.v.dtype), mode="drop", unique_indices=True)
         return self.replace(k=k, v=v)
 
     def attend(self, q: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
@@ -194,11 +204,11 @@ class LayerKV:
         the unread slots are never copied). Slots >= visible are masked for every query, so
         the result is the full attention's: their softmax weights are exactly 0.
         """
-        _, b, s, kh, d = self.k.shape
+        _, b, kh, s, d = self.k.shape
 
         def over(w, k, v, mask, q):
-            k_l = jax.lax.dynamic_slice(k, (self.layer, 0, 0, 0, 0), (1, b, w, kh, d))[0]  # [B, w, K, D]
-            v_l = jax.lax.dynamic_slice(v, (self.layer, 0, 0, 0, 0), (1, b, w, kh, d))[0]
+            k_l = jax.lax.dynamic_slice(k, (self.layer, 0, 0, 0, 0), (1, b, kh, w, d))[0]  # [B, K, w, D]
+            v_l = jax.lax.dynamic_slice(v, (self.layer, 0, 0, 0, 0), (1, b, kh, w, d))[0]
             return attend(q, k_l, v_l, mask[..., :w], scale)
 
         widths = attention_widths(s)
@@ -222,23 +232,21 @@ def visible_slots(lengths: jax.Array, region: int) -> jax.Array:
 
 
 # One-token queries (decode steps, T = 1) of a batch of at least this many rows attend by
-# multiply-and-sum, reading K and V in their [B, S, K, D] layout; smaller batches and every
-# multi-token forward use the batched product, for which XLA:CPU first copies each layer's K and V
-# into [B, K, S, D]. Measured on 2 CPU cores, SmolLM2-135M, 449 slots, ms per decode step (product
-# vs sum): batch 128 930 vs 656 (the copies were 40% of the step), 16 135 vs 109, 4 67 vs 62; at
-# batch 1 the product is faster (29.2 vs 32.9). Same values up to float32 summation order.
+# multiply-and-sum; smaller batches and every multi-token forward use the batched product. Measured on
+# 2 CPU cores, SmolLM2-135M, 449 slots, per-layer cache, ms per decode step (sum vs product): batch 128
+# 459 vs 1002, 16 100 vs 115, 4 59 vs 59. Same values up to float32 summation order.
 ONE_TOKEN_REDUCE_MIN_BATCH = 4
 
 
 def _attend_one_token(q, k_all, v_all, mask, scale):
-    """`attend` for T = 1 without transposing the cache: q [B, 1, H, D] -> [B, 1, H, D]."""
+    """`attend` for T = 1 by multiply-and-sum: q [B, 1, H, D] -> [B, 1, H, D]."""
     b, _, h, d = q.shape
-    kv_heads = k_all.shape[2]
-    qg = q.reshape(b, 1, kv_heads, h // kv_heads, d).astype(jnp.float32)  # [B, 1, K, G, D]
-    scores = jnp.sum(qg * k_all[:, :, :, None, :].astype(jnp.float32), axis=-1) * scale  # [B, S, K, G]
-    scores = jnp.where(mask[:, 0, :, None, None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=1)
-    out = jnp.sum(probs[..., None] * v_all[:, :, :, None, :].astype(jnp.float32), axis=1)  # [B, K, G, D]
+    kv_heads = k_all.shape[1]
+    qg = q.reshape(b, kv_heads, h // kv_heads, 1, d).astype(jnp.float32)  # [B, K, G, 1, D]
+    scores = jnp.sum(qg * k_all[:, :, None].astype(jnp.float32), axis=-1) * scale  # [B, K, G, S]
+    scores = jnp.where(mask[:, None], scores, jnp.finfo(jnp.float32).min)  # mask [B, 1, S] -> [B, 1, 1, S]
+    probs = jax.nn.softmax(scores, axis=-1)
+    out = jnp.sum(probs[..., None] * v_all[:, :, None].astype(jnp.float32), axis=-2)  # [B, K, G, D]
     return out.reshape(b, 1, h, d).astype(q.dtype)
 
 
@@ -247,23 +255,27 @@ def attend(
 ) -> jax.Array:
     """Grouped-query attention of pending queries over all cache slots.
 
-    q: [B, T, H, D]; k_all, v_all: [B, S, K, D]; mask: bool[B, T, S]. Returns [B, T, H, D].
+    q: [B, T, H, D]; k_all, v_all: [B, K, S, D]; mask: bool[B, T, S]. Returns [B, T, H, D].
+    The G = H / K query heads of a KV head and the T tokens are the rows of one product per
+    (B, K): [G*T, D] x [S, D]^T, read where the cache lies (no copy of K or V).
     Scores and softmax in float32: q . k is accumulated in float32 on the operands' own
     dtype (`preferred_element_type`), so a bf16 cache is read as bf16, never copied to
     float32 first (the products of two bf16 values are exact in float32: same scores).
     """
     b, t, h, d = q.shape
-    kv_heads = k_all.shape[2]
+    kv_heads, s = k_all.shape[1:3]
+    g = h // kv_heads
     if t == 1 and b >= ONE_TOKEN_REDUCE_MIN_BATCH:
         return _attend_one_token(q, k_all, v_all, mask, scale)
-    qg = q.reshape(b, t, kv_heads, h // kv_heads, d)  # [B, T, K, G, D]
-    if qg.dtype != k_all.dtype:
-        qg, k_all = qg.astype(jnp.float32), k_all.astype(jnp.float32)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k_all, preferred_element_type=jnp.float32) * scale
-    scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)  # [B, K, G, T, S]
+    rows = q.reshape(b, t, kv_heads, g, d).transpose(0, 2, 3, 1, 4).reshape(b, kv_heads, g * t, d)  # [B, K, G*T, D]
+    if rows.dtype != k_all.dtype:
+        rows, k_all = rows.astype(jnp.float32), k_all.astype(jnp.float32)
+    scores = jnp.einsum("bkqd,bksd->bkqs", rows, k_all, preferred_element_type=jnp.float32) * scale  # [B, K, G*T, S]
+    visible = jnp.broadcast_to(mask[:, None], (b, g, t, s)).reshape(b, 1, g * t, s)  # row g*T + t: token t's mask
+    scores = jnp.where(visible, scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v_all.astype(jnp.float32))  # [B, T, K, G, D]
-    return out.reshape(b, t, h, d).astype(q.dtype)
+    out = jnp.einsum("bkqs,bksd->bkqd", probs, v_all.astype(jnp.float32))  # [B, K, G*T, D]
+    return out.reshape(b, kv_heads, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d).astype(q.dtype)
 
 
 class EmbedAndHead(nnx.Module):

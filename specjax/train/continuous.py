@@ -4,7 +4,7 @@
 (on SmolLM2's training prompts 59% of rows run to the 256-token cap and the batch fills only
 75% of its steps). Here a finished row is refilled with the next prompt at once:
 
-  * the pool: one KV cache of L per-layer arrays [1, B, S, K, D] (`per_layer_cache`; S = max
+  * the pool: one KV cache of L per-layer arrays [1, B, K, S, D] (`per_layer_cache`; S = max
     prompt + max new tokens), and per row the token to feed next, the response tokens produced, a
     done flag, its prompt index and its temperature;
   * `decode_chunk` (jitted): `steps` plain decode steps of every row (the `generate_ar` step:
@@ -35,6 +35,7 @@ from specjax.decode import eos_table, is_eos
 from specjax.models.cache import KVCache, advance, init_cache, per_layer_cache
 from specjax.models.model import forward, prefill_tapped, with_layout
 from specjax.numerics import DEFAULT_PRECISION, matmul_scope
+from specjax.ops import argmax
 
 
 __all__ = ["Pool", "init_pool", "decode_chunk", "refill", "stream", "pick_rows"]
@@ -45,7 +46,7 @@ class Pool:
     """B generation rows sharing one KV cache.
 
     Fields:
-      cache: per-layer `KVCache` (L arrays [1, B, S, K, D]); lengths[b] = row b's committed prompt + response
+      cache: per-layer `KVCache` (L arrays [1, B, K, S, D]); lengths[b] = row b's committed prompt + response
         tokens.
       token: int32[B] the last picked token of each row (fed by the next step).
       produced: int32[B] response tokens picked so far (the first comes from the prefill).
@@ -86,7 +87,7 @@ def pick_rows(logits, index, produced, sampled, seed):
     cdf = jnp.cumsum(jax.nn.softmax(logits.astype(jnp.float32), axis=-1), axis=-1)  # [B, V]
     drawn = jax.vmap(lambda c, x: jnp.searchsorted(c, x * c[-1], side="right"))(cdf, u)
     drawn = jnp.minimum(drawn, logits.shape[-1] - 1).astype(jnp.int32)
-    return jnp.where(sampled, drawn, jnp.argmax(logits, axis=-1).astype(jnp.int32))
+    return jnp.where(sampled, drawn, argmax(logits))
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "steps", "matmul_precision"), donate_argnames=("pool",))
@@ -128,8 +129,8 @@ def refill(params, cfg, pool: Pool, rows, tokens, prompt_lengths, index, sampled
         _, last, small, _ = prefill_tapped(params, cfg, tokens, prompt_lengths, small, matmul_precision=None)
     first = pick_rows(last, index, jnp.zeros_like(index), sampled, seed)
 
-    def put(pool_layers, new):  # scatter layer i of new [L, R, P, K, D] into the pool's layer i
-        return tuple(big.at[:, rows, :p].set(new[i:i + 1], mode="drop") for i, big in enumerate(pool_layers))
+    def put(pool_layers, new):  # scatter layer i of new [L, R, K, P, D] into the pool's layer i
+        return tuple(big.at[:, rows, :, :p].set(new[i:i + 1], mode="drop") for i, big in enumerate(pool_layers))
 
     cache = KVCache(k=put(pool.cache.k, small.k), v=put(pool.cache.v, small.v),
                     lengths=pool.cache.lengths.at[rows].set(prompt_lengths, mode="drop"))
