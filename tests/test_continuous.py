@@ -86,6 +86,20 @@ def test_the_generation_benchmark_counts_the_pools_tokens():
     assert out["tokens_per_s"] == pytest.approx(out["tokens"] / out["seconds"], rel=0.1)  # seconds are rounded
 
 
+def test_the_generation_benchmark_window_spans_two_chunks_when_one_chunk_outlasts_warmup_and_window(monkeypatch):
+    """A chunk that takes longer than warmup + seconds (a cold compile on a busy CI machine) once put both
+    marks on the same chunk and divided by zero; the window now starts at one chunk and ends at a later one."""
+    import types
+
+    from specjax.bench import generation
+
+    clock = iter(range(0, 10_000, 5))  # every reading of the clock is 5 s after the last
+    monkeypatch.setattr(generation, "time", types.SimpleNamespace(time=lambda: float(next(clock))))
+    out = generation.pool_speed("zoo", start=0, warmup=1.0, seconds=1.0, batch_size=8, max_new_tokens=8,
+                                max_prompt_tokens=32, chunk=4)
+    assert out["seconds"] == 5.0 and out["tokens"] > 0 and out["tokens_per_s"] == round(out["tokens"] / 5.0, 1)
+
+
 def test_a_sampled_row_draws_from_the_softmax_and_a_greedy_row_takes_the_argmax():
     """`pick_rows` inverts each row's CDF at one uniform: over 40,000 rows (distinct prompt indices,
     so distinct keys) the frequencies of a 6-token softmax match it (each within 5 standard errors,

@@ -24,7 +24,9 @@ __all__ = ["pool_speed", "main"]
 
 def pool_speed(target: str, start: int, warmup: float, seconds: float, batch_size: int = 128,
                max_new_tokens: int = 256, max_prompt_tokens: int = 192, chunk: int = 16) -> dict:
-    """{"tokens", "seconds", "tokens_per_s"} of the pool between `warmup` and `warmup + seconds`."""
+    """{"tokens", "seconds", "tokens_per_s"} of the pool over a window of at least `seconds`: from the
+    first chunk that ends after `warmup` to the first that ends `seconds` later (two different chunks,
+    so the window is never empty, however long one chunk takes: a cold compile can span both marks)."""
     cfg, params, enc, _ = load_target(target)
     order = training_prompts(dict(DEFAULT_WEIGHTS), 0)
     every = sampled_every(DataRecipe(target=target))  # the data command's sampled prompts
@@ -36,24 +38,23 @@ def pool_speed(target: str, start: int, warmup: float, seconds: float, batch_siz
                 yield i, ids, bool(every) and i % every == every - 1
 
     t0 = time.time()
-    marks: dict[float, tuple[float, int]] = {}
+    marks: list[tuple[float, int]] = []  # (seconds since t0, tokens picked) at the window's start and end
     picked = [0]
 
     def on_tokens(n: int) -> None:
         picked[0] += n
         now = time.time() - t0
-        for m in (warmup, warmup + seconds):
-            if now >= m and m not in marks:
-                marks[m] = (now, picked[0])
+        if not marks and now >= warmup or len(marks) == 1 and now >= marks[0][0] + seconds:
+            marks.append((now, picked[0]))
 
     for _ in stream(params, cfg, prompts(), batch_size=batch_size, max_new_tokens=max_new_tokens,
                     max_prompt_tokens=max_prompt_tokens, eos_ids=tuple(cfg.eos_token_ids), chunk=chunk,
                     on_tokens=on_tokens):
-        if warmup + seconds in marks:
+        if len(marks) == 2:
             break
-    if warmup + seconds not in marks:
+    if len(marks) < 2:
         raise ValueError("the prompts ran out before the measurement window ended: lower --start or --seconds")
-    (ta, ca), (tb, cb) = marks[warmup], marks[warmup + seconds]
+    (ta, ca), (tb, cb) = marks
     return {"tokens": cb - ca, "seconds": round(tb - ta, 1), "tokens_per_s": round((cb - ca) / (tb - ta), 1),
             "batch_size": batch_size, "chunk": chunk}
 
