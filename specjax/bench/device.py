@@ -204,15 +204,20 @@ def default_shapes(platform: str) -> tuple[str, ...]:
     return ("tiny",) if platform == "cpu" else GPU_SHAPES
 
 
-def _median_s(fn, reps: int) -> float:
-    """Median wall seconds of `reps` calls of fn() (blocked), after one excluded warm-up call."""
+def _times_s(fn, reps: int) -> list[float]:
+    """Wall seconds of each of `reps` calls of fn() (blocked), after one excluded warm-up call."""
     jax.block_until_ready(fn())
     times = []
     for _ in range(reps):
         start = time.perf_counter()
         jax.block_until_ready(fn())
         times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return times
+
+
+def _median_s(fn, reps: int) -> float:
+    """Median wall seconds of `reps` calls of fn() (blocked), after one excluded warm-up call."""
+    return float(np.median(_times_s(fn, reps)))
 
 
 def _fastest_pair_s(fn_a, fn_b, reps: int) -> tuple[float, float]:
@@ -308,14 +313,10 @@ def time_products_floor(cfg, params, s: Settings) -> dict:
         return x
 
     weights = [w for w, _ in mats]
-    x = jnp.ones((s.batch, mats[0][0].shape[0]), mats[0][0].dtype)
-    jax.block_until_ready(chain(weights, x))
-    times = []
-    for _ in range(s.reps):
-        start = time.perf_counter()
-        jax.block_until_ready(chain(weights, x))
-        times.append(time.perf_counter() - start)
-    return {"ms": min(times) * 1e3, "products": len(mats), "bytes": weight_bytes(weights),
+    first, first_t = mats[0]
+    x = jnp.ones((s.batch, first.shape[1] if first_t else first.shape[0]), first.dtype)
+    seconds = min(_times_s(lambda: chain(weights, x), s.reps))
+    return {"ms": seconds * 1e3, "products": len(mats), "bytes": weight_bytes(weights),
             "how": "fastest call of one jitted chain x @ W over the step's weight matrices (unstacked layout) "
                    "and the LM head, each x cut or repeated from the previous output; nothing else"}
 

@@ -36,7 +36,7 @@ from specjax.drafters.retrieval import retrieve, union, update_table
 from specjax.models.cache import commit
 from specjax.models.model import forward
 from specjax.numerics import DEFAULT_PRECISION, matmul_scope
-from specjax.ops import device_widths
+from specjax.ops import argmax, device_widths
 from specjax.sampling import Sampling
 from specjax.tree import ancestor_mask, chain_tree, node_positions
 from specjax.verify import greedy_walk, sampling_walk, tree_forward
@@ -64,7 +64,7 @@ def _ar_step(target, batch: int):
 
     def ar_step(params, cache, root):
         logits, cache = forward(params, cfg, root[:, None], cache.lengths[:, None], ones, cache)
-        return jnp.argmax(logits[:, 0], axis=-1), cache
+        return argmax(logits[:, 0]), cache  # the loop's greedy pick (`specjax.decode.pick_token`)
 
     return _with_params(ar_step, params)
 
