@@ -18,6 +18,35 @@ exact products do (equal products that float32 also sees equal are kept: they ex
 tie rule). Needs `coqc`; uses the
 `.vo` files of `make proofs` when they are current, else compiles the modules it needs in a
 temporary directory.
+
+Besides the random instances, the cases hold (issue 50):
+
+* the depth-rule table `[[1/2,1/4,1/4],[1/8,1/4,5/8],[1/4,1/4,1/2]]`, N = 5
+  (`DEPTH_RULE_CASE`): the prefixes (1,2), (2,2) and (0,2,2) all have q = 5/32 and tie for
+  the fifth place; rule (2) (depth ascending) puts (1,2) fifth, and Coq, the heap model and
+  the code give `(0),(0,2),(1),(2),(1,2)`; an order without rule (2), or with rule (3) (the
+  parent's pop index) before it, puts (0,2,2) fifth (its parent (0,2) was popped second);
+* rows with q in {0, 1} (`degenerate_instances`), i.e. log-scores -inf and 0: a one-hot row
+  (a child exactly as probable as its parent: in the order only rule (2) puts the parent
+  first) and rows with zero entries (prefixes of score -inf, all tied in float32 as in the
+  exact order).
+
+Mutation check (run by hand for issue 50 on `_select_row_pops` in
+specjax/drafters/ddtree.py, then restored; see proofs/README.md, DD4):
+
+* M1, rule (2) dropped (`for key in ("parent", "rank")`): killed by
+  `test_depth_rule_known_answer[pops]`, `test_select_tree_equals_coq_select[pops]` and
+  `test_select_tree_pops_equals_coq_heap` (the depth-rule case pops (0,2,2) fifth);
+  the random instances alone did not kill it;
+* M2, rule (3) before rule (2) (`for key in ("parent", "depth", "rank")`): killed by the
+  same three tests, for the same reason; the random instances alone did not kill it (the
+  version of this file before issue 50 passed, 6 tests, under M1 and under M2);
+* M3, rule (3) dropped (`for key in ("depth", "rank")`): killed by
+  `test_select_tree_equals_coq_select[pops]` and `test_select_tree_pops_equals_coq_heap`;
+* not killed: M4, rule (4) dropped (`for key in ("depth", "parent")`) passes every test here.
+  It looks equivalent, not merely missed: a popped slot is reused by its next sibling and
+  only the first child is pushed, so at most one live slot has a given parent, and (depth,
+  parent) already singles out one slot (an argument, not proved in Coq).
 """
 
 from __future__ import annotations
@@ -89,8 +118,8 @@ def random_row(rng: np.random.Generator, vocab: int) -> list[Fraction]:
 
 
 def float_log_q(table: list[list[Fraction]]) -> np.ndarray:
-    """f32[L, V]: what a drafter would hand to select_tree (log of the same marginals)."""
-    return np.array([[math.log(x) for x in row] for row in table], np.float32)
+    """f32[L, V]: what a drafter would hand to select_tree (log of the same marginals; log 0 = -inf)."""
+    return np.array([[math.log(x) if x > 0 else -math.inf for x in row] for row in table], np.float32)
 
 
 def sign(a, b) -> int:
@@ -162,7 +191,77 @@ def instances() -> list[tuple[int, int, int, list[list[Fraction]]]]:
         else:
             raise AssertionError(f"no float32-consistent table for L={depth}, V={vocab}")
         out.append((depth, vocab, budget, table))
+    return out + [DEPTH_RULE_CASE] + degenerate_instances()
+
+
+# The depth-rule case of issue 50 and the selection that rules (1)-(4) give for it.
+DEPTH_RULE_CASE = (3, 3, 5, [[Fraction(1, 2), Fraction(1, 4), Fraction(1, 4)],
+                             [Fraction(1, 8), Fraction(1, 4), Fraction(5, 8)],
+                             [Fraction(1, 4), Fraction(1, 4), Fraction(1, 2)]])
+DEPTH_RULE_ANSWER = [(0,), (0, 2), (1,), (2,), (1, 2)]
+# (L, V, N) of the tables with rows whose entries are 0 or 1 (log-scores -inf and 0).
+DEGENERATE_SHAPES = [(2, 3, 6), (3, 3, 9), (3, 4, 10), (2, 4, 13), (3, 3, 20)]
+
+
+def degenerate_row(rng: np.random.Generator, vocab: int, kind: str) -> list[Fraction]:
+    """kind "one-hot": q = 1 on one random token, 0 elsewhere; "zeros": a row summing to 1
+    with one or two zero entries (at random tokens); "plain": random_row."""
+    if kind == "one-hot":
+        row = [Fraction(0)] * vocab
+        row[int(rng.integers(vocab))] = Fraction(1)
+        return row
+    if kind == "zeros":
+        zeros = int(rng.integers(1, vocab - 1))
+        row = random_row(rng, vocab - zeros) + [Fraction(0)] * zeros
+        return [row[i] for i in rng.permutation(vocab)]
+    return random_row(rng, vocab)
+
+
+def degenerate_instances() -> list[tuple[int, int, int, list[list[Fraction]]]]:
+    """Tables whose rows include a one-hot row and a row with zeros (each table has both)."""
+    rng = np.random.default_rng(SEED + 50)
+    out = []
+    for i, (depth, vocab, budget) in enumerate(DEGENERATE_SHAPES):
+        kinds = ["one-hot", "zeros"] + ["plain"] * (depth - 2)
+        kinds = kinds[i % depth:] + kinds[: i % depth]  # the one-hot row at a different depth each time
+        for _ in range(5000):
+            table = [degenerate_row(rng, vocab, kind) for kind in kinds]
+            if float_agrees_with_exact(table):
+                break
+        else:
+            raise AssertionError(f"no float32-consistent degenerate table for L={depth}, V={vocab}")
+        out.append((depth, vocab, budget, table))
     return out
+
+
+def heap_model(table: list[list[Fraction]], budget: int, rules=("depth", "parent", "rank")) -> list[tuple[int, ...]]:
+    """Exact Python model of the best-first selection (DDTreeHeap.select_heap's algorithm), with
+    the tie rules after "score descending" given by `rules`; the default is the code's
+    (rules (2), (3), (4)); a mutant drops or reorders them. Returns token tuples in pop order."""
+    depth, vocab = len(table), len(table[0])
+    order = [sorted(range(vocab), key=lambda v: (-table[d][v], v)) for d in range(depth)]  # top_k's ranks
+    k = min(budget, vocab)
+    # entry: (q, depth, parent pop index (-1 at depth 1), rank, parent token tuple)
+    frontier = [(table[0][order[0][0]], 1, -1, 0, ())]
+    popped: list[tuple[int, ...]] = []
+    popped_q: list[Fraction] = []
+    while frontier and len(popped) < budget:
+        def key(e):
+            fields = {"depth": e[1], "parent": e[2], "rank": e[3]}
+            return (-e[0],) + tuple(fields[r] for r in rules)
+        best = min(frontier, key=key)
+        frontier.remove(best)
+        q, d, par, r, base = best
+        u = base + (order[d - 1][r],)
+        t = len(popped)
+        popped.append(u)
+        popped_q.append(q)
+        parent_q = popped_q[par] if par >= 0 else Fraction(1)
+        if r + 1 < k:
+            frontier.append((parent_q * table[d - 1][order[d - 1][r + 1]], d, par, r + 1, base))
+        if d < depth:
+            frontier.append((q * table[d][order[d][0]], d + 1, t, 0, u))
+    return popped
 
 
 # ---------------------------------------------------------------- Coq side
@@ -290,3 +389,44 @@ def test_instances_exercise_ties(coq_results):
         left_out = [u for u in q if u not in sel]
         assert q[sel[-1]] == max(q[u] for u in left_out)
     assert any(budget > sum(vocab**d for d in range(1, depth + 1)) for depth, vocab, budget, _ in cases)
+
+
+@pytest.mark.parametrize("method", ["levels", "pops"])
+def test_depth_rule_known_answer(coq_results, method):
+    """Issue 50's depth-rule table: Coq's three programs and select_tree give
+    (0),(0,2),(1),(2),(1,2); the exact heap model with rule (2) dropped, or with rule (3)
+    before it (the mutants M1, M2 of the module docstring), pops (0,2,2) fifth instead, so
+    this case separates the rule from both mutants."""
+    cases, (results, levels, heap) = coq_results
+    i = cases.index(DEPTH_RULE_CASE)
+    depth, vocab, budget, table = DEPTH_RULE_CASE
+    assert results[i] == levels[i] == heap[i] == DEPTH_RULE_ANSWER
+    assert heap_model(table, budget) == DEPTH_RULE_ANSWER
+    for mutant in (("parent", "rank"), ("parent", "depth", "rank")):
+        assert heap_model(table, budget, mutant)[4] == (0, 2, 2)
+    assert float_agrees_with_exact(table)
+    assert python_selection(float_log_q(table), budget, method) == DEPTH_RULE_ANSWER
+
+
+def test_degenerate_rows_are_drawn_and_agree(coq_results):
+    """The q in {0, 1} tables are among the cases (so the tests above compare them with Coq):
+    each has a one-hot row and a zero entry, i.e. log-scores 0 and -inf, and the exact heap
+    model agrees with Coq's select on them."""
+    cases, (results, _, _) = coq_results
+    degenerate = degenerate_instances()
+    assert len(degenerate) == len(DEGENERATE_SHAPES)
+    for case in degenerate:
+        depth, vocab, budget, table = case
+        lq = float_log_q(table)
+        assert (lq == 0).any() and np.isneginf(lq).any()
+        i = cases.index(case)
+        assert heap_model(table, budget) == results[i]
+        assert len(results[i]) == min(budget, sum(vocab**d for d in range(1, depth + 1)))
+
+
+def test_heap_model_equals_coq_select(coq_results):
+    """The exact Python heap model used above (for the mutants) is the selection Coq proves
+    optimal, on every case."""
+    cases, (results, _, _) = coq_results
+    for (depth, vocab, budget, table), sel in zip(cases, results):
+        assert heap_model(table, budget) == sel

@@ -2,7 +2,8 @@
    `make proofs` fails unless every line says "Closed under the global context"
    (nothing assumed, not even what the standard library may assume). *)
 From Specjax Require Import GreedyWalk GraftCoverage DDTreeSurrogate DDTreeOrder ChainRejection
-  SamplingWalk DDTreeSelect DDTreeHeap TreeAttention DDTreeWalk.
+  SamplingWalk DDTreeSelect DDTreeHeap TreeAttention DDTreeWalk
+  ArgmaxStable LoopSlots DDTreeCorollaries WalkSurrogate StreamHist DDTreeLevelPlan SlotSampling.
 
 Print Assumptions greedy_walk_lossless.
 Print Assumptions greedy_walk_progress.
@@ -59,3 +60,46 @@ Print Assumptions tree_logits_exact.
 Print Assumptions commit_exact.
 Print Assumptions alpha_greedy_walk.
 Print Assumptions alpha_sampling_walk.
+Print Assumptions argmax_spec.
+Print Assumptions argmax_stable.
+Print Assumptions argmax_flip_margin.
+Print Assumptions first_divergence_near_tie.
+Print Assumptions no_near_tie_identical.
+Print Assumptions slot_walk_greedy.
+Print Assumptions slot_walk_root_path.
+Print Assumptions slot_walk_eq_path_walk.
+Print Assumptions loop_round_exact.
+Print Assumptions loop_lossless_slots.
+Print Assumptions select_nested.
+Print Assumptions select_surrogate_monotone.
+Print Assumptions select_acceptance_monotone.
+Print Assumptions select_expected_acceptance_monotone.
+Print Assumptions prune_nested.
+Print Assumptions pruned_acceptance_monotone.
+Print Assumptions graft_surrogate_bound.
+Print Assumptions seq_prob_q.
+Print Assumptions walk_expected_accepted_q.
+Print Assumptions walk_expected_accepted_q_full.
+Print Assumptions sampling_walk_stream_hist.
+Print Assumptions walk_stream_hist_memoryless.
+Print Assumptions chain_rejection_stream_hist.
+Print Assumptions chain_stream_hist_memoryless.
+Print Assumptions level_plan_spec.
+Print Assumptions level_plan_top.
+Print Assumptions reject_prob_is_residual_mass.
+Print Assumptions resample_from_p_exact_iff.
+Print Assumptions resample_from_p_is_wrong.
+Print Assumptions resample_from_p_exact_on_an_example.
+Print Assumptions topN_optimal.
+Print Assumptions prec_total.
+Print Assumptions precb_spec.
+Print Assumptions first_n_prefixes_isort.
+Print Assumptions first_n_prefixes_proposition2.
+Print Assumptions alpha_is_count.
+Print Assumptions prefix_marginal.
+Print Assumptions proposition1_needs_validity.
+Print Assumptions walk_emitted_monotone.
+Print Assumptions grafting_cannot_lose_pointwise.
+Print Assumptions graft_identity_eq26.
+Print Assumptions sampling_walk_is_accept.
+Print Assumptions slot_sampling_walk_eq.
