@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from jax.experimental import checkify
 
 from typing import Any, Callable
 
@@ -44,11 +45,12 @@ from specjax.ops import top_k as top_k_op
 from specjax.sampling import Sampling
 from specjax.sharding import init_cache_on, mesh_of, replicate
 from specjax.streaming import emit, listening
-from specjax.tree import tree_depth
+from specjax.tree import TREE_RULES, tree_depth, tree_violations
 from specjax.verify import verify_tree
 
 __all__ = [
-    "cache_sizes", "eos_table", "finish", "generate", "generate_ar", "GenerateOutput", "initial_state", "is_eos",
+    "cache_sizes", "check_proposed_tree", "eos_table", "finish", "generate", "generate_ar", "GenerateOutput",
+    "initial_state", "is_eos",
     "LoopState", "pick_token", "RoundStats", "speculative_round", "SpeculativeOutput", "target_layers",
     "validate_prompts",
 ]
@@ -109,17 +111,17 @@ _AR_JIT = dict(static_argnames=("cfg", "max_new_tokens", "sampling", "pad_id", "
 
 
 def generate_ar_entry(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos, sampling, pad_id,
-                       matmul_precision=DEFAULT_PRECISION, stop=None, stream=False):
+                       matmul_precision=DEFAULT_PRECISION, stop=None, stream=False, listener=None):
     with matmul_scope(matmul_precision):
         return _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos, sampling,
-                                 pad_id, stop, stream)
+                                 pad_id, stop, stream, listener)
 
 
 _generate_ar = jax.jit(generate_ar_entry, **_AR_JIT)
 
 
 def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_tokens, eos, sampling, pad_id,
-                      stop=None, stream=False):
+                      stop=None, stream=False, listener=None):
     # max_new_tokens (static) sizes the output; `stop` (traced int32 scalar <= it, default
     # max_new_tokens) ends the loop, so calls that differ only in it share one program.
     b = tokens.shape[0]
@@ -132,7 +134,7 @@ def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_t
     done = is_eos(first, eos)
     ones_mask = jnp.ones((b, 1, 1), bool)
     if stream:  # `specjax.streaming`: the first token, then one per step and live row
-        emit(jnp.zeros((b,), jnp.int32), jnp.ones((b,), jnp.int32), out)
+        emit(listener, jnp.zeros((b,), jnp.int32), jnp.ones((b,), jnp.int32), out)
 
     def cond(state):
         step, _, _, _, done, _ = state
@@ -146,7 +148,7 @@ def _generate_ar_body(params, cfg, tokens, prompt_lengths, cache, key, max_new_t
         nxt = jnp.where(done, pad_id, pick_token(logits[:, 0], sub, sampling))
         out = out.at[:, step].set(nxt)
         if stream:
-            emit(jnp.full((b,), step, jnp.int32), jnp.where(done, step, step + 1).astype(jnp.int32), out)
+            emit(listener, jnp.full((b,), step, jnp.int32), jnp.where(done, step, step + 1).astype(jnp.int32), out)
         return step + 1, nxt, out, cache, done | is_eos(nxt, eos), key
 
     _, _, out, cache, _, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), first, out, cache, done, key))
@@ -204,13 +206,18 @@ def generate_ar(
     if on_round is not None and traced:
         raise ValueError("on_round streams to the host: call generate_ar outside jax.jit / jax.vmap to stream")
     run = _entry_point(_generate_ar, generate_ar_entry, cfg, donate=not traced)
-    with listening(on_round):
+    with listening(on_round) as listener:  # this call's listener id: its rounds reach only `on_round`
         out = run(params, cfg, jnp.asarray(tokens, jnp.int32), jnp.asarray(prompt_lengths, jnp.int32), cache, key,
                   buffer, eos, sampling, pad_id, matmul_precision, stop=_stop_bound(max_new_tokens, mesh),
-                  stream=on_round is not None)
+                  stream=on_round is not None, listener=_listener_id(listener, mesh))
         if on_round is not None:
             out.tokens.block_until_ready()
     return out if buffer == max_new_tokens else out.replace(tokens=out.tokens[:, :max_new_tokens])
+
+
+def _listener_id(listener: int | None, mesh) -> jax.Array | None:
+    """A streaming call's listener id (`specjax.streaming.listening`) as the loop's traced int32 scalar."""
+    return None if listener is None else _place(np.int32(listener), mesh)
 
 
 def _stop_bound(max_new_tokens: int, mesh) -> jax.Array:
@@ -298,7 +305,7 @@ class LoopState:
 
 
 def speculative_round(params, cfg: ModelConfig, drafter, state: LoopState, *, max_new_tokens: int | jax.Array,
-                      eos_ids: tuple[int, ...] | jax.Array, sampling: Sampling) -> LoopState:
+                      eos_ids: tuple[int, ...] | jax.Array, sampling: Sampling, check_trees: bool = False) -> LoopState:
     """One round of the loop: propose -> `verify_tree` -> keep -> commit -> observe -> emit.
 
     Pure and jittable (cfg, drafter, sampling static; `eos_ids` a static tuple or a traced
@@ -306,6 +313,9 @@ def speculative_round(params, cfg: ModelConfig, drafter, state: LoopState, *, ma
     left unchanged.
     `max_new_tokens`: where rows stop, a static int or a traced int32 scalar, at most the
     M that sized `state.out` (`initial_state`).
+    `check_trees` (static): validate the proposed tree of every active row (`check_proposed_tree`:
+    `jax.experimental.checkify` checks, so run the round under `checkify.checkify`); False adds
+    nothing to the program.
     """
     b = state.root.shape[0]
     rows = jnp.arange(b)
@@ -313,6 +323,8 @@ def speculative_round(params, cfg: ModelConfig, drafter, state: LoopState, *, ma
     key, k_draft, k_verify = jax.random.split(state.key, 3)
     active = ~state.done
     tree, draft_probs, dstate = drafter.propose(state.draft_state, state.root, active, k_draft, sampling)
+    if check_trees:
+        check_proposed_tree(tree, active, state.stats.num_rounds, drafter, cfg.vocab_size)
     start = state.cache.lengths
     tp = verify_tree(params, cfg, tree, state.root, state.cache, k_verify, sampling, max_depth=drafter.max_depth,
                      draft_probs=draft_probs, rejection=drafter.uses_rejection(sampling),
@@ -346,6 +358,25 @@ def speculative_round(params, cfg: ModelConfig, drafter, state: LoopState, *, ma
                        depth=record(st.depth, tree_depth(tree)), num_rounds=r + active.astype(jnp.int32))
     return LoopState(root=jnp.where(active, next_root, state.root), out=out, count=count, done=done, cache=cache,
                      draft_state=dstate, stats=stats, key=key)
+
+
+def check_proposed_tree(tree, active: jax.Array, rounds: jax.Array, drafter, vocab_size: int) -> None:
+    """The on-device check of `generate(..., check_trees=True)`: one `checkify.check` per rule of
+    `specjax.tree.TREE_RULES` over the active rows' trees (`tree_violations`), whose error names the
+    drafter, the first offending row, its round (0-based) and node, and the rule. tree: Tree [B, N];
+    active bool[B]; rounds int32[B] rounds each row ran before this one. The tree's shape is checked
+    when tracing (ValueError): [B, drafter.budget]."""
+    b = active.shape[0]
+    if tree.tokens.shape != (b, drafter.budget):
+        raise ValueError(f"check_trees: {type(drafter).__name__} proposed a tree of shape {tree.tokens.shape}, "
+                         f"expected [B, budget] = {(b, drafter.budget)}")
+    bad = tree_violations(tree, drafter.max_depth, vocab_size) & active[:, None, None]
+    for k, rule in enumerate(TREE_RULES):
+        rows = bad[..., k].any(-1)
+        row = jnp.argmax(rows)
+        checkify.check(~rows.any(), f"check_trees: {type(drafter).__name__} proposed an invalid tree: row {{row}}, "
+                       f"round {{round}}, node {{node}}: {rule}", row=row, round=rounds[row],
+                       node=jnp.argmax(bad[row, :, k]))
 
 
 def target_layers(drafter) -> tuple[int, ...]:
@@ -402,13 +433,31 @@ _SPEC_JIT = dict(static_argnames=("cfg", "drafter", "max_new_tokens", "sampling"
 
 
 def generate_entry(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos,
-                    sampling, pad_id, num_slots, reserve, matmul_precision=DEFAULT_PRECISION, stop=None, stream=False):
+                    sampling, pad_id, num_slots, reserve, matmul_precision=DEFAULT_PRECISION, stop=None, stream=False,
+                    listener=None, check_trees=False):
     with matmul_scope(matmul_precision):  # target and drafter, prefill, verify and decode: one policy
         return _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens,
-                              eos, sampling, pad_id, num_slots, reserve, stop, stream)
+                              eos, sampling, pad_id, num_slots, reserve, stop, stream, listener, check_trees)
 
 
 _generate = jax.jit(generate_entry, **_SPEC_JIT)
+
+
+def generate_checked_entry(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos,
+                           sampling, pad_id, num_slots, reserve, matmul_precision=DEFAULT_PRECISION, stop=None,
+                           stream=False, listener=None):
+    """`generate_entry` with every proposed tree checked (`check_trees=True`), functionalized by
+    `checkify`: -> (checkify.Error, SpeculativeOutput)."""
+    def run(params, draft_params, tokens, prompt_lengths, key, eos, stop, listener):
+        return generate_entry(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos,
+                              sampling, pad_id, num_slots, reserve, matmul_precision, stop, stream, listener,
+                              check_trees=True)
+
+    return checkify.checkify(run, errors=checkify.user_checks)(params, draft_params, tokens, prompt_lengths, key, eos,
+                                                               stop, listener)
+
+
+_generate_checked = jax.jit(generate_checked_entry, **_SPEC_JIT)
 
 
 @functools.cache
@@ -430,23 +479,23 @@ def _entry_point(default, entry, cfg, donate: bool = True):
 
 
 def _generate_body(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, max_new_tokens, eos,
-                   sampling, pad_id, num_slots, reserve, stop=None, stream=False):
+                   sampling, pad_id, num_slots, reserve, stop=None, stream=False, listener=None, check_trees=False):
     # max_new_tokens (static) sizes the buffers; `stop` (traced, default max_new_tokens) ends rows.
     stop = max_new_tokens if stop is None else stop
     state = initial_state(params, cfg, drafter, draft_params, tokens, prompt_lengths, key,
                           max_new_tokens=max_new_tokens, eos_ids=eos, sampling=sampling, pad_id=pad_id,
                           num_slots=num_slots, reserve=reserve, stop=stop)
     body = functools.partial(speculative_round, params, cfg, drafter, max_new_tokens=stop, eos_ids=eos,
-                             sampling=sampling)
+                             sampling=sampling, check_trees=check_trees)
     if stream:  # `specjax.streaming`: the first token, then each round's, to the host listener
-        emit(jnp.zeros_like(state.count), state.count, state.out)
-        body = functools.partial(_streamed, body)
+        emit(listener, jnp.zeros_like(state.count), state.count, state.out)
+        body = functools.partial(_streamed, body, listener)
     return finish(jax.lax.while_loop(lambda s: ~jnp.all(s.done), body, state), max_new_tokens, pad_id)
 
 
-def _streamed(round_fn, state):
+def _streamed(round_fn, listener, state):
     new = round_fn(state)
-    emit(state.count, new.count, new.out)
+    emit(listener, state.count, new.count, new.out)
     return new
 
 
@@ -477,6 +526,7 @@ def generate(
     reserve_new_tokens: int | None = None,
     matmul_precision: str = DEFAULT_PRECISION,
     on_round: Callable[[list[np.ndarray]], None] | None = None,
+    check_trees: bool = False,
 ) -> SpeculativeOutput:
     """Speculative generation with any drafter; the output distribution is the target's.
 
@@ -495,6 +545,11 @@ def generate(
     drafter (`specjax.numerics`; default full float32 on any backend).
     `on_round`: streaming (`specjax.streaming`): called on the host with each row's tokens after
     the prefill and after every round; the call then returns once the generation has finished.
+    `check_trees`: validate every tree the drafter proposes inside the loop (`check_proposed_tree`:
+    the rules of `specjax.tree.TREE_RULES` on the active rows); a broken one raises
+    `jax.experimental.checkify.JaxRuntimeError` naming the row, its round, the node and the rule,
+    after the call. Under your own `jax.jit` / `jax.vmap` wrap your function in `checkify.checkify`.
+    Off by default: then the compiled program is the same as without it.
     """
     tokens, prompt_lengths, eos_ids = check_generate_args("generate", cfg, tokens, prompt_lengths, max_new_tokens,
                                                           eos_ids, sampling, key, pad_id, matmul_precision)
@@ -508,11 +563,15 @@ def generate(
     eos = eos_table(cfg.eos_token_ids if eos_ids is None else eos_ids, mesh)
     if on_round is not None and is_traced(params, tokens, prompt_lengths, key):
         raise ValueError("on_round streams to the host: call generate outside jax.jit / jax.vmap to stream")
-    run = _entry_point(_generate, generate_entry, cfg)
-    with listening(on_round):
+    run = (_entry_point(_generate_checked, generate_checked_entry, cfg) if check_trees
+           else _entry_point(_generate, generate_entry, cfg))
+    with listening(on_round) as listener:  # this call's listener id: its rounds reach only `on_round`
         out = run(params, cfg, drafter, draft_params, tokens, prompt_lengths, key, reserve, eos, sampling, pad_id,
                   num_slots, reserve, matmul_precision, stop=_stop_bound(max_new_tokens, mesh),
-                  stream=on_round is not None)
+                  stream=on_round is not None, listener=_listener_id(listener, mesh))
+        if check_trees:  # under a transformation the caller's checkify reports it
+            error, out = out
+            checkify.check_error(error) if is_traced(params, tokens, prompt_lengths, key) else error.throw()
         if on_round is not None:
             out.tokens.block_until_ready()
     if reserve == max_new_tokens:

@@ -7,7 +7,10 @@ meaning is accepted in that meaning:
                    (right-padded, `pad_prompts`); one prompt, a 1-D array or list (a batch of 1);
                    a 2-D array without lengths (every row is a whole prompt)
     eos_ids        a tuple of token ids, or one int (a set of one)
-    sampling, key  a `Sampling`; a PRNG key whenever it samples (temperature > 0)
+    sampling, key  a `Sampling` with finite settings (NaN / inf refused); a PRNG key whenever it samples
+    integers       Python / numpy ints, never bools or strings (`check_int`)
+    stop strings   one str is ONE stop string; each non-empty (`stop_strings`)
+    callbacks      callable (`check_callback`)
     positions      prompt + max_new_tokens within the model's `max_position_embeddings`
     configs        a drafter built from the config class it runs (`require_config`)
 
@@ -21,14 +24,15 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.experimental import multihost_utils
 import numpy as np
 
 from specjax.numerics import check_precision
 from specjax.sampling import Sampling
 
-__all__ = ["WrongConfigError", "as_eos_ids", "as_prompt_batch", "check_generate_args", "check_positions",
-           "check_prompt_shapes", "check_sampling", "check_static_args", "is_traced", "pad_prompts",
-           "raise_on_mismatch", "require_config", "validate_prompts"]
+__all__ = ["WrongConfigError", "as_eos_ids", "as_prompt_batch", "check_callback", "check_generate_args",
+           "check_finite", "check_int", "check_positions", "check_prompt_shapes", "check_sampling", "check_static_args", "is_traced",
+           "pad_prompts", "raise_on_mismatch", "require_config", "stop_strings", "validate_prompts"]
 
 
 class WrongConfigError(TypeError, ValueError):
@@ -132,12 +136,60 @@ def as_eos_ids(eos_ids) -> tuple[int, ...] | None:
     return tuple(eos_ids)
 
 
+def check_int(name: str, value, minimum: int | None = None) -> int:
+    """`value` as an int: a Python or numpy integer (not a bool, a float or a string), >= `minimum`."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_callback(name: str, callback) -> None:
+    """None or a callable: a non-callable would only fail when the compiled loop calls it (an XLA error)."""
+    if callback is not None and not callable(callback):
+        raise TypeError(f"{name} must be callable (or None), got {type(callback).__name__} {callback!r}")
+
+
+def stop_strings(stop) -> tuple[str, ...]:
+    """Stop strings as a tuple: one str is ONE stop string (not its characters); each must be a non-empty str."""
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stop = (stop,)
+    if not isinstance(stop, (list, tuple)):
+        raise TypeError(f"stop must be a string or a list of strings, got {type(stop).__name__} {stop!r}")
+    bad = [s for s in stop if not isinstance(s, str) or not s]
+    if bad:
+        raise ValueError(f"every stop string must be a non-empty string (an empty one would stop at once), got "
+                         f"{bad[0]!r} in {list(stop)!r}")
+    return tuple(stop)
+
+
+def check_finite(name: str, value) -> None:
+    """A sampling setting (scalar or per-row) must be real and finite: NaN compares false with every bound,
+    so temperature NaN passed `>= 0` and decoded an empty completion."""
+    if value is None or is_traced(value):
+        return
+    if isinstance(value, (bool, np.bool_, str)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    arr = np.asarray(value)
+    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+
+
 def check_sampling(sampling, key) -> None:
-    """`sampling` must be a `Sampling`, and a sampling run (temperature > 0) needs a PRNG key: without
-    one every "sample" would be the same draw."""
+    """`sampling` must be a `Sampling` with finite numeric settings (an integer top_k), and a sampling run
+    (temperature > 0) needs a PRNG key: without one every "sample" would be the same draw."""
     if not isinstance(sampling, Sampling):
         raise TypeError(f"sampling must be a specjax.sampling.Sampling, e.g. Sampling(temperature={sampling!r}), "
                         f"got {type(sampling).__name__} {sampling!r}")
+    check_finite("temperature", sampling.temperature)
+    check_finite("top_p", sampling.top_p)
+    if sampling.top_k is not None and not is_traced(sampling.top_k) and np.ndim(sampling.top_k) == 0:
+        check_int("top_k", sampling.top_k, 1)
     if key is None and not sampling.greedy:
         raise ValueError(f"a PRNG key is required when sampling (temperature {sampling.temperature} > 0): pass "
                          f"key=jax.random.key(seed); without one every call would draw the same tokens")
@@ -170,6 +222,14 @@ def check_prompt_shapes(tokens, prompt_lengths) -> None:
             raise ValueError(f"{name} must be integer token ids / lengths, got dtype {dtype}")
 
 
+def _on_host(x) -> np.ndarray:
+    """x as a host array: rows held by other processes (a batch split over a multi-process mesh) are gathered
+    from them (a collective: every process validates the same prompts, as every process runs the loop)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(jax.device_get(x))
+
+
 def validate_prompts(tokens, prompt_lengths, vocab_size: int, *, max_positions: int | None = None,
                      max_new_tokens: int = 0) -> None:
     """Every row needs 1..T prompt tokens, each a valid id (an out-of-range id would embed as
@@ -181,7 +241,7 @@ def validate_prompts(tokens, prompt_lengths, vocab_size: int, *, max_positions: 
     check_prompt_shapes(tokens, prompt_lengths)
     if is_traced(tokens, prompt_lengths):
         return
-    tokens, lengths = (np.asarray(x) for x in jax.device_get((tokens, prompt_lengths)))
+    tokens, lengths = (_on_host(x) for x in (tokens, prompt_lengths))
     width = tokens.shape[1]
     if lengths.min() < 1 or lengths.max() > width:
         raise ValueError(f"prompt_lengths must lie in [1, {width}] (the padded prompt width), got {lengths.tolist()}")

@@ -34,7 +34,8 @@ def top_k(x: jax.Array, k: int, *, equal_zeros: bool = False) -> tuple[jax.Array
     if equal_zeros:
         x = jnp.where(x == 0, jnp.zeros((), x.dtype), x)
     values, indices = lax.top_k(x, k)
-    return lax.optimization_barrier((values, indices))
+    # a barrier each: one over the (values, indices) pair aborted XLA with the vocabulary sharded on "model"
+    return lax.optimization_barrier(values), lax.optimization_barrier(indices)
 
 
 def argmax(x: jax.Array) -> jax.Array:

@@ -16,6 +16,7 @@ loading a weight (the CLI uses it before anything loads).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -26,22 +27,82 @@ from tokenizers import Tokenizer
 
 from specjax import zoo
 from specjax.data.assets import fetch
+from specjax.data.prompts import wiki_prompts
 from specjax.decode import generate, generate_ar
+from specjax.drafters.protocol import CarriesOver
 from specjax.drafters.registry import READERS, Method, needs_of
 from specjax.drafters.registry import method as build_method
-from specjax.inputs import pad_prompts
+from specjax.inputs import check_callback, check_finite, check_int, pad_prompts, stop_strings
 from specjax.models import load_checkpoint
 from specjax.models.gguf import load_gguf
 from specjax.models.model import LAYOUTS, with_layout
 from specjax.sampling import Sampling
 
-__all__ = ["DEFAULT_METHOD", "MODELS", "Completion", "Pair", "Pipeline", "check_source", "cut_at_stop",
-           "default_method", "load_pair"]
+__all__ = ["DEFAULT_METHOD", "MODELS", "Completion", "NamedModel", "Pair", "Pipeline", "check_source", "cut_at_stop",
+           "default_method", "load_pair", "model_entry"]
 
 # The fastest method on the embedded pair in a same-run benchmark (docs/results.md).
 DEFAULT_METHOD = "ddtree-8"
-# Named models -> the zoo prefix of their trained drafters ("<prefix>-dflash", ...).
-MODELS = {"zoo": "tiny-neox", "smollm2-135m": "smollm2-135m"}
+
+
+def _load_zoo_target(dtype):
+    return zoo.load("tiny-neox-target", dtype)
+
+
+def _load_smollm2(dtype):
+    cfg, params, tok = load_gguf(fetch("smollm2_135m_instruct_q4_1"))
+    return cfg, jax.tree.map(lambda x: x.astype(dtype), params), tok
+
+
+def _zoo_prompt() -> str:
+    return wiki_prompts("test")[0].prompt  # the registry's wiki text, fetched when asked for
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedModel:
+    """One entry of the catalogue of named models (`MODELS`): everything specjax knows about a model
+    that is loaded by name rather than from a directory.
+
+    Fields:
+      name: the name `Pipeline.load`, the CLI (`--model`) and training (`--target`) take.
+      load: dtype -> (cfg, params, tokenizer) of the target.
+      zoo_prefix: the zoo prefix of its trained drafters ("<prefix>-dflash", ...).
+      display: how benchmarks name the target.
+      draft_display: how they name its draft LM (None: no draft LM).
+      draft: the zoo name of its draft LM, or None.
+      prefix: ids put before every prompt (the zoo's EOS separator), or ().
+      default_prompt: () -> the prompt `specjax generate` continues when given none.
+      dataset_chat: whether benchmark prompt sets go through its chat template.
+      held_out: the held-out prompt set its comparisons default to (`specjax.data.datasets`).
+    """
+
+    name: str
+    load: Callable
+    zoo_prefix: str
+    display: str
+    draft_display: str | None = None
+    draft: str | None = None
+    prefix: tuple[int, ...] = ()
+    default_prompt: Callable[[], str] = (lambda: "The")
+    dataset_chat: bool = False
+    held_out: str = "wiki"
+
+
+MODELS = {m.name: m for m in (
+    NamedModel("zoo", _load_zoo_target, "tiny-neox", "tiny-neox-target", "tiny-neox-draft", "tiny-neox-draft",
+               (zoo.EOS_ID,), _zoo_prompt),
+    NamedModel("smollm2-135m", _load_smollm2, "smollm2-135m", "smollm2-135m-instruct (Q4_1 GGUF)",
+               default_prompt=lambda: "The capital of France is", dataset_chat=True, held_out="gsm8k"),
+)}
+
+
+def model_entry(model: str) -> NamedModel:
+    """The catalogue entry of a named model; a checkpoint directory gets a plain entry named by its path."""
+    if model in MODELS:
+        return MODELS[model]
+    return NamedModel(model, lambda dtype: (*load_checkpoint(model, dtype),
+                                            Tokenizer.from_file(str(Path(model) / "tokenizer.json"))),
+                      "", model)
 
 
 def _directory(path, flag: str, *files: str) -> Path:
@@ -67,18 +128,28 @@ def check_source(model: str = "zoo", draft=None, **readers) -> dict[str, object]
     if unknown:
         raise ValueError(f"unknown drafter kinds {sorted(unknown)}; the kinds are {', '.join(READERS)}")
     if model not in MODELS:
+        _unknown_name(model)
         _directory(model, "--checkpoint", "tokenizer.json")
     out: dict[str, object] = {}
     if draft is not None:
         out["draft"] = _directory(draft, "--draft")
-    elif model == "zoo":
-        out["draft"] = "zoo:tiny-neox-draft"
+    elif model in MODELS and MODELS[model].draft:
+        out["draft"] = f"zoo:{MODELS[model].draft}"
     for kind in READERS:
         if readers.get(kind) is not None:
             out[kind] = _directory(readers[kind], f"--{kind}")
-        elif model in MODELS and zoo.has(f"{MODELS[model]}-{kind}"):
-            out[kind] = f"zoo:{MODELS[model]}-{kind}"
+        elif model in MODELS and zoo.has(f"{MODELS[model].zoo_prefix}-{kind}"):
+            out[kind] = f"zoo:{MODELS[model].zoo_prefix}-{kind}"
     return out
+
+
+def _unknown_name(model: str) -> None:
+    """A model that is neither named nor an existing path: say which names exist, and the closest."""
+    if Path(model).exists() or "/" in model or model.startswith("."):
+        return
+    close = difflib.get_close_matches(model, list(MODELS), n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ValueError(f"unknown model {model!r}: give one of {', '.join(MODELS)} or a checkpoint directory{hint}")
 
 
 def default_method(available) -> str:
@@ -131,6 +202,32 @@ class Pair:
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids))
 
+    @property
+    def entry(self) -> NamedModel:
+        """Its catalogue entry (`MODELS`; a plain one for a checkpoint directory)."""
+        return model_entry(self.name)
+
+    def training_encoder(self, chat: bool = True) -> tuple[Callable, Callable, bool]:
+        """(template, body, chat) of the training data's prompts: body = the message's own ids (no
+        template, no special tokens, no prefix); template = the chat template applied when `chat` and the
+        model has one (else body). The data engine's `PromptEncoder` is made of these."""
+        tok = self.tokenizer
+        if self.has_chat_template:
+            body = (lambda t: tok.encode(t, add_special_tokens=False))
+            if chat:
+                return (lambda t: tok.encode(tok.apply_chat_template([{"role": "user", "content": t}]),
+                                             add_special_tokens=False)), body, True
+            return body, body, False
+        body = (lambda t: tok.encode(t, add_special_tokens=False).ids)
+        return body, body, False
+
+    def reserved_ids(self) -> tuple[int, ...]:
+        """Special ids a drafter's mask token must avoid: the GGUF's "<|...|>" tokens, the zoo's EOS, or
+        the EOS ids of a checkpoint directory."""
+        if self.has_chat_template:
+            return tuple(i for i in range(self.cfg.vocab_size) if self.tokenizer.tokenizer.id_to_token(i).startswith("<|"))
+        return tuple(self.prefix) or tuple(self.cfg.eos_token_ids)
+
 
 def load_pair(model: str = "zoo", needs: Sequence[str] = ("draft", *READERS), *, draft=None, dtype=jnp.float32,
               layout: str = "stacked", **readers) -> Pair:
@@ -140,18 +237,10 @@ def load_pair(model: str = "zoo", needs: Sequence[str] = ("draft", *READERS), *,
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layer layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
     where = check_source(model, draft, **readers)
-    if model == "zoo":
-        cfg, params, tok = zoo.load("tiny-neox-target", dtype)
-        prefix = (zoo.EOS_ID,)
-    elif model == "smollm2-135m":
-        cfg, params, tok = load_gguf(fetch("smollm2_135m_instruct_q4_1"))
-        prefix = ()
-    else:
-        tok = Tokenizer.from_file(str(Path(model) / "tokenizer.json"))
-        cfg, params = load_checkpoint(model, dtype)
-        prefix = ()
+    entry = model_entry(model)
+    cfg, params, tok = entry.load(dtype)
     loaded = {k: _load_from(where[k], dtype) for k in needs if k in where}
-    return Pair(model, cfg, with_layout(params, layout), tok, prefix, loaded.pop("draft", None), loaded)
+    return Pair(model, cfg, with_layout(params, layout), tok, entry.prefix, loaded.pop("draft", None), loaded)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,10 +285,21 @@ class Pipeline:
 
     Attributes: `pair` (the target, its tokenizer, the drafters loaded), `method` (`Method`: name,
     drafter, params). Build one with `Pipeline.load`, or from parts with ``Pipeline(pair, method)``.
+
+    A drafter whose params learn during a generation (`CarriesOver`: the successor table of Graft,
+    DDTree + retrieval, Graft-DFlash) starts each `generate` from the table the previous one left (hot
+    start, as a server keeps it across requests); `reset()` returns to the table it was built with, and
+    ``carry_over=False`` starts every call from that one.
     """
 
-    def __init__(self, pair: Pair, method_: Method):
+    def __init__(self, pair: Pair, method_: Method, *, carry_over: bool = True):
         self.pair, self.method = pair, method_
+        self.carry_over = carry_over
+        self._initial_params = method_.params
+
+    def reset(self) -> None:
+        """Forget what a `CarriesOver` drafter learned: the next `generate` starts from the built params."""
+        self.method = dataclasses.replace(self.method, params=self._initial_params)
 
     @classmethod
     def load(cls, model: str = "zoo", method: str | None = None, *, draft=None, dtype=jnp.float32,
@@ -226,7 +326,8 @@ class Pipeline:
     def generate(self, prompts: str | Sequence[str], max_new_tokens: int = 64, *, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None, stop: Sequence[str] = (),
                  chat: bool | None = None, key: jax.Array | int = 0, stop_at_eos: bool = True,
-                 callback: Callable[[int, list[str]], None] | None = None) -> list[Completion]:
+                 callback: Callable[[int, list[str]], None] | None = None,
+                 check_trees: bool = False) -> list[Completion]:
         """Continue each prompt; greedy by default (output identical to plain decoding), else sampled.
 
         prompts: one string or a list (one batch: one compiled program). chat: wrap each prompt in the
@@ -235,14 +336,24 @@ class Pipeline:
         used when sampling. callback: streaming, called as ``callback(round_index, texts_so_far)``
         after the prefill (round 0) and after every verification round (every step for "ar"), from
         inside the one compiled generation (`specjax.streaming`); a row's text stops growing at its
-        stop string.
+        stop string. check_trees: validate every tree the drafter proposes inside the loop
+        (`specjax.decode.generate`'s `check_trees`; "ar" proposes none).
         """
         if isinstance(prompts, str):
             prompts = [prompts]
         if not prompts or any(not isinstance(p, str) or not p.strip() for p in prompts):
             raise ValueError("every prompt must be a non-empty string")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        # Every argument checked on the host, naming it, before anything compiles (`specjax.inputs`).
+        max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
+        check_finite("temperature", temperature)
+        check_finite("top_p", top_p)
+        top_k = None if top_k is None else check_int("top_k", top_k, 1)
+        key = check_int("key", key) if isinstance(key, (int, np.integer, bool)) else key
+        stop = stop_strings(stop)  # one str is one stop string, not its characters
+        check_callback("callback", callback)
+        for name, flag in (("chat", chat), ("stop_at_eos", stop_at_eos)):
+            if flag is not None and not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True or False, got {type(flag).__name__} {flag!r}")
         sampling = Sampling(temperature, top_k, top_p)
         chat = self.pair.has_chat_template if chat is None else chat
         ids = [self.pair.encode(p, chat) for p in prompts]
@@ -265,8 +376,12 @@ class Pipeline:
             rounds = np.maximum(np.asarray(out.num_tokens) - 1, 0)
         else:
             out = generate(self.pair.params, self.pair.cfg, self.method.drafter, self.method.params, tokens, lengths,
-                           max_new_tokens, sampling=sampling, key=key, eos_ids=eos_ids, on_round=on_round)
+                           max_new_tokens, sampling=sampling, key=key, eos_ids=eos_ids, on_round=on_round,
+                           check_trees=check_trees)
             rounds = np.asarray(out.stats.num_rounds)
+            if self.carry_over and isinstance(self.method.drafter, CarriesOver):
+                self.method = dataclasses.replace(
+                    self.method, params=self.method.drafter.carry_over(self.method.params, out.draft_state))
         got, counts = np.asarray(out.tokens), np.asarray(out.num_tokens)
         made = [got[b, :counts[b]].tolist() for b in range(len(ids))]
         committed = np.maximum(counts - 1, 0)  # the first token comes from the prefill

@@ -140,7 +140,9 @@ def param_specs(params: dict, cfg, mesh: Mesh) -> dict:
         rule = (layer_rules if stacked else _OUTER_RULES).get(names[1:] if stacked else names)
         if rule is None:
             raise ValueError(f"no sharding rule for param {'/'.join(names)} {tuple(leaf.shape)} of "
-                             f"{type(cfg).__name__}: add it to specjax.sharding rather than replicate it silently")
+                             f"{type(cfg).__name__}: add it to the layer rules its family registers (LAYER_SHARDING in "
+                             f"{fam.module.__name__}, `specjax.models.families.register`), or to the outer rules "
+                             f"of specjax.sharding, rather than replicate it silently")
         full = ((_,) + rule) if stacked else rule
         if len(full) != len(leaf.shape) or (stacked and leaf.shape[0] != cfg.num_layers):
             raise ValueError(f"param {'/'.join(names)} has shape {tuple(leaf.shape)}; the rule expects rank "

@@ -34,7 +34,8 @@ never be reached. Drafters that promise unique siblings can assert it with
 
 Device functions (batched, static shapes, `lax` loops only): `ancestor_mask`,
 `node_positions`, `compute_depth`, `normalize`, `prune`, `dedup_siblings`, `chain_tree`,
-`children_mask`, `match_child`, `bfs_order`, `reorder`, `to_bfs`.
+`children_mask`, `match_child`, `bfs_order`, `reorder`, `to_bfs`, `tree_violations` (the
+invariants of `check_tree`, on device: what `generate(..., check_trees=True)` checks).
 Host helpers (numpy, for tests and users): `tree_from_lists`, `tree_from_paths`,
 `token_paths`, `check_tree`.
 """
@@ -52,7 +53,7 @@ from flax import struct
 __all__ = [
     "ancestor_mask", "bfs_order", "chain_tree", "check_tree", "children_mask", "compute_depth", "dedup_siblings",
     "match_child", "node_positions", "normalize", "prune", "reorder", "to_bfs", "token_paths", "Tree", "tree_depth",
-    "tree_from_lists", "tree_from_paths",
+    "tree_from_lists", "tree_from_paths", "tree_violations", "TREE_RULES",
 ]
 
 
@@ -232,6 +233,47 @@ def chain_tree(tokens: jax.Array, num: jax.Array | None = None) -> Tree:
         valid=valid,
     )
     return normalize(tree)
+
+
+# The rules `tree_violations` checks, in the order of its last axis (`check_tree`'s, plus the
+# bounds a decode loop knows: its drafter's max_depth and the target's vocabulary).
+TREE_RULES = (
+    "parent before the node (-1 <= parent < node index)",
+    "parent is a valid node (the tree is prefix-closed)",
+    "depth = parent depth + 1 (1 below the root)",
+    "padding normalised (invalid node: parent -1, depth 0)",
+    "depth <= the drafter's max_depth",
+    "token in [0, vocab_size)",
+)
+
+
+def tree_violations(tree: Tree, max_depth: int | None = None, vocab_size: int | None = None) -> jax.Array:
+    """Which node breaks which invariant, on device: bool[B, N, len(TREE_RULES)].
+
+    [b, i, k] is True when node i of row b breaks rule `TREE_RULES[k]`; all False for a valid
+    tree (the invariants `check_tree` checks on the host, in the same terms). `max_depth` /
+    `vocab_size` (static; None: not checked) bound the depth and the tokens of valid nodes.
+    Vectorised: one gather of each node's parent, no loop.
+    """
+    b, n = tree.tokens.shape
+    idx = jnp.arange(n, dtype=jnp.int32)[None]
+    valid, parents, depth, tokens = tree.valid.astype(bool), tree.parents, tree.depth, tree.tokens
+    in_order = (parents >= -1) & (parents < idx)
+    at = jnp.clip(parents, 0, n - 1)
+    parent_valid = jnp.take_along_axis(valid, at, axis=1)
+    parent_depth = jnp.take_along_axis(depth, at, axis=1)
+    has_parent = parents >= 0
+    want = jnp.where(has_parent, parent_depth + 1, 1)
+    false = jnp.zeros((b, n), bool)
+    rules = [
+        valid & ~in_order,
+        valid & in_order & has_parent & ~parent_valid,
+        valid & in_order & (depth != want),
+        ~valid & ((parents != -1) | (depth != 0)),
+        valid & (depth > max_depth) if max_depth is not None else false,
+        valid & ((tokens < 0) | (tokens >= vocab_size)) if vocab_size is not None else false,
+    ]
+    return jnp.stack(rules, axis=-1)
 
 
 # ----------------------------------------------------------------------------------------

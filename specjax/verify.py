@@ -40,7 +40,8 @@ from specjax.sampling import Sampling, process_logits, sampling_settings, target
 from specjax.tree import Tree, ancestor_mask, match_child, node_positions
 
 __all__ = [
-    "chain_rejection", "greedy_walk", "sample_targets", "sampling_walk", "TargetPass", "tree_forward", "verify_tree",
+    "chain_rejection", "greedy_walk", "sample_targets", "sampling_walk", "slot_targets", "TargetPass", "tree_forward",
+    "verify_tree",
     "walk",
     "WalkResult",
 ]
@@ -133,6 +134,16 @@ def sample_targets(logits: jax.Array, key: jax.Array, temperature, top_k=None, t
     logits f32[B, N+1, V]. Temperature 0 gives the argmax (same tie rule as greedy).
     """
     return jax.random.categorical(key, process_logits(logits, temperature, top_k, top_p), axis=-1).astype(jnp.int32)
+
+
+def slot_targets(logits: jax.Array, key: jax.Array, sampling: Sampling) -> jax.Array:
+    """The target's token at every verified slot, int32[B, W+1] from logits f32[B, W+1, V]: the argmax
+    (`specjax.ops.argmax`) at T = 0, else one sample of the processed target (temperature, top-k, top-p)
+    per slot. What `verify_tree` hands `walk` (greedy and sampling walk alike); benchmarks that time a
+    round's parts call it to time the loop's own walk."""
+    if sampling.greedy:
+        return argmax(logits)
+    return sample_targets(logits, key, sampling.temperature, sampling.top_k, sampling.top_p)
 
 
 def sampling_walk(
@@ -289,13 +300,11 @@ def verify_tree(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KV
         sub = jax.tree.map(lambda x: x[:, :width], tree)
         logits, cache, feats = tree_forward(params, cfg, sub, root, cache, feature_layers, max_depth)
         pad = ((0, 0), (0, budget - width))
-        if sampling.greedy:  # greedy walk: the target's argmax per slot, [B, N+1] (past width + 1: unread)
-            out = jnp.pad(argmax(logits), pad)
-        elif rejection:  # the full width only (checked below): the result itself
+        if rejection and not sampling.greedy:  # the full width only (checked below): the result itself
             out = chain_rejection(sub.tokens, draft_probs, logits, key, sampling.temperature, sampling.top_k,
                                   sampling.top_p)
-        else:  # the lossless sampling walk: one sample of the processed target per slot
-            out = jnp.pad(sample_targets(logits, key, sampling.temperature, sampling.top_k, sampling.top_p), pad)
+        else:  # the greedy or the lossless sampling walk's target per slot, [B, N+1] (past width + 1: unread)
+            out = jnp.pad(slot_targets(logits, key, sampling), pad)
         feats = jnp.pad(feats, pad + ((0, 0),) * (feats.ndim - 2)) if feature_layers else None  # [B, N+1, n, E]
         top_ids = top_logits = None
         if top_k:

@@ -18,18 +18,14 @@ import numpy as np
 from hypothesis import strategies as st
 
 from specjax.decode import cache_sizes, generate, generate_ar, initial_state, speculative_round
-from specjax.models import GPTNeoXConfig, LlamaConfig, init_cache, init_params, pad_prompts, prefill_tapped
+from specjax.models import init_cache, init_params, pad_prompts, prefill_tapped
 from specjax.models.dflash import DFlashConfig
 from specjax.sampling import Sampling
+from specjax.testing import FAMILIES, perturbed, random_params
 from tests.fixtures import MAX_NEW, PROMPT_WIDTH, TARGET, assert_lossless, prompt_batches
-from tests.tiny_models import perturbed
 from tests.zoo_prompts import HELDOUT, PROMPTS
 
-TARGETS = {
-    "neox": GPTNeoXConfig(vocab_size=40, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=64, rotary_dim=4),
-    "qwen": LlamaConfig(vocab_size=48, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=8,
-                        intermediate_size=64, qk_norm=True, flavor="qwen3", rope_theta=1e4),
-}
+TARGETS = {"neox": FAMILIES["gpt-neox"], "qwen": FAMILIES["qwen3"]}  # specjax.testing's tiny targets
 
 
 def drafter_cfg(target, block_size=5, layers=(0, 2), num_layers=2):
@@ -37,11 +33,9 @@ def drafter_cfg(target, block_size=5, layers=(0, 2), num_layers=2):
                                    mask_token_id=target.vocab_size - 1)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def random_dflash_params(cfg, seed):
-    """Perturbed random params of a `TARGETS` model or of a drafter of one (one jitted function: its
-    programs are shared by every module that builds them)."""
-    return perturbed(init_params(cfg, jax.random.key(seed)), seed + 1, 0.3)
+# Perturbed random params of a `TARGETS` model or of a drafter of one (one jitted function, shipped as
+# `specjax.testing.random_params`: its programs are shared by every module that builds them).
+random_dflash_params = random_params
 
 
 def features_of(params, cfg, seqs, layers, width):

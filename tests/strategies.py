@@ -1,5 +1,8 @@
 """Shared Hypothesis strategies: random valid (padded, batched) trees and logits.
 
+The tree strategies (`trees`, `tree_rows`, `spread`, `tree_from_arrays`) ship with the package in
+`specjax.testing` and are re-exported here; the logits and arrays for the verifier tests stay here.
+
 Shapes are fixed by the caller (a few fixed (B, N, V) per test module) so that jitted
 functions compile only a few times; Hypothesis varies the *contents*: how many nodes a
 row uses, where the padding gaps are, the tree shape (from bushy to a single chain),
@@ -13,74 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import strategies as st
 
+from specjax.testing import spread, tree_from_arrays, tree_rows, trees  # noqa: F401  (re-exported)
 from specjax.tree import Tree
-
-
-@st.composite
-def tree_rows(draw, budget: int, vocab: int, min_nodes: int = 0, unique_siblings: bool = False):
-    """One row as (tokens, parents) Python lists of length <= budget, topologically ordered.
-
-    Parents are drawn to give both bushy trees and long chains (half of the time a node
-    hangs below the previous node). With unique_siblings, duplicate siblings are dropped
-    together with their subtrees.
-    """
-    n = draw(st.integers(min_nodes, budget))
-    tokens, parents = [], []
-    for i in range(n):
-        chain = draw(st.booleans()) and i > 0
-        parents.append(i - 1 if chain else draw(st.integers(-1, i - 1)))
-        tokens.append(draw(st.integers(0, vocab - 1)))
-    if unique_siblings:
-        keep, new_index, seen = [], {}, set()
-        for i, (t, p) in enumerate(zip(tokens, parents)):
-            if (p >= 0 and p not in new_index) or (p, t) in seen:
-                continue  # parent dropped, or duplicate sibling
-            seen.add((p, t))
-            new_index[i] = len(keep)
-            keep.append((t, new_index[p] if p >= 0 else -1))
-        tokens, parents = [t for t, _ in keep], [p for _, p in keep]
-    return tokens, parents
-
-
-def spread(tokens, parents, budget: int, slots, pad_token: int = 0):
-    """Place the nodes of a packed row at increasing `slots` of a row of length budget
-    (padding gaps in between), remapping parents; returns full-length arrays. Padding
-    carries `pad_token` (tokens of invalid nodes are don't-care and must be ignored)."""
-    tok = np.full(budget, pad_token, np.int32)
-    par = np.full(budget, -1, np.int32)
-    val = np.zeros(budget, bool)
-    for i, (t, p) in enumerate(zip(tokens, parents)):
-        tok[slots[i]], par[slots[i]], val[slots[i]] = t, (slots[p] if p >= 0 else -1), True
-    return tok, par, val
-
-
-@st.composite
-def trees(draw, batch: int = 3, budget: int = 8, vocab: int = 6, min_nodes: int = 0,
-          unique_siblings: bool = False, packed: bool = False) -> Tree:
-    """A random valid Tree [batch, budget]: each row its own size, shape and tokens;
-    unless `packed`, valid nodes are spread over the row with padding gaps in between."""
-    rows = []
-    for _ in range(batch):
-        tokens, parents = draw(tree_rows(budget, vocab, min_nodes, unique_siblings))
-        if packed:
-            slots = list(range(len(tokens)))
-        else:
-            slots = sorted(draw(st.lists(st.integers(0, budget - 1), min_size=len(tokens),
-                                         max_size=len(tokens), unique=True)))
-        rows.append(spread(tokens, parents, budget, slots, draw(st.integers(0, vocab - 1))))
-    tok, par, val = (np.stack(x) for x in zip(*rows))
-    return tree_from_arrays(tok, par, val)
-
-
-def tree_from_arrays(tok, par, val) -> Tree:
-    """Tree from numpy rows (parents before children), depths computed on the host."""
-    dep = np.zeros_like(tok)
-    for r in range(tok.shape[0]):
-        for i in range(tok.shape[1]):
-            if val[r, i]:
-                dep[r, i] = 1 if par[r, i] < 0 else dep[r, par[r, i]] + 1
-    return Tree(tokens=jnp.asarray(tok, jnp.int32), parents=jnp.asarray(par, jnp.int32),
-                depth=jnp.asarray(dep, jnp.int32), valid=jnp.asarray(val, bool))
 
 
 def children_tokens(tree: Tree, r: int, slot: int) -> list[int]:

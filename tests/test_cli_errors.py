@@ -22,7 +22,12 @@ from specjax.train.__main__ import parser as train_parser
 
 MISUSE = [
     (["generate", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
-    (["generate", "--temperature", "-1"], "--temperature must be >= 0 (0 = greedy), got -1.0"),
+    (["generate", "--temperature", "-1"], "--temperature must be a finite number >= 0 (0 = greedy), got -1.0"),
+    (["generate", "--temperature", "nan"], "--temperature must be a finite number >= 0 (0 = greedy), got nan"),
+    (["generate", "--max-new-tokens", "100000", "--method", "ar", "--prompt", "The"], "exceed the model's 2048"),
+    (["generate", "--method", "chain4", "--dflash", "{tmp}/ckpt", "--prompt", "The"],
+     "--dflash given but method 'chain4' does not draft with it"),
+    (["generate", "--checkpoint", "smollm2"], "unknown model 'smollm2'"),
     (["generate", "--prompt", ""], "--prompt is empty: give the text to continue"),
     (["generate", "--prompt", "   "], "--prompt is empty"),
     (["generate", "--temperature", "1", "--top-k", "0"], "--top-k must be >= 1, got 0"),
@@ -95,6 +100,44 @@ def test_misuse_is_one_polite_line_and_exit_2(argv, says, tmp, capsys):
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"specjax {argv[0]}: error: " if argv else "specjax: error: "), last
     assert says.format(tmp=tmp) in last, f"{says.format(tmp=tmp)!r} not in {last!r}"
+
+
+# `python -m specjax.train`: (argv, the text its one error line must contain); {tmp}: the scratch directory,
+# {data}: a real data directory (the committed SmolLM2 one: values are refused before anything loads).
+TRAIN_MISUSE = [
+    (["dflash", "--data", "{data}", "--out", "{tmp}/run", "--lr", "-1"], "--lr must be > 0, got -1.0"),
+    (["dflash", "--data", "{data}", "--out", "{tmp}/run", "--lr", "nan"], "argument --lr: not a finite number"),
+    (["dflash", "--data", "{data}", "--out", "{tmp}/run", "--batch-size", "0"], "--batch-size must be > 0, got 0"),
+    (["dflash", "--data", "{data}", "--out", "{tmp}/run", "--steps", "-5"], "--steps must be > 0"),
+    (["dflash", "--data", "{data}", "--out", "{tmp}/run", "--seq-len", "0"], "--seq-len must be an integer >= 1"),
+    (["dflash", "--data", "{data}", "--out", "{tmp}/run", "--warmup-frac", "2"], "--warmup-frac must be <= 1"),
+    (["dflash", "--data", "{data}", "--out", "{tmp}/run", "--batch-size", "x"], "argument --batch-size: not an integer"),
+    (["dflash", "--data", "{tmp}/nowhere", "--out", "{tmp}/run"], "--data {tmp}/nowhere: no such directory"),
+    (["dflash", "--data", "{data}", "--out", "{tmp}/run", "--mesh", "rows=2"], "--mesh names ['rows']"),
+    (["domino", "--data", "{data}", "--out", "{tmp}/run", "--prefix", "both"], "prefix must be one of"),
+    (["eagle3", "--data", "{data}"], "specjax.train eagle3: error: the following arguments are required: --out"),
+    (["data", "--out", "{tmp}/d", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["data", "--out", "{tmp}/d", "--weights", "web=1"], "--weights name unknown sources ['web']"),
+    (["data", "--out", "{tmp}/junkdata", "--write-prompt-order", "{tmp}/o.gz"], "manifest.json is not valid JSON"),
+    (["eval", "--target", "x"], "specjax.train eval: error: the following arguments are required: --draft"),
+    (["lm", "--model", "target", "--tokenizer", "t.json", "--out", "{tmp}/lm", "--lr", "0"], "--lr must be > 0"),
+    (["nope"], "specjax.train COMMAND: error: argument COMMAND: invalid choice: 'nope'"),
+]
+
+
+@pytest.mark.parametrize("argv, says", TRAIN_MISUSE, ids=[" ".join(a) for a, _ in TRAIN_MISUSE])
+def test_training_misuse_is_one_line_naming_the_command_and_exit_2(argv, says, tmp, capsys):
+    from specjax.train.__main__ import main as train_main
+
+    (tmp / "junkdata").mkdir(exist_ok=True)
+    (tmp / "junkdata" / "manifest.json").write_text('{"recipe": {"tar')  # truncated
+    data = zoo.ZOO_DIR / "data" / "smollm2-135m-instruct"
+    argv = [a.format(tmp=tmp, data=data) for a in argv]
+    assert train_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith(f"specjax.train {argv[0] if argv[0] != 'nope' else 'COMMAND'}: error: "), err
+    assert says.format(tmp=tmp) in err, f"{says.format(tmp=tmp)!r} not in {err!r}"
 
 
 def test_version_and_help(capsys):

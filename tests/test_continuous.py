@@ -10,7 +10,7 @@ import pytest
 from specjax import zoo
 from specjax.decode import generate_ar
 from specjax.models import pad_prompts
-from specjax.train.continuous import pick_rows, stream
+from specjax.train.continuous import pick_rows, refill_sizes, stream
 
 MAX_NEW, MAX_PROMPT = 12, 16
 
@@ -116,3 +116,15 @@ def test_a_sampled_row_draws_from_the_softmax_and_a_greedy_row_takes_the_argmax(
     assert ((counts - n * probs) ** 2 / (n * probs)).sum() < 20.5
     greedy = pick_rows(logits, rows, rows, jnp.zeros((n,), bool), jnp.int32(11))
     assert (np.asarray(greedy) == 0).all()
+
+
+def test_refills_pad_to_a_few_row_counts_from_a_sixteenth_of_the_pool():
+    """Each refill row count compiles a prefill: the counts are powers of two from about B / 16 up to B
+    (B itself when it is not one), every count a refill can need is covered, and B = 512 needs half the
+    programs the powers of two from 1 did (5 against 10)."""
+    for b in (1, 2, 3, 7, 16, 100, 128, 512, 1000):
+        sizes = refill_sizes(b)
+        assert sizes == tuple(sorted(set(sizes))) and sizes[-1] == b
+        assert all(s & (s - 1) == 0 for s in sizes[:-1])
+        assert sizes[0] <= max(1, b // 16) and (b < 32 or sizes[0] * 32 > b)
+    assert refill_sizes(512) == (32, 64, 128, 256, 512) and refill_sizes(128) == (8, 16, 32, 64, 128)

@@ -4,11 +4,12 @@ fields and units, the bandwidth-bound arithmetic, the CLI, and named errors."""
 import json
 import math
 
+import jax.numpy as jnp
 import pytest
 
 from specjax.bench import device
 from specjax.cli import main
-from specjax.models.model import LAYOUTS
+from specjax.models.model import LAYOUTS, with_layout
 
 SMALL = dict(reps=3, new_tokens=32, prompt_len=16, context=32, long_cache=2048, verify_widths=(1, 8), select_budget=32,
              select_batches=(2,), compile_methods=("ar",), round_budget=8, bandwidth_mib=8)
@@ -25,6 +26,23 @@ def report(tmp_path_factory):
 
 def _positive(x):
     return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+def _positive_or_remeasured(value, remeasure, tries: int = 3) -> bool:
+    """A figure that is a difference of two wall times (t(N tokens) - t(1 token), first call - warm call)
+    is positive on a quiet machine, but on busy cores one pair of timings can invert (issue 51: a
+    negative ms/token). Positive as reported, or on one of `tries` fresh measurements of the same
+    part: a bug that makes it non-positive fails every try, load does not."""
+    for _ in range(tries):
+        if _positive(value):
+            return True
+        value = remeasure()
+    return _positive(value)
+
+
+def _tiny_in(layout: str):
+    cfg = device.SHAPES["tiny"]
+    return cfg, with_layout(device.random_params(cfg, jnp.float32), layout)
 
 
 def test_every_part_reports_positive_figures_with_units_and_settings(report):
@@ -44,10 +62,17 @@ def test_every_part_reports_positive_figures_with_units_and_settings(report):
     assert s["layouts"] == list(LAYOUTS) and list(tiny["layouts"]) == list(LAYOUTS)
     for layout, parts in tiny["layouts"].items():  # CPU: every layer-dependent part in every layout
         ar = parts["ar"]
-        for key in ("ms_per_token", "generate_N_ms", "generate_1_ms", "bound_ms_per_token", "ratio_to_bound"):
+        for key in ("generate_N_ms", "generate_1_ms", "bound_ms_per_token"):  # measured: always positive
             assert _positive(ar[key]), (layout, key)
+        # derived from a difference of two measurements: the definition always, positivity robustly
+        assert math.isclose(ar["ms_per_token"], (ar["generate_N_ms"] - ar["generate_1_ms"]) / (s["new_tokens"] - 1))
+        assert math.isclose(ar["ratio_to_bound"], ar["ms_per_token"] / ar["bound_ms_per_token"])
+        settings = device.Settings.for_platform("cpu", **SMALL)
+        ar_again = lambda: device.time_ar(*_tiny_in(layout), settings)  # noqa: E731
+        assert _positive_or_remeasured(ar["ms_per_token"], lambda: ar_again()["ms_per_token"]), layout
         long = ar["long_cache"]  # 2048 slots: attention reads a 1024-slot prefix bucket
-        assert long["slots"] == 2048 and _positive(long["ms_per_token"])
+        assert long["slots"] == 2048
+        assert _positive_or_remeasured(long["ms_per_token"], lambda: ar_again()["long_cache"]["ms_per_token"]), layout
         assert math.isclose(long["ratio_to_short_cache"], long["ms_per_token"] / ar["ms_per_token"])
         one, eight = parts["verify"]
         assert (one["T"], eight["T"]) == (1, 8) and all(r["context"] == 32 for r in (one, eight))
@@ -56,8 +81,10 @@ def test_every_part_reports_positive_figures_with_units_and_settings(report):
         assert math.isclose(eight["extra_ms_per_token"], (eight["ms"] - one["ms"]) / 7)
         assert math.isclose(eight["ratio_to_T1"], eight["ms"] / one["ms"])
         assert [r["method"] for r in parts["compile"]] == ["ar"]
-        assert all(_positive(r["first_call_s"]) and _positive(r["warm_call_s"]) and _positive(r["compile_s"])
+        assert all(_positive(r["first_call_s"]) and _positive(r["warm_call_s"])
                    and math.isclose(r["compile_s"], r["first_call_s"] - r["warm_call_s"]) for r in parts["compile"])
+        assert _positive_or_remeasured(parts["compile"][0]["compile_s"],
+                                       lambda: device.time_compile(*_tiny_in(layout), settings)[0]["compile_s"])
         for r in parts["compile"]:  # the stages jax reports: traced and lowered, then compiled or loaded from a cache
             assert _positive(r["trace_s"]) and _positive(r["lower_s"]) and (r["xla_compile_s"] > 0 or r["cache_hits"] > 0)
             assert r["trace_s"] + r["lower_s"] + r["xla_compile_s"] <= r["first_call_s"]
@@ -65,6 +92,15 @@ def test_every_part_reports_positive_figures_with_units_and_settings(report):
         for part in ("draft", "select", "mask", "verify", "walk_commit", "round", "ar_step"):
             assert _positive(rnd[f"{part}_ms"]), part
         assert rnd["verify_width"] == 8 and rnd["tree_nodes"] == 8 and rnd["budget"] == 8  # prune_mass 0: full budget
+
+
+def test_a_difference_figure_inverted_by_load_is_measured_again_but_a_broken_one_still_fails():
+    """Guards the robust positivity of `test_every_part_reports_positive_figures_with_units_and_settings`:
+    one inverted pair of timings (busy cores) is re-measured; a figure never positive still fails."""
+    again = iter([-0.2, 0.7])
+    assert _positive_or_remeasured(-0.1, lambda: next(again))
+    assert not _positive_or_remeasured(-0.1, lambda: -0.1)
+    assert not _positive_or_remeasured(0.0, lambda: float("nan"))
 
 
 def test_products_floor_chains_the_steps_weight_matrices_and_the_ar_figure_is_compared_to_it(report):

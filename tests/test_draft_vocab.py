@@ -1,4 +1,4 @@
-"""A reduced draft vocabulary (specjax.draft_vocab): choosing the ids, EAGLE-3's maps, the K-column
+"""A reduced draft vocabulary (specjax.models.draft_vocab): choosing the ids, EAGLE-3's maps, the K-column
 projection, the ids in params and checkpoints, and losslessness of the four drafters built on it.
 
 References: brute-force numpy for the ids and maps, `project_to_vocab` for the columns, plain
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specjax import zoo
-from specjax import draft_vocab as DV
+from specjax.models import draft_vocab as DV
 from specjax.decode import generate, generate_ar
 from specjax.drafters.ddtree import DDTreeDrafter
 from specjax.drafters.dflash import DFlashDrafter

@@ -6,6 +6,8 @@
 * no module uses another module's private (underscore) name;
 * imports sit at the top of a module (inside a function only for an optional dependency);
 * notebooks import the library, never the command line;
+* argv is parsed only in `specjax/cli/` (and the `python -m` shims that call it): no other module
+  imports argparse or reads sys.argv;
 * no module under tests/ imports a test module (tests/test_*.py): what several test modules share
   lives in helper modules (tests/fixtures.py, tests/drafter_fixtures.py, ...).
 """
@@ -21,16 +23,16 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # public API re-exporting everything) sits on top with the CLI.
 LAYERS = {
     "specjax.inputs": 0, "specjax.numerics": 0, "specjax.ops": 0, "specjax.sampling": 0, "specjax.tree": 0,
-    "specjax.streaming": 0,
-    "specjax.models": 1, "specjax.draft_vocab": 1,
-    "specjax.verify": 2, "specjax.sharding": 2, "specjax.equality": 2,
+    "specjax.streaming": 0, "specjax.atomic": 0,
+    "specjax.models": 1,
+    "specjax.verify": 2, "specjax.sharding": 2, "specjax.equality": 2, "specjax.distributed": 2,
     "specjax.drafters": 3,
     "specjax.decode": 4, "specjax.core": 4,
     "specjax.data": 5, "specjax.zoo": 5,
     "specjax.pipeline": 6,
-    "specjax.bench": 7, "specjax.train": 7,
+    "specjax.bench": 7, "specjax.train": 7, "specjax.testing": 7,
     "specjax": 8, "specjax.cli": 8,
-    "specjax.showcase": 9, "specjax.__main__": 9,
+    "specjax.showcase": 9, "specjax.__main__": 9, "specjax.train.__main__": 9, "specjax.launch": 9,
 }
 
 
@@ -107,6 +109,36 @@ def test_imports_inside_functions_are_optional_dependencies_only():
                                 "specjax.data", "__getattr__"):
                             inside.append(f"{path.relative_to(ROOT)}:{node.lineno} {fn.name} imports {module}")
     assert not inside, "\n".join(inside)
+
+
+CLI_PACKAGE = ROOT / "specjax" / "cli"
+
+
+def argv_uses(path: pathlib.Path):
+    """(line, what) of every `import argparse` / `from argparse import ...` and every read of `sys.argv`."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names):
+            yield node.lineno, "imports argparse"
+        elif isinstance(node, ast.ImportFrom) and node.module == "argparse":
+            yield node.lineno, "imports from argparse"
+        elif (isinstance(node, ast.Attribute) and node.attr == "argv" and isinstance(node.value, ast.Name)
+              and node.value.id == "sys"):
+            yield node.lineno, "reads sys.argv"
+        elif isinstance(node, ast.ImportFrom) and node.module == "sys" and any(a.name == "argv" for a in node.names):
+            yield node.lineno, "imports sys.argv"
+
+
+def test_argv_is_parsed_only_in_the_cli_package():
+    """Library modules take dataclasses and arguments; the command line (specjax/cli/) turns argv into them."""
+    found = [f"{path.relative_to(ROOT)}:{line} {what}" for path in SOURCES if CLI_PACKAGE not in path.parents
+             for line, what in argv_uses(path)]
+    assert not found, "\n".join(found)
+
+
+def test_the_argv_rule_sees_argparse_and_sys_argv(tmp_path):
+    source = tmp_path / "made_up.py"
+    source.write_text("import argparse\nimport sys\nfrom argparse import Namespace\nx = sys.argv[1:]\n")
+    assert [w for _, w in argv_uses(source)] == ["imports argparse", "imports from argparse", "reads sys.argv"]
 
 
 @pytest.mark.parametrize("notebook", sorted((ROOT / "notebooks").glob("*.py")), ids=lambda p: p.name)

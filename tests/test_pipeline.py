@@ -87,3 +87,33 @@ def test_a_method_the_model_cannot_run_is_refused_before_loading(tmp_path):
         Pipeline.load("smollm2-135m", method="eagle2")  # nothing fetched: refused from the names alone
     with pytest.raises(ValueError, match="no such directory"):
         Pipeline.load(str(tmp_path / "nowhere"))
+
+
+def test_a_learning_drafters_table_carries_over_between_calls_until_reset():
+    """`Pipeline` hands a `CarriesOver` drafter's table from one `generate` to the next (hot start): on the
+    same text the second call accepts at least as much per round as the cold first one, the text stays AR's,
+    `reset()` brings the cold table back (the first call's rounds exactly), and carry_over=False never
+    keeps it."""
+    pipe = Pipeline.load("zoo", method="ddtree-8:ret=4")
+    prompt = "The river flows through the old town and the river"
+    cold = pipe.generate(prompt, max_new_tokens=48)[0]
+    warm = pipe.generate(prompt, max_new_tokens=48)[0]
+    assert warm.token_ids == cold.token_ids
+    assert warm.tau >= cold.tau and warm.rounds <= cold.rounds
+    learned = np.asarray(pipe.method.params.table)
+    pipe.reset()
+    assert not np.array_equal(np.asarray(pipe.method.params.table), learned)
+    again = pipe.generate(prompt, max_new_tokens=48)[0]
+    assert (again.rounds, again.token_ids) == (cold.rounds, cold.token_ids)
+    fresh = Pipeline(pipe.pair, pipe.method, carry_over=False)
+    fresh.reset()
+    first, second = (fresh.generate(prompt, max_new_tokens=48)[0] for _ in range(2))
+    assert first.rounds == second.rounds == cold.rounds
+
+
+def test_an_unknown_model_name_lists_the_names_and_the_closest_one():
+    with pytest.raises(ValueError, match=r"unknown model 'smollm2': give one of zoo, smollm2-135m .*did you mean "
+                                         r"'smollm2-135m'\?"):
+        Pipeline.load("smollm2")
+    with pytest.raises(ValueError, match="no such directory"):  # a path stays a path
+        Pipeline.load("./smollm2")

@@ -12,17 +12,42 @@ import pytest
 
 import specjax
 
-PUBLIC_MODULES = ["specjax", "specjax.tree", "specjax.verify", "specjax.decode", "specjax.sampling", "specjax.ops",
-                  "specjax.numerics", "specjax.equality", "specjax.sharding", "specjax.draft_vocab", "specjax.models",
-                  "specjax.inputs", "specjax.core",
-                  "specjax.drafters",
-                  "specjax.drafters.protocol", "specjax.drafters.ddtree", "specjax.drafters.ddtree_graft",
-                  "specjax.drafters.dflash", "specjax.drafters.domino", "specjax.drafters.eagle2_tree",
-                  "specjax.drafters.dynatree", "specjax.drafters.level_tree", "specjax.drafters.eagle3",
-                  "specjax.drafters.graft", "specjax.drafters.graft_dflash",
-                  "specjax.drafters.retrieval", "specjax.drafters.token_recycling", "specjax.drafters.prompt_lookup",
-                  "specjax.drafters.chain", "specjax.drafters.fixed_tree", "specjax.bench.harness",
-                  "specjax.bench.methods", "specjax.drafters.registry", "specjax.drafters.spec", "specjax.pipeline"]
+# The modules a researcher imports: found by walking the package (a module added tomorrow is checked),
+# except private ones (`_x`, `__main__`) and the rooms that are programs rather than an import API, each
+# with its reason. Inside those rooms, the library pieces they hold are public again (`ALSO_PUBLIC`).
+NOT_IMPORTED = {
+    "specjax.cli": "the command line: argv in, an exit status out",
+    "specjax.showcase": "a command-line demo (`make run`)",
+    "specjax.launch": "a command-line launcher of joined JAX processes",
+    "specjax.train": "training programs behind `specjax train`",
+    "specjax.bench": "benchmark programs behind `specjax bench`",
+    "specjax.models.": "the model ports: `specjax.models` re-exports what they offer",
+    # Found by the walk and not in the old hand list: the draft-LM engine the chain, fixed-tree and
+    # DynaTree drafters share declares no `__all__` yet (a gap for its owner, kept visible here).
+    "specjax.drafters.draft_lm": "the draft-LM drafters' shared engine, without `__all__` so far",
+}
+ALSO_PUBLIC = ("specjax.bench.harness", "specjax.bench.methods", "specjax.models.draft_vocab")
+
+
+def _in_room(name: str, room: str) -> bool:
+    """`name` is in `room`: the module and its submodules, or only its submodules for a room ending in "."."""
+    return name.startswith(room) if room.endswith(".") else name == room or name.startswith(room + ".")
+
+
+def _walk_public() -> list[str]:
+    names = ["specjax"] + [info.name for info in pkgutil.walk_packages(specjax.__path__, "specjax.")]
+    return [n for n in names if not any(part.startswith("_") for part in n.split("."))
+            and (n in ALSO_PUBLIC or not any(_in_room(n, room) for room in NOT_IMPORTED))]
+
+
+PUBLIC_MODULES = _walk_public()
+
+
+def test_the_walk_finds_the_library_and_leaves_out_the_programs():
+    assert {"specjax.tree", "specjax.decode", "specjax.drafters.registry", "specjax.drafters.ddtree", "specjax.models",
+            "specjax.pipeline", "specjax.testing", *ALSO_PUBLIC} <= set(PUBLIC_MODULES)
+    assert not [m for m in PUBLIC_MODULES if m.startswith(("specjax.cli", "specjax.train."))]
+    assert len(PUBLIC_MODULES) >= 35, PUBLIC_MODULES
 
 
 def test_the_stable_core_imports_from_the_top():

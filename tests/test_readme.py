@@ -28,9 +28,10 @@ def reuse_blocks() -> list[str]:
 
 def test_reuse_snippets_run():
     blocks = reuse_blocks()
-    assert len(blocks) == 3, "docs/reusing.md shows three reuse cases"
+    # three reuse cases, then the property-testing example (run by tests/test_testing_kit.py)
+    assert len(blocks) == 4 and "testing.assert_greedy_lossless" in blocks[3], "three reuse cases, then the kit"
     namespace: dict = {"__name__": "readme"}
-    for i, block in enumerate(blocks):
+    for i, block in enumerate(blocks[:3]):
         exec(compile(block, f"docs/reusing.md block {i + 1}", "exec"), namespace)  # noqa: S102
     drafter_lines = blocks[2].split("drafter = RepeatRootDrafter()")[0].strip().splitlines()
     assert len(drafter_lines) <= 50, "a new drafter in <= 50 lines"

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from specjax.decode import generate, generate_ar
-from specjax.draft_vocab import EXCLUDED_LOGIT, with_draft_vocab
+from specjax.models.draft_vocab import EXCLUDED_LOGIT, with_draft_vocab
 from specjax.drafters import dflash as DF
 from specjax.drafters import domino as DO
 from specjax.drafters import eagle3 as E3

@@ -1,7 +1,7 @@
 """The main job (`make run` = specjax.showcase): SmolLM2 when the registry gives it, the embedded pair,
 announced, when it does not."""
 
-from specjax import showcase
+from specjax.cli import showcase
 from specjax.data.assets import AssetError
 
 
@@ -21,7 +21,7 @@ def test_with_the_registry_it_runs_smollm2_with_the_best_method(monkeypatch):
     calls = []
     monkeypatch.setattr(showcase, "fetch", lambda name, **kw: calls.append(("fetch", name, kw)))
     monkeypatch.setattr(showcase, "_held_out_prompt", lambda: "Natalia sold clips to 48 of her friends.")
-    monkeypatch.setattr(showcase.cli, "main", lambda argv: calls.append(("generate", argv)) or 0)
+    monkeypatch.setattr(showcase, "run_specjax", lambda argv: calls.append(("generate", argv)) or 0)
     assert showcase.main(["--rounds"]) == 0
     assert calls[0] == ("fetch", showcase.GGUF, {"progress": True})
     argv = calls[1][1]

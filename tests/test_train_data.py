@@ -9,6 +9,7 @@ import pytest
 
 from specjax.data.prompts import (gsm8k_prompts, humaneval_prompts, math500_prompts, mbpp_prompts, mtbench_prompts,
                                   normalise, sharegpt_prompts, wiki_prompts)
+from specjax.data.train_sources import DEFAULT_WEIGHTS, read_prompt_order, training_prompts, write_prompt_order
 from specjax.train.data import DataRecipe, generate_shards, load_shards, load_target
 
 COMMITTED = pathlib.Path(__file__).parent.parent / "specjax" / "zoo" / "data" / "smollm2-135m-instruct"
@@ -45,6 +46,41 @@ def test_generation_resumes_where_it_stopped_and_refuses_another_recipe(tmp_path
     (tmp_path / "a" / whole["shards"][0]["file"]).write_bytes(b"broken")
     with pytest.raises(ValueError, match="sha256 differs"):
         load_shards(tmp_path / "a")
+
+
+def test_a_prompt_order_file_replaces_the_registry_and_gives_the_same_shards(tmp_path):
+    """A machine without the registry (a GPU node) generates from a prompt-order file: read back it is the
+    registry's order from its start (None before it), a file of another seed or an edited one is refused,
+    and the shards it gives are byte-identical to those from the registry (stored as uint16, read as int32)."""
+    weights = dict(DEFAULT_WEIGHTS)
+    order = training_prompts(weights, 0)
+    path = tmp_path / "order.jsonl.gz"
+    assert write_prompt_order(path, weights, 0, start=8) == len(order) - 8
+    back = read_prompt_order(path, weights, 0)
+    assert back[:8] == [None] * 8 and back[8:] == order[8:]
+    with pytest.raises(ValueError, match="not of this recipe"):
+        read_prompt_order(path, weights, 1)
+    plain = tmp_path / "order.jsonl"
+    write_prompt_order(plain, weights, 0)
+    lines = plain.read_text().split("\n")
+    plain.write_text("\n".join(lines[:1] + [lines[2], lines[1]] + lines[3:]))  # two prompts swapped
+    with pytest.raises(ValueError, match="do not match the sha256"):
+        read_prompt_order(plain, weights, 0)
+
+    cfg, params, enc, _ = load_target("zoo")
+    recipe = DataRecipe(target="zoo", max_new_tokens=6, max_prompt_tokens=24, batch_size=8, chat=False)
+    kw = dict(response_tokens=40, shard_batches=1, progress=False)
+    generate_shards((cfg, params), enc, recipe, tmp_path / "registry", **kw)
+    with pytest.raises(ValueError, match="starts after"):  # the file must cover the cursor
+        generate_shards((cfg, params), enc, recipe, tmp_path / "file", prompt_order=path, **kw)
+    write_prompt_order(path, weights, 0)
+    made = generate_shards((cfg, params), enc, recipe, tmp_path / "file", prompt_order=path, **kw)
+    for shard in made["shards"]:
+        a, b = (tmp_path / d / shard["file"] for d in ("registry", "file"))
+        assert a.read_bytes() == b.read_bytes()
+        with np.load(a) as z:
+            assert z["tokens"].dtype == np.uint16
+    assert load_shards(tmp_path / "file").tokens.dtype == np.int32
 
 
 def _evaluation_prompts() -> tuple[set, list]:

@@ -125,7 +125,7 @@ def test_training_with_a_draft_vocabulary_exports_its_ids(tmp_path):
     with pytest.raises(ValueError, match="another draft vocabulary"):
         run(tc, tmp_path / "v", resume=True)
     export(tmp_path / "exp", DRAFTER, params, {"note": "test"}, vocab.ids)
-    from specjax.draft_vocab import draft_vocab_ids, split_draft_vocab
+    from specjax.models.draft_vocab import draft_vocab_ids, split_draft_vocab
 
     cfg, loaded = load_checkpoint(tmp_path / "exp")
     assert cfg == DRAFTER and np.array_equal(np.asarray(draft_vocab_ids(loaded)), np.asarray(vocab.ids))

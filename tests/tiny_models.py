@@ -7,9 +7,10 @@ logits instead of hiding behind zeros and ones.
 
 from __future__ import annotations
 
-import jax
 import torch
 import transformers as tf
+
+from specjax.testing import perturbed  # noqa: F401  (re-exported: the tests' perturbation ships with the package)
 
 COMMON = dict(hidden_size=32, num_hidden_layers=2, intermediate_size=64, vocab_size=67, bos_token_id=None,
               eos_token_id=None, pad_token_id=None)
@@ -53,12 +54,3 @@ def hf_model(variant: str, seed: int = 0, sigma: float = 0.2) -> torch.nn.Module
 def hf_logits(model: torch.nn.Module, tokens: list[int]):
     with torch.no_grad():
         return model(torch.tensor([tokens])).logits[0].numpy()
-
-
-@jax.jit
-def perturbed(params, seed: int, sigma: float = 0.2):
-    """Add N(0, sigma) noise to every leaf of a specjax params pytree (jitted: one compilation
-    per pytree structure instead of one per leaf shape and seed)."""
-    leaves, treedef = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.key(seed), len(leaves))
-    return jax.tree.unflatten(treedef, [x + sigma * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)])

@@ -1,4 +1,4 @@
-"""Benchmark of DDTree tree selection: `python -m specjax.bench.ddtree_select [--json PATH]`.
+"""Benchmark of DDTree tree selection: `python -m specjax bench-select [--json PATH]` (`run(SelectBench(...))`).
 
 Times `specjax.drafters.ddtree.select_tree` on random log-probs f32[B, L, V] (default
 L = 16, V = 50,000, the DFlash block and a Qwen-sized vocabulary cut to 50k; the top-K per
@@ -21,7 +21,7 @@ the jax version.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import importlib.util
 import json
 import pathlib
@@ -67,20 +67,36 @@ def bench_one(log_q: jax.Array, budget: int, method: str, repeats: int) -> dict:
                 steady_ms=1e3 * steady, ms_per_row=1e3 * steady / log_q.shape[0])
 
 
-def main(argv=None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--depth", type=int, default=16)
-    parser.add_argument("--vocab", type=int, default=50_000)
-    parser.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
-    parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    parser.add_argument("--repeats", type=int, default=7, help="timed calls per configuration (median)")
-    parser.add_argument("--ref-repeats", type=int, default=3)
-    parser.add_argument("--no-reference", action="store_true", help="skip the heapq reference")
-    parser.add_argument("--json", type=pathlib.Path, default=None, help="also write the rows to this JSON file")
-    args = parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True)
+class SelectBench:
+    """What `run` times: `select_tree` over random [B, depth, vocab] log-probabilities.
 
-    ref = None if args.no_reference else _load_reference()
+    Fields:
+      depth: L, the marginals' depth.
+      vocab: V, the vocabulary (the top-K per depth is taken inside select_tree).
+      budgets: tree budgets N, crossed with batches and methods.
+      batches: batch sizes B.
+      methods: select_tree formulations (of `METHODS`).
+      repeats: timed calls per configuration (their median).
+      ref_repeats: timed calls of the heapq reference.
+      reference: time the reference (tests/ddtree_reference.py, a source checkout only).
+      json: also write the rows to this path (None: do not).
+    """
+
+    depth: int = 16
+    vocab: int = 50_000
+    budgets: tuple[int, ...] = BUDGETS
+    batches: tuple[int, ...] = BATCHES
+    methods: tuple[str, ...] = METHODS
+    repeats: int = 7
+    ref_repeats: int = 3
+    reference: bool = True
+    json: str | None = None
+
+
+def run(args: SelectBench = SelectBench()) -> list[dict]:
+    """Time every configuration, print a row each, return the rows."""
+    ref = None if not args.reference else _load_reference()
     device = jax.devices()[0]
     print(f"# DDTree select_tree: L={args.depth} V={args.vocab} on {device.platform} ({device.device_kind}), "
           f"jax {jax.__version__}")
@@ -88,9 +104,9 @@ def main(argv=None) -> list[dict]:
     ref_ms, ref_sort_ms = {}, None
     if ref is not None:
         row = inputs[min(args.batches)][0]
-        ref_sort_ms = 1e3 * _median_seconds(lambda: ref.token_order(row), args.ref_repeats)
+        ref_sort_ms = 1e3 * median_seconds(lambda: ref.token_order(row), repeats=args.ref_repeats)
         for budget in args.budgets:
-            ref_ms[budget] = 1e3 * _median_seconds(lambda: ref.heap_select(row, budget), args.ref_repeats)
+            ref_ms[budget] = 1e3 * median_seconds(lambda: ref.heap_select(row, budget), repeats=args.ref_repeats)
         print(f"# reference: ranking tokens (argsort over V per depth) takes {ref_sort_ms:.1f} ms per row "
               f"of each ref_ms/row below")
 
@@ -112,9 +128,5 @@ def main(argv=None) -> list[dict]:
     if args.json is not None:
         meta = dict(depth=args.depth, vocab=args.vocab, platform=device.platform,
                     device_kind=device.device_kind, jax=jax.__version__)
-        args.json.write_text(json.dumps(dict(meta=meta, rows=rows), indent=2))
+        pathlib.Path(args.json).write_text(json.dumps(dict(meta=meta, rows=rows), indent=2))
     return rows
-
-
-if __name__ == "__main__":
-    main()

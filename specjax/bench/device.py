@@ -79,7 +79,7 @@ import numpy as np
 
 from specjax.bench.methods import parse_method
 from specjax.bench.round_split import round_split
-from specjax.bench.timing import compile_totals, format_figure
+from specjax.bench.timing import compile_totals, format_figure, timed_call
 from specjax.decode import generate, generate_ar
 from specjax.drafters.ddtree import DDTreeDrafter, select_tree
 from specjax.drafters.dflash import DFlashDrafter
@@ -207,12 +207,7 @@ def default_shapes(platform: str) -> tuple[str, ...]:
 def _times_s(fn, reps: int) -> list[float]:
     """Wall seconds of each of `reps` calls of fn() (blocked), after one excluded warm-up call."""
     jax.block_until_ready(fn())
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - start)
-    return times
+    return [timed_call(fn)[1] for _ in range(reps)]
 
 
 def _median_s(fn, reps: int) -> float:
@@ -230,9 +225,7 @@ def _fastest_pair_s(fn_a, fn_b, reps: int) -> tuple[float, float]:
     times_a, times_b = [], []
     for _ in range(reps):
         for fn, times in ((fn_a, times_a), (fn_b, times_b)):
-            start = time.perf_counter()
-            jax.block_until_ready(fn())
-            times.append(time.perf_counter() - start)
+            times.append(timed_call(fn)[1])
     return min(times_a), min(times_b)
 
 

@@ -1,10 +1,10 @@
-"""What a reduced draft vocabulary saves: `python -m specjax.bench.draft_vocab [--json [PATH]]`.
+"""What a reduced draft vocabulary saves: `python -m specjax bench-draft-vocab [--json [PATH]]` (`run(VocabBench(...))`).
 
 Times DFlash's draft call for a SmolLM2-135M-shaped target (`specjax.bench.device.SHAPES`:
 hidden 576, vocabulary 49,152, a tied head; random weights, nothing is downloaded) and a
 one-layer DFlash drafter of block 16 (15 drafted positions, 3 tapped layers as the zoo's
 SmolLM2 drafter), at the full vocabulary and at draft vocabularies of K ids
-(`specjax.draft_vocab`; default K = 8192 and 16384). Every call is jitted and warm; the
+(`specjax.models.draft_vocab`; default K = 8192 and 16384). Every call is jitted and warm; the
 configurations are timed in interleaved rounds (a machine shared with other work drifts),
 and each column is the median over all rounds:
 
@@ -24,7 +24,7 @@ device as JSON (`--json PATH` writes them to PATH instead).
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import dataclasses
 import json
 import pathlib
@@ -37,7 +37,7 @@ import numpy as np
 
 from specjax.bench.device import DTYPES, SHAPES
 from specjax.bench.timing import timed_call
-from specjax.draft_vocab import draft_head, frequent_ids, vocab_logits, with_draft_vocab
+from specjax.models.draft_vocab import draft_head, frequent_ids, vocab_logits, with_draft_vocab
 from specjax.drafters.dflash import DFlashDrafter
 from specjax.drafters.protocol import PromptContext
 from specjax.models.dflash import DFlashConfig
@@ -45,7 +45,7 @@ from specjax.models.dflash_net import target_outer
 from specjax.models.model import init_params
 from specjax.numerics import DEFAULT_PRECISION, matmul_scope
 
-__all__ = ["calls_for", "main", "setup", "time_interleaved"]
+__all__ = ["VocabBench", "calls_for", "run", "setup", "time_interleaved"]
 
 TARGET_SHAPE = "smollm2-135m"
 TAPPED = (2, 14, 27)  # the zoo's SmolLM2 DFlash drafter's target layers
@@ -112,18 +112,31 @@ def time_interleaved(configs: dict, rounds: int, reps: int) -> dict:
     return out
 
 
-def main(argv=None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ks", type=int, nargs="+", default=[8192, 16384], help="draft vocabulary sizes")
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--context", type=int, default=128, help="committed context positions before the block")
-    parser.add_argument("--rounds", type=int, default=8, help="interleaved rounds over all configurations")
-    parser.add_argument("--reps", type=int, default=5, help="timed calls per configuration and round")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default=None,
-                        help="params dtype (default: float32 on CPU, bfloat16 elsewhere)")
-    parser.add_argument("--json", nargs="?", const="-", default=None, type=str,
-                        help="print the rows as JSON (or write them to PATH)")
-    args = parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True)
+class VocabBench:
+    """What `run` times.
+
+    Fields:
+      ks: draft vocabulary sizes (the full vocabulary is always timed too).
+      batches: batch sizes.
+      context: committed context positions before the block.
+      rounds: interleaved rounds over all configurations.
+      reps: timed calls per configuration and round.
+      dtype: params dtype of `DTYPES` (None: float32 on CPU, bfloat16 elsewhere).
+      json: "-": print the rows as JSON; a path: write them there; None: neither.
+    """
+
+    ks: tuple[int, ...] = (8192, 16384)
+    batches: tuple[int, ...] = (1, 8)
+    context: int = 128
+    rounds: int = 8
+    reps: int = 5
+    dtype: str | None = None
+    json: str | None = None
+
+
+def run(args: VocabBench = VocabBench()) -> list[dict]:
+    """Time every configuration, log a row each, return the rows."""
     device = jax.devices()[0]
     dtype_name = args.dtype or ("float32" if device.platform == "cpu" else "bfloat16")
     log = sys.stderr if args.json == "-" else sys.stdout
@@ -154,7 +167,3 @@ def main(argv=None) -> list[dict]:
         else:
             pathlib.Path(args.json).write_text(text)
     return rows
-
-
-if __name__ == "__main__":
-    main()

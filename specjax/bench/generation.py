@@ -1,6 +1,6 @@
-"""Data-generation speed of the continuous engine: `python -m specjax.bench.generation`.
+"""Data-generation speed of the continuous engine: `python -m specjax bench-generation` (`pool_speed`).
 
-    python -m specjax.bench.generation --target smollm2-135m --start 3072 --warmup 90 --seconds 240
+    python -m specjax bench-generation --target smollm2-135m --start 3072 --warmup 90 --seconds 240
 
 Runs `specjax.train.continuous.stream` (the data command's default engine, its recipe's settings:
 pool 128, 256 new tokens, 192 prompt tokens, every 4th prompt sampled) over the training prompts
@@ -11,15 +11,13 @@ is written. Run it with the machine otherwise idle.
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 
 from specjax.data.train_sources import DEFAULT_WEIGHTS, training_prompts
 from specjax.train.continuous import stream
 from specjax.train.data import DataRecipe, encode_prompt, load_target, sampled_every
 
-__all__ = ["pool_speed", "main"]
+__all__ = ["pool_speed"]
 
 
 def pool_speed(target: str, start: int, warmup: float, seconds: float, batch_size: int = 128,
@@ -59,16 +57,3 @@ def pool_speed(target: str, start: int, warmup: float, seconds: float, batch_siz
             "batch_size": batch_size, "chunk": chunk}
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m specjax.bench.generation", description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default="smollm2-135m", help="zoo | smollm2-135m | HF directory (default: %(default)s)")
-    ap.add_argument("--start", type=int, default=0, help="first prompt index (default: %(default)s)")
-    ap.add_argument("--warmup", type=float, default=90, help="seconds not counted (default: %(default)s)")
-    ap.add_argument("--seconds", type=float, default=240, help="seconds counted (default: %(default)s)")
-    ap.add_argument("--batch-size", type=int, default=128, help="pool rows (default: %(default)s)")
-    args = ap.parse_args(argv)
-    print(json.dumps(pool_speed(args.target, args.start, args.warmup, args.seconds, args.batch_size)))
-
-
-if __name__ == "__main__":
-    main()

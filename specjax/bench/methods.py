@@ -10,9 +10,6 @@ tokens on a root-to-leaf path (our convention; the DynaTree authors' "D" trees h
 
 from __future__ import annotations
 
-from specjax.drafters.dynatree import ZOO_PRESET
 from specjax.drafters.registry import Method, forms, markdown_table, method, parse, parse_method
 
-__all__ = ["Method", "PRESETS", "forms", "markdown_table", "method", "parse", "parse_method"]
-
-PRESETS = {"dynatree-zoo": ZOO_PRESET}
+__all__ = ["Method", "forms", "markdown_table", "method", "parse", "parse_method"]

@@ -39,7 +39,17 @@ from specjax.numerics import DEFAULT_PRECISION, matmul_scope
 from specjax.ops import argmax, device_widths
 from specjax.sampling import Sampling
 from specjax.tree import ancestor_mask, chain_tree, node_positions
-from specjax.verify import greedy_walk, sampling_walk, tree_forward
+from specjax.verify import slot_targets, tree_forward, walk
+
+SPLITS: dict[type, object] = {}  # drafter class -> its round split (`splits_rounds_of`), read by `method_split`
+
+
+def splits_rounds_of(drafter_class: type):
+    """Register the decorated function as the round split of `drafter_class` (and its subclasses)."""
+    def register(fn):
+        SPLITS[drafter_class] = fn
+        return fn
+    return register
 
 PARTS = ("draft", "select", "mask", "verify", "walk_commit", "round", "ar_step")
 
@@ -82,6 +92,7 @@ def _state_after(target, drafter, draft_params, tokens, lengths, rounds: int, ma
     return state, lambda s: step(params, cfg, drafter, s)
 
 
+@splits_rounds_of(DDTreeDrafter)
 def round_split(target, drafter, draft_params, tokens, lengths, *, rounds_before: int = 2, reps: int = 10,
                 sampling: Sampling = Sampling(), max_new: int = 64,
                 matmul_precision: str = DEFAULT_PRECISION) -> dict[str, float]:
@@ -121,10 +132,7 @@ def _round_split(target, drafter, draft_params, tokens, lengths, rounds_before, 
 
     @jax.jit
     def walk_commit(tree, t_logits, t_cache, feats, key):
-        if sampling.greedy:
-            result = greedy_walk(tree, t_logits, drafter.max_depth)
-        else:
-            result = sampling_walk(tree, t_logits, key, sampling.temperature, max_depth=drafter.max_depth)
+        result = walk(tree, slot_targets(t_logits, key, sampling), drafter.max_depth)  # the loop's own walk
         path_feats = jnp.take_along_axis(feats, result.path_slots[:, :, None, None], axis=1) if layers else None
         return commit(t_cache, result.path_slots, result.num_accepted + 1), path_feats
 
@@ -172,6 +180,7 @@ def costs_from_figures(budgets, ar_ms: float, verify_ms: dict[int, float], selec
 DOMINO_PARTS = ("backbone", "head", "verify", "round", "ar_step")
 
 
+@splits_rounds_of(DominoDrafter)
 def domino_split(target, drafter, draft_params, tokens, lengths, *, rounds_before: int = 2, reps: int = 10,
                  sampling: Sampling = Sampling(), max_new: int = 64,
                  matmul_precision: str = DEFAULT_PRECISION) -> dict[str, float]:
@@ -214,6 +223,7 @@ GRAFT_PARTS = ("draft", "draft_dense", "retrieve", "propose", "mask", "verify", 
                "ar_step")
 
 
+@splits_rounds_of(GraftDrafter)
 def graft_split(target, drafter, draft_params, tokens, lengths, *, rounds_before: int = 2, reps: int = 10,
                 sampling: Sampling = Sampling(), max_new: int = 64,
                 matmul_precision: str = DEFAULT_PRECISION) -> dict[str, float]:
@@ -260,10 +270,8 @@ def graft_split(target, drafter, draft_params, tokens, lengths, *, rounds_before
         t_logits = verify(state.cache, tree, mask, pos, root)
 
         @jax.jit
-        def walk(tree, t_logits, key):
-            if sampling.greedy:
-                return greedy_walk(tree, t_logits, drafter.max_depth)
-            return sampling_walk(tree, t_logits, key, sampling.temperature, max_depth=drafter.max_depth)
+        def walk_of(tree, t_logits, key):  # the loop's own walk (`verify.slot_targets`, then `verify.walk`)
+            return walk(tree, slot_targets(t_logits, key, sampling), drafter.max_depth)
 
         @jax.jit
         def table_update(table, tree, t_logits, root):
@@ -280,7 +288,7 @@ def graft_split(target, drafter, draft_params, tokens, lengths, *, rounds_before
             "propose": _median_ms(propose, ds, root, active, reps=reps),
             "mask": _median_ms(mask_fn, tree, state.cache.lengths, reps=reps),
             "verify": _median_ms(verify, state.cache, tree, mask, pos, root, reps=reps),
-            "walk": _median_ms(walk, tree, t_logits, jax.random.key(1), reps=reps),
+            "walk": _median_ms(walk_of, tree, t_logits, jax.random.key(1), reps=reps),
             "table_update": _median_ms(table_update, ds.table, tree, t_logits, root, reps=reps),
             "round": _median_ms(run_round, state, reps=reps),
             "ar_step": _median_ms(ar_step, state.cache, root, reps=reps),
@@ -307,6 +315,5 @@ def method_split(target, drafter, draft_params, tokens, lengths, **kw) -> dict[s
     """The round parts of a speculative method's drafter, in ms, with "round" and "ar_step" always:
     `round_split` for DDTree drafters, `domino_split` for Domino, `graft_split` for Graft, else
     `round_cost` (the whole round only). kw: their shared keywords (reps, sampling, max_new, ...)."""
-    split = (round_split if isinstance(drafter, DDTreeDrafter) else domino_split if isinstance(drafter, DominoDrafter)
-             else graft_split if isinstance(drafter, GraftDrafter) else round_cost)
+    split = next((fn for cls, fn in SPLITS.items() if isinstance(drafter, cls)), round_cost)
     return split(target, drafter, draft_params, tokens, lengths, **kw)

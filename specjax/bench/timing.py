@@ -63,3 +63,16 @@ def compile_totals() -> dict[str, float]:
         jax.monitoring.register_event_duration_secs_listener(on_duration)
         jax.monitoring.register_event_listener(on_event)
     return dict(_totals)
+
+
+def interleaved_medians(runs, repeats: int) -> list[tuple[object, float]]:
+    """Per call in `runs` (argument-less callables): (its last output, median seconds over `repeats` warm
+    calls). Every call is compiled and warmed first, then the calls alternate, so a drifting machine hits
+    all of them alike."""
+    outs = [jax.block_until_ready(run()) for run in runs]  # compile + warm-up
+    times = [[] for _ in runs]
+    for _ in range(repeats):
+        for i, run in enumerate(runs):
+            outs[i], seconds = timed_call(run)
+            times[i].append(seconds)
+    return [(out, statistics.median(t)) for out, t in zip(outs, times)]

@@ -1,6 +1,6 @@
-"""Drafter training step time against the draft vocabulary size, on real data: `python -m specjax.bench.train_step`.
+"""Drafter training step time against the draft vocabulary size, on real data: `python -m specjax bench-train-step`.
 
-    python -m specjax.bench.train_step --target smollm2-135m --data specjax/zoo/data/smollm2-135m-instruct \\
+    python -m specjax bench-train-step --target smollm2-135m --data specjax/zoo/data/smollm2-135m-instruct \\
         --kind dflash --vocab 0,8192,16384 --steps 6 --json /tmp/train_step.json
 
 For each K (0 = the full vocabulary) the jitted step of `specjax.train.loop` (cached features,
@@ -11,35 +11,31 @@ alike). The features come from the data's feature cache (built if missing, as tr
 
 from __future__ import annotations
 
-import argparse
-import json
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from specjax.data.assets import cache_root
+from specjax.bench.timing import timed_call
 from specjax.models import init_params
 from specjax.models.dflash_net import target_outer
-from specjax.train import drafter_cli
 from specjax.train.data import load_shards, load_target, params_sha256
 from specjax.train.features import build_feature_cache, data_sha256
 from specjax.train.loop import TrainSet, make_optimizer
+from specjax.train.run import TRAINERS
 from specjax.train.vocab import vocab_tables
 
-__all__ = ["time_steps", "main"]
+__all__ = ["time_steps"]
 
 
 def time_steps(kind_name: str, target: str, data_dir: str, sizes: tuple[int, ...], steps: int, batch_size: int,
                seq_len: int, anchors: int, cache: str | None = None) -> dict:
     """{"K": {"median_s", "steps_s"}} per draft vocabulary size, and the setting."""
-    kind = drafter_cli.KINDS[kind_name]
+    kind = TRAINERS[kind_name]
     tcfg, tparams, _, reserved = load_target(target)
     shards = load_shards(data_dir)
-    args = argparse.Namespace(target_layers=None, layers=1, block_size=16, gru_hidden=64, head_rank=32,
-                              shift_label=False, pure_prefix_len=0)
-    dcfg = kind.build_config(args, tcfg, int(tcfg.vocab_size - 1))
+    dcfg = kind.build_config(kind.arch(), tcfg, int(tcfg.vocab_size - 1))  # the kind's default architecture
     layers = kind.layers(dcfg, tcfg)
     tsha, dsha = params_sha256(tparams), data_sha256(shards)
     cache = cache or str(cache_root() / "features" / f"{target.replace('/', '_')}-{tsha[:12]}-{dsha[:12]}")
@@ -62,41 +58,12 @@ def time_steps(kind_name: str, target: str, data_dir: str, sizes: tuple[int, ...
     for s in range(steps + 1):  # step 0 compiles and warms up each size
         for k in sizes:
             step, dparams, opt_state, vocab, times = runs[k]
-            t0 = time.perf_counter()
-            dparams, opt_state, loss, _ = step(dparams, opt_state, touter, batches[s], vocab, jax.random.key(s),
-                                               jnp.int32(s))
-            jax.block_until_ready(loss)
+            (dparams, opt_state, loss, _), seconds = timed_call(step, dparams, opt_state, touter, batches[s], vocab,
+                                                                jax.random.key(s), jnp.int32(s))
             if s:
-                times.append(time.perf_counter() - t0)
+                times.append(seconds)
             runs[k][1:3] = [dparams, opt_state]
     return {"kind": kind_name, "target": target, "batch_size": batch_size, "seq_len": seq_len, "anchors": anchors,
             "drafter": dcfg.to_hf(), "device": jax.devices()[0].device_kind,
             "sizes": {str(k or tcfg.vocab_size): {"median_s": round(float(np.median(runs[k][4])), 4),
                                                   "steps_s": [round(t, 4) for t in runs[k][4]]} for k in sizes}}
-
-
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m specjax.bench.train_step", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default="smollm2-135m", help="(default: %(default)s)")
-    ap.add_argument("--data", required=True, help="data directory of `python -m specjax.train data`")
-    ap.add_argument("--cache", default=None, help="feature cache directory (default: training's)")
-    ap.add_argument("--kind", default="dflash", choices=("dflash", "domino", "eagle3"), help="(default: %(default)s)")
-    ap.add_argument("--vocab", default="0,8192,16384", help="draft vocabulary sizes, 0 = full (default: %(default)s)")
-    ap.add_argument("--steps", type=int, default=6, help="timed steps per size (default: %(default)s)")
-    ap.add_argument("--batch-size", type=int, default=8, help="(default: %(default)s)")
-    ap.add_argument("--seq-len", type=int, default=448, help="(default: %(default)s)")
-    ap.add_argument("--anchors", type=int, default=16, help="(default: %(default)s)")
-    ap.add_argument("--json", default=None, help="also write the result here")
-    args = ap.parse_args(argv)
-    res = time_steps(args.kind, args.target, args.data, tuple(int(x) for x in args.vocab.split(",")), args.steps,
-                     args.batch_size, args.seq_len, args.anchors, args.cache)
-    text = json.dumps(res, indent=1)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
-
-
-if __name__ == "__main__":
-    main()

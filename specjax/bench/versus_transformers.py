@@ -1,6 +1,6 @@
-"""specjax against transformers on torch, on this CPU, in one run: `python -m specjax.bench.versus_transformers`.
+"""specjax against transformers on torch, on this CPU, in one run: `python -m specjax versus-transformers`.
 
-    python -m specjax.bench.versus_transformers --models smollm2-135m,zoo --prompts 8 --warmup 2 \
+    python -m specjax versus-transformers --models smollm2-135m,zoo --prompts 8 --warmup 2 \
         --max-new-tokens 64 --json results.json
 
 What a user would otherwise run on a CPU is transformers' `generate` on torch (installed here as our
@@ -27,28 +27,28 @@ differently, so a flip at a near-tie is expected; a MISMATCH is a bug in one of 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
-import time
 from pathlib import Path
 
 import jax
 import numpy as np
 
 from specjax import zoo
+from specjax.bench.timing import timed_call
 from specjax.data.datasets import dataset_prompts
 from specjax.decode import generate, generate_ar
 from specjax.drafters.registry import method
 from specjax.equality import compare_with_ar, count
 from specjax.models import pad_prompts, save_checkpoint
 from specjax.models.model import unstack_layers
-from specjax.pipeline import load_pair
+from specjax.pipeline import MODELS, load_pair
 
-__all__ = ["compare", "main"]
+__all__ = ["compare", "run"]
 
-DATASET = {"smollm2-135m": ("gsm8k", True), "zoo": ("wiki", False)}  # model -> (prompt set, chat template)
+# model -> (prompt set, chat template), from the catalogue of named models
+DATASET = {name: (m.held_out, m.dataset_chat) for name, m in MODELS.items()}
 ASSISTED_K = 4  # draft tokens per round of the assisted-generation pair (our chain4)
 
 
@@ -138,9 +138,7 @@ def compare(name: str, prompts: int = 8, warmup: int = 2, max_new_tokens: int = 
         outputs = {label: [] for label in engines}
         for i, prompt in enumerate(ids):
             for label, run in engines.items():
-                start = time.perf_counter()
-                out = run(prompt)
-                seconds = time.perf_counter() - start
+                out, seconds = timed_call(run, prompt)
                 if i >= warmup:
                     speeds[label].append(len(out) / seconds)
                     outputs[label].append(out)
@@ -167,21 +165,15 @@ def compare(name: str, prompts: int = 8, warmup: int = 2, max_new_tokens: int = 
             "warmup": warmup, "max_new_tokens": max_new_tokens, "engines": rows}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m specjax.bench.versus_transformers", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="smollm2-135m,zoo", help="comma-separated: smollm2-135m, zoo (default: both)")
-    p.add_argument("--prompts", type=int, default=8, help="prompts run per model, warm-up included (default 8)")
-    p.add_argument("--warmup", type=int, default=2, help="first prompts run and discarded (default 2)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt (default 64)")
-    p.add_argument("--prompt-len", type=int, default=192, help="keep each prompt's last N tokens (default 192)")
-    p.add_argument("--json", help="write the tables and the environment here")
-    args = p.parse_args(argv)
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
+def run(models: tuple[str, ...] = ("smollm2-135m", "zoo"), prompts: int = 8, warmup: int = 2,
+        max_new_tokens: int = 64, prompt_len: int = 192, json_path: str | None = None) -> dict:
+    """Compare each model's engines (module docstring); returns the report (written to `json_path` when
+    given). Raises ValueError naming a bad argument before anything loads."""
     bad = [m for m in models if m not in DATASET]
-    if bad or not 0 <= args.warmup < args.prompts or args.max_new_tokens < 1:
-        p.error(f"unknown model(s) {bad}; choose from {', '.join(DATASET)}" if bad else
-                "need 0 <= --warmup < --prompts and --max-new-tokens >= 1")
+    if bad:
+        raise ValueError(f"unknown model(s) {bad}; choose from {', '.join(DATASET)}")
+    if not 0 <= warmup < prompts or max_new_tokens < 1:
+        raise ValueError("need 0 <= warmup < prompts and max_new_tokens >= 1")
     import torch
     import transformers
 
@@ -189,11 +181,7 @@ def main(argv=None) -> int:
     report = {"environment": {"jax": jax.__version__, "torch": torch.__version__,
                               "transformers": transformers.__version__, "cpu_count": os.cpu_count(),
                               "device": jax.devices()[0].device_kind},
-              "results": [compare(m, args.prompts, args.warmup, args.max_new_tokens, args.prompt_len) for m in models]}
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+              "results": [compare(m, prompts, warmup, max_new_tokens, prompt_len) for m in models]}
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=2))
+    return report

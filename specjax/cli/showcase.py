@@ -8,7 +8,7 @@ chat template) with `SMOLLM2_METHOD` and with AR, interleaved and timed (medians
 tokens/s of each, the speedup, τ (tokens per verification round) and whether the output is
 identical to AR's. Where the registry cannot be reached it says so and runs the embedded pair
 (the zoo's 4.9M-parameter target and its drafters) instead; `--embedded` asks for that pair.
-The comparison itself is `specjax generate` (`specjax.cli`); other flags (`--rounds`,
+The comparison itself is `specjax generate` (`specjax.cli.generate`); other flags (`--rounds`,
 `--temperature T`, ...) are passed on to it.
 """
 
@@ -17,9 +17,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specjax import cli
+from specjax.cli.main import main as run_specjax
 from specjax.data.assets import AssetError, fetch
 from specjax.data.prompts import gsm8k_prompts
+from specjax.pipeline import DEFAULT_METHOD
 from specjax.zoo import SMOLLM2_LAYOUT, SMOLLM2_METHOD
 
 __all__ = ["SMOLLM2_LAYOUT", "SMOLLM2_METHOD", "main"]
@@ -33,8 +34,9 @@ def _held_out_prompt() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specjax.showcase", description=__doc__.splitlines()[0])
+    argv = sys.argv[1:] if argv is None else argv
     ap.add_argument("--method", default=None, help=f"method spec (default: {SMOLLM2_METHOD} on SmolLM2, "
-                    f"{cli.DEFAULT_METHOD} on the embedded pair)")
+                    f"{DEFAULT_METHOD} on the embedded pair)")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="new tokens (default: %(default)s)")
     ap.add_argument("--prompt", default=None, help="prompt text (default: the first GSM8K test question)")
     ap.add_argument("--embedded", action="store_true", help="run the embedded pair, not SmolLM2")
@@ -51,13 +53,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nSmolLM2 is not available here ({e}).\nRunning the embedded pair instead (a 4.9M-parameter "
                   f"target trained on wiki text, and its drafters).\n", flush=True)
         else:
-            return cli.main(["generate", "--model", "smollm2-135m", "--method", args.method or SMOLLM2_METHOD,
+            return run_specjax(["generate", "--model", "smollm2-135m", "--method", args.method or SMOLLM2_METHOD,
                              "--prompt", prompt, "--max-new-tokens", str(args.max_new_tokens),
                              "--layout", SMOLLM2_LAYOUT, *rest])
     extra = ["--method", args.method] if args.method else []
     extra += ["--prompt", args.prompt] if args.prompt else []
-    return cli.main(["generate", "--max-new-tokens", str(args.max_new_tokens), *extra, *rest])
+    return run_specjax(["generate", "--max-new-tokens", str(args.max_new_tokens), *extra, *rest])
 
-
-if __name__ == "__main__":
-    sys.exit(main())

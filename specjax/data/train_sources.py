@@ -24,7 +24,11 @@ training prompt whose normalised text equals one of them or contains a benchmark
 from __future__ import annotations
 
 import functools
+import gzip
+import hashlib
 import json
+import os
+import pathlib
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -34,7 +38,8 @@ from specjax.data.assets import fetch
 from specjax.data.prompts import (gsm8k_prompts, humaneval_prompts, math500_prompts, mbpp_prompts, mtbench_prompts,
                                   normalise, read_jsonl, sharegpt_prompts, wiki_articles, wiki_prompts)
 
-__all__ = ["TrainPrompt", "SOURCES", "DEFAULT_WEIGHTS", "source_prompts", "training_prompts", "evaluation_texts",
+__all__ = ["TrainPrompt", "SOURCES", "DEFAULT_WEIGHTS", "source_prompts", "training_prompts", "write_prompt_order",
+           "read_prompt_order", "evaluation_texts",
            "is_evaluation_text"]
 
 MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
@@ -154,6 +159,51 @@ def is_evaluation_text(text: str) -> bool:
         return True
     words = norm.split()
     return any(tuple(words[i:i + _WINDOW]) in openings for i in range(len(words) - _WINDOW + 1))
+
+
+ORDER_FORMAT = "specjax-prompt-order/1"
+
+
+def write_prompt_order(path, weights: dict[str, float], seed: int, start: int = 0) -> int:
+    """Write `training_prompts(weights, seed)[start:]` to `path` (gzip-compressed JSON lines when it ends
+    in .gz) behind a header line naming (format, weights, seed, start, count, sha256 of the prompt lines):
+    the prompt order of a machine without the package registry (a GPU node), read back by
+    `read_prompt_order`. Returns the number of prompts written."""
+    order = training_prompts(weights, seed)[start:]
+    body = dump_prompts(order)
+    header = {"format": ORDER_FORMAT, "weights": dict(sorted(weights.items())), "seed": seed, "start": start,
+              "count": len(order), "sha256": hashlib.sha256(body.encode()).hexdigest()}
+    text = json.dumps(header) + "\n" + body
+    data = gzip.compress(text.encode(), mtime=0) if str(path).endswith(".gz") else text.encode()
+    tmp = pathlib.Path(str(path) + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return len(order)
+
+
+def read_prompt_order(path, weights: dict[str, float], seed: int) -> list[TrainPrompt | None]:
+    """The prompt order written by `write_prompt_order`, as a list indexed like `training_prompts`
+    (None before the file's start). Refuses a file of another (weights, seed) or whose prompts do not
+    match its header's sha256, naming the file."""
+    raw = pathlib.Path(path).read_bytes()
+    text = (gzip.decompress(raw) if str(path).endswith(".gz") else raw).decode()
+    first, _, body = text.partition("\n")
+    try:
+        header = json.loads(first)
+    except json.JSONDecodeError:
+        header = None
+    if not isinstance(header, dict) or header.get("format") != ORDER_FORMAT:
+        raise ValueError(f"{path}: not a prompt-order file (its first line must be a {ORDER_FORMAT} header)")
+    want = {"weights": dict(sorted(weights.items())), "seed": seed}
+    have = {"weights": header["weights"], "seed": header["seed"]}
+    if have != want:
+        raise ValueError(f"{path} holds the order of {have}, not of this recipe's {want}")
+    if hashlib.sha256(body.encode()).hexdigest() != header["sha256"]:
+        raise ValueError(f"{path}: its prompts do not match the sha256 in its header (truncated or edited)")
+    prompts = [TrainPrompt(**json.loads(line)) for line in body.split("\n") if line]
+    if len(prompts) != header["count"]:
+        raise ValueError(f"{path}: {len(prompts)} prompts, its header says {header['count']}")
+    return [None] * header["start"] + prompts
 
 
 def dump_prompts(prompts: Iterable[TrainPrompt]) -> str:

@@ -23,7 +23,7 @@ Chain DFlash (the DFlash paper's decoding, `DFlashDrafter`): draft token i = arg
 row i (argmax also at T > 0, as the reference); verified by the greedy walk at T = 0 and
 by the lossless sampling walk at T > 0 (never min(1, p/q) with marginals).
 
-A draft vocabulary in the params (`specjax.draft_vocab`: params["draft_vocab"]["ids"])
+A draft vocabulary in the params (`specjax.models.draft_vocab`: params["draft_vocab"]["ids"])
 restricts `block_logits` to its K columns of the target's head (the rest EXCLUDED_LOGIT; the
 columns are gathered once, by `init`), so chain DFlash, DDTree, Domino and Graft on top of it
 draft only those tokens.
@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.draft_vocab import draft_head, draft_vocab_ids, vocab_logits, weights_dtype
+from specjax.models.draft_vocab import draft_head, draft_vocab_ids, vocab_logits, weights_dtype
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.drafters.spec import Build, Field, MethodSpec, Reader
 from specjax.inputs import require_config
@@ -75,7 +75,7 @@ class DFlashState:
       pending: [B, C, n, E] target features (params dtype) of last round's root + accepted path, waiting
         to be written into the context by the next drafter forward; rows >= pending_n are padding.
       pending_n: int32[B] how many pending rows are real (the last round's kept tokens; 0 once written).
-      draft_head: [E, K] the target head's columns of the drafter's draft vocabulary (`specjax.draft_vocab`),
+      draft_head: [E, K] the target head's columns of the drafter's draft vocabulary (`specjax.models.draft_vocab`),
         gathered once by `init`; None with the full vocabulary.
     """
 
@@ -117,7 +117,7 @@ def block_logits(cfg: DFlashConfig, target_cfg: ModelConfig, state: DFlashState,
     """(logits f32[B, L, V], state): `block_hidden` through the target's LM head, rows 1 .. L
     (L = block_size - 1): row i - 1 of the logits predicts the token at position root + i.
     With a draft vocabulary in the drafter's params only its K columns are computed
-    (`specjax.draft_vocab.vocab_logits`; the others are EXCLUDED_LOGIT)."""
+    (`specjax.models.draft_vocab.vocab_logits`; the others are EXCLUDED_LOGIT)."""
     hidden, state = block_hidden(cfg, target_cfg, state, root, active, block_size)
     ids = draft_vocab_ids(state.params)
     return vocab_logits(state.target_params, target_cfg, hidden[:, 1:], ids, state.draft_head), state

@@ -25,7 +25,7 @@ at least as often (the notebook reports both).
 `use_head=False` drafts from the base logits alone with the same weights (Table 4 of the
 paper; with the paper's alignment it is exactly chain DFlash on the backbone).
 
-A draft vocabulary in the params (`specjax.draft_vocab`) restricts both the base logits and
+A draft vocabulary in the params (`specjax.models.draft_vocab`) restricts both the base logits and
 the correction (the columns of W_2) to its K tokens; every other token keeps EXCLUDED_LOGIT.
 
 The head's pure functions (GRU cell, correction, rollout, teacher forcing) are
@@ -41,7 +41,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from specjax.draft_vocab import draft_vocab_ids, vocab_logits
+from specjax.models.draft_vocab import draft_vocab_ids, vocab_logits
 from specjax.drafters.dflash import DFlashDrafter, DFlashState, block_hidden
 from specjax.drafters.spec import Build, Field, MethodSpec, Reader
 from specjax.inputs import require_config

@@ -24,7 +24,7 @@ position t + j, attending to step-0 keys of rows <= t and to its own keys of ste
 the attention pattern a depth-j chain node sees at inference (tested equal).
 
 Logits (`logits_of`): the paper's drafter (cfg.draft_vocab_size = K) projects with its own
-`lm_head` [E, K]; the ids params["draft_vocab"]["ids"] (EAGLE-3's d2t map, `specjax.draft_vocab`)
+`lm_head` [E, K]; the ids params["draft_vocab"]["ids"] (EAGLE-3's d2t map, `specjax.models.draft_vocab`)
 place those K logits in the target's vocabulary. A drafter with the target's head
 (draft_vocab_size None) may still carry a draft vocabulary: it then uses those K columns of the
 target's head. Either way every other column is EXCLUDED_LOGIT, so the tree drafts only those
@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.draft_vocab import draft_head, draft_vocab_ids, weights_dtype
+from specjax.models.draft_vocab import draft_head, draft_vocab_ids, weights_dtype
 from specjax.drafters.eagle2_tree import TREE_FIELDS, Eagle2TreeDrafter, tree_shape
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.drafters.spec import Build, Field, MethodSpec, Reader
@@ -76,7 +76,7 @@ class Eagle3State:
         a_{j+1}); the last real row's token is the root, filled in by `start`.
       pending_n: int32[B] how many pending rows are real (1 after the prefill; the kept tokens of the
         last round after `observe`; 0 once committed).
-      draft_head: [E, K] the target head's columns of the drafter's draft vocabulary (`specjax.draft_vocab`),
+      draft_head: [E, K] the target head's columns of the drafter's draft vocabulary (`specjax.models.draft_vocab`),
         gathered once by `init`; None with the full vocabulary or the drafter's own head.
     """
 

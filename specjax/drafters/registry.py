@@ -140,10 +140,43 @@ def needs_of(text: str) -> tuple[str, ...]:
     return p.spec.required(p.values)
 
 
+def _is_config(x) -> bool:
+    """A model config (a dataclass instance with a vocabulary), as load_checkpoint returns it first."""
+    return dataclasses.is_dataclass(x) and not isinstance(x, type) and hasattr(x, "vocab_size")
+
+
+def _what(x) -> str:
+    if isinstance(x, dict):
+        return "a dict (params alone, without their config?)"
+    if _is_config(x):
+        return f"a {type(x).__name__} (a config alone, without its params?)"
+    return f"a {type(x).__name__}"
+
+
+def _check_models(target_cfg, draft, readers: dict) -> None:
+    """The model arguments' forms, before anything is built: target_cfg a config; draft= and each reader
+    kind= a (cfg, params) pair. A mix-up (params where the pair belongs, a config alone) is named."""
+    if target_cfg is not None and not _is_config(target_cfg):
+        raise TypeError(f"target_cfg must be the target's config (the cfg of cfg, params = load_checkpoint(...)), "
+                        f"got {_what(target_cfg)}")
+    for name, pair in (("draft", draft), *readers.items()):
+        if pair is None:
+            continue
+        what = "the draft LM" if name == "draft" else f"the {name} drafter"
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"{name}= must be {what} as a (cfg, params) pair, e.g. {name}=load_checkpoint(DIR); "
+                            f"got {_what(pair)}")
+        cfg, params = pair
+        if not _is_config(cfg) or _is_config(params):
+            raise TypeError(f"{name}= must be {what} as a (cfg, params) pair: its first item a config, its second "
+                            f"the params; got ({type(cfg).__name__}, {type(params).__name__})")
+
+
 def _build(text: str, target_cfg, draft, readers: dict) -> Method:
     unknown = set(readers) - set(READERS)
     if unknown:
         raise TypeError(f"unknown drafter kinds {sorted(unknown)}; the kinds are {', '.join(READERS)}")
+    _check_models(target_cfg, draft, readers)
     p = parse(text)
     b = Build(text, p.values, p.given, target_cfg, draft, {k: v for k, v in readers.items() if v is not None},
               {k: _describe_need(k) for k in READERS})

@@ -45,7 +45,7 @@ from flax import nnx
 
 from specjax.models import llama
 from specjax.models.families import register
-from specjax.models.hf_config import ConfigReader, UnsupportedConfigError
+from specjax.models.hf_config import ConfigReader, UnsupportedConfigError, check_types
 from specjax.models.layers import RMSNorm
 from specjax.models.loading_maps import ParamMap, Transform
 from specjax.models.target_bound import TargetBound, fitted_to
@@ -171,7 +171,7 @@ class DFlashConfig(TargetBound):
             target_model_type=r.get("target_model_type", required=True),
             block_size=r.get("block_size", required=True), mask_token_id=r.get("mask_token_id", required=True),
             rope_theta=float(r.get("rope_theta", required=True)), rms_norm_eps=float(r.get("rms_norm_eps", 1e-6)),
-            norm_last_layer=bool(r.get("norm_last_layer", False)),
+            norm_last_layer=r.get("norm_last_layer", False),  # a JSON boolean (the reader checks every type)
         )
 
     def to_hf(self) -> dict[str, Any]:
@@ -203,6 +203,7 @@ class DFlashConfig(TargetBound):
         dc = hf.get("dflash_config")
         if not isinstance(dc, dict):
             raise ValueError(f"{where}: 'dflash_config' must be a JSON object, got {dc!r}")
+        check_types(hf, where)  # "shift_label": "false" is not False; true is not a layer count
         required = [f"dflash_config.{k}" for k in ("target_layer_ids", "mask_token_id") if k not in dc]
         required += [k for k in ("num_target_layers", "vocab_size", "hidden_size", "num_hidden_layers",
                                  "num_attention_heads", "intermediate_size") if k not in hf]
@@ -315,4 +316,5 @@ def param_maps(cfg: DFlashConfig) -> tuple[list[ParamMap], list[ParamMap]]:
 
 IGNORED_KEYS = (r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"rotary_emb\.inv_freq")
 
-FAMILY = register(sys.modules[__name__], DFlashConfig, ("dflash",))
+FAMILY = register(sys.modules[__name__], DFlashConfig, ("dflash",),
+                  reference=(is_reference_config, DFlashConfig.from_reference), reference_order=1)

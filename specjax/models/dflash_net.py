@@ -16,7 +16,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from specjax.draft_vocab import split_draft_vocab, weights_dtype
+from specjax.models.draft_vocab import split_draft_vocab, weights_dtype
 from specjax.models.cache import KVCache, commit, init_cache
 from specjax.models.dflash import DFlashConfig
 from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots

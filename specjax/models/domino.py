@@ -46,7 +46,7 @@ from flax import nnx
 
 from specjax.models import dflash
 from specjax.models.families import register
-from specjax.models.hf_config import ConfigReader, UnsupportedConfigError
+from specjax.models.hf_config import ConfigReader, UnsupportedConfigError, check_types
 from specjax.models.loading_maps import ParamMap, Transform
 
 
@@ -99,8 +99,8 @@ class DominoConfig(dflash.DFlashConfig):
     @classmethod
     def _read_fields(cls, r: ConfigReader) -> dict[str, Any]:
         return {**super()._read_fields(r), "gru_hidden": r.get("gru_hidden_dim", required=True),
-                "head_rank": r.get("head_rank", required=True), "shift_label": bool(r.get("shift_label", False)),
-                "pure_prefix_len": int(r.get("pure_draft_prefix_len", 0))}
+                "head_rank": r.get("head_rank", required=True), "shift_label": r.get("shift_label", False),
+                "pure_prefix_len": r.get("pure_draft_prefix_len", 0)}  # typed by the reader: no coercion
 
     def to_hf(self) -> dict[str, Any]:
         return {**super().to_hf(), "architectures": ["DominoDraftModel"], "model_type": "domino",
@@ -116,6 +116,7 @@ class DominoConfig(dflash.DFlashConfig):
         dc = hf.get("dflash_config")
         if not isinstance(dc, dict):
             raise ValueError(f"{where}: 'dflash_config' must be a JSON object, got {dc!r}")
+        check_types(hf, where)  # before any value is used: "shift_label": "false" would read as True
         missing = [f"dflash_config.{k}" for k in ("emb_dim", "gru_hidden_dim") if k not in dc]
         if missing:
             raise ValueError(f"{where}: config.json is missing required key(s) {missing}")
@@ -128,9 +129,8 @@ class DominoConfig(dflash.DFlashConfig):
                                          f"[{REFERENCE_ARCHITECTURE!r}])")
         dflash_hf = {**hf, "architectures": [dflash.REFERENCE_ARCHITECTURE]}  # the backbone's checks
         fields = cls._reference_fields(dflash_hf, where, _REFERENCE_HEAD_KEYS)
-        return cls(**fields, gru_hidden=int(dc["gru_hidden_dim"]), head_rank=int(dc["emb_dim"]),
-                   shift_label=bool(dc.get("shift_label", False)),
-                   pure_prefix_len=int(dc.get("pure_draft_prefix_len", 0)))
+        return cls(**fields, gru_hidden=dc["gru_hidden_dim"], head_rank=dc["emb_dim"],  # typed by check_types
+                   shift_label=dc.get("shift_label", False), pure_prefix_len=dc.get("pure_draft_prefix_len", 0))
 
     def to_reference(self) -> dict[str, Any]:
         """config.json in the reference's layout (the inverse of `from_reference`)."""
@@ -200,4 +200,5 @@ def to_reference_names(tensors: dict) -> dict:
 
 IGNORED_KEYS = dflash.IGNORED_KEYS
 
-FAMILY = register(sys.modules[__name__], DominoConfig, ("domino",))
+FAMILY = register(sys.modules[__name__], DominoConfig, ("domino",),  # before DFlash: its layout extends DFlash's
+                  reference=(is_reference_config, DominoConfig.from_reference), reference_order=0)

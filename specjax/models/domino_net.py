@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from specjax.draft_vocab import add_to_columns, draft_vocab_ids, vocab_logits
+from specjax.models.draft_vocab import add_to_columns, draft_vocab_ids, vocab_logits
 from specjax.models.domino import DominoConfig
 from specjax.models.model import embed_tokens
 from specjax.ops import argmax
@@ -72,7 +72,7 @@ def teacher_forced_logits(cfg: DominoConfig, params: dict, touter: dict, tcfg, r
     Returns f32[..., K, V]: L_i = base_i + mask_i W_2 SiLU(W_1 [rows_i ; s_i]), s_i the GRU
     state after inputs 1 .. i. Equal to `rollout` with the same tokens forced (tests C3). With a
     draft vocabulary in `params` the correction goes to its columns only (base then holds
-    EXCLUDED_LOGIT elsewhere: `specjax.draft_vocab.vocab_logits`)."""
+    EXCLUDED_LOGIT elsewhere: `specjax.models.draft_vocab.vocab_logits`)."""
     head, ids = draft_vocab_head(params)
     emb = embed_tokens(touter, tcfg, inputs)  # [..., K, E]
     h0 = jnp.zeros(inputs.shape[:-1] + (cfg.gru_hidden,), jnp.float32)

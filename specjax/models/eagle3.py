@@ -13,7 +13,7 @@ Training-Time Test", arXiv 2503.01840, §3; the reference code's `LlamaForCausal
   * final `norm` (RMSNorm), then an LM head, in one of two modes (`draft_vocab_size`):
       - the paper's (draft_vocab_size = K): the drafter's *own* trained `lm_head` [E, K] over a
         reduced draft vocabulary, whose ids (params["draft_vocab"]["ids"] int32[K],
-        `specjax.draft_vocab`; the reference's `d2t` / `t2d` maps) place its K logits in the
+        `specjax.models.draft_vocab`; the reference's `d2t` / `t2d` maps) place its K logits in the
         target's vocabulary (every other column EXCLUDED_LOGIT: verification stays lossless);
       - the target's frozen LM head (draft_vocab_size None; the zoo drafters trained before the
         own head existed), optionally restricted to the K columns of a draft vocabulary.
@@ -52,7 +52,7 @@ from flax import nnx
 
 from specjax.models import llama
 from specjax.models.families import register
-from specjax.models.hf_config import ConfigReader, UnsupportedConfigError
+from specjax.models.hf_config import ConfigReader, UnsupportedConfigError, check_types
 from specjax.models.layers import LayerKV, RMSNorm, init_normal
 from specjax.models.loading_maps import ParamMap, Transform
 from specjax.models.target_bound import TargetBound, fitted_to
@@ -80,7 +80,7 @@ class Eagle3Config(TargetBound):
 
     Fields:
       vocab_size: V, the target's vocabulary (the target's embedding is shared; the draft vocabulary's
-        ids live in the params, params["draft_vocab"]["ids"]: `specjax.draft_vocab`).
+        ids live in the params, params["draft_vocab"]["ids"]: `specjax.models.draft_vocab`).
       hidden_size: E, = the target's hidden size (the attention input is 2E: token embedding ; g).
       num_heads: query heads of the decoder layer.
       num_kv_heads: key/value heads (GQA: divides num_heads).
@@ -199,7 +199,9 @@ class Eagle3Config(TargetBound):
         10000 when absent, as the reference reads them). The tapped layers are
         `eagle_config.eagle_aux_hidden_state_layer_ids` (outputs of layer i, as specjax counts); the target's
         layer count and type are not recorded (None: not checked). A missing key raises ValueError naming
-        every one; a setting specjax does not implement raises UnsupportedConfigError."""
+        every one; a setting specjax does not implement raises UnsupportedConfigError; a field of the wrong
+        JSON type raises ConfigTypeError naming it."""
+        check_types(hf, REFERENCE_WHERE)
         required = [k for k in ("vocab_size", "draft_vocab_size", "hidden_size", "num_attention_heads",
                                 "intermediate_size") if k not in hf]
         if required:
@@ -361,4 +363,5 @@ def param_maps(cfg: Eagle3Config) -> tuple[list[ParamMap], list[ParamMap]]:
 # loads it from the target): specjax always embeds with the target's own, so a copy is not read.
 IGNORED_KEYS = (r"midlayer\.self_attn\.rotary_emb\.inv_freq", r"embed_tokens\.weight")
 
-FAMILY = register(sys.modules[__name__], Eagle3Config, ("eagle3",))
+FAMILY = register(sys.modules[__name__], Eagle3Config, ("eagle3",),
+                  reference=(is_reference_config, Eagle3Config.from_reference), reference_order=1)

@@ -16,7 +16,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from specjax.draft_vocab import (EXCLUDED_LOGIT, draft_head, draft_vocab_ids, split_draft_vocab, vocab_logits,
+from specjax.models.draft_vocab import (EXCLUDED_LOGIT, draft_head, draft_vocab_ids, split_draft_vocab, vocab_logits,
                                  weights_dtype, with_draft_vocab)
 from specjax.models.cache import KVCache, init_cache
 from specjax.models.eagle3 import Eagle3Config
@@ -48,7 +48,7 @@ def logits_of(params: dict, cfg: Eagle3Config, target_params: dict, target_cfg: 
     """Draft logits f32[..., V] of the drafter's final norm of `hidden` [..., E]: with its own head
     (cfg.own_head) `own_head_logits` placed at the draft vocabulary's ids (all V columns when the
     params carry no ids, which needs K == V); else the target's LM head, with a draft vocabulary only
-    its K columns (`specjax.draft_vocab.vocab_logits`; `head`: those columns [E, K] gathered
+    its K columns (`specjax.models.draft_vocab.vocab_logits`; `head`: those columns [E, K] gathered
     beforehand). Columns outside the draft vocabulary hold EXCLUDED_LOGIT."""
     normed = outer_module(params, cfg).norm(hidden)
     ids = draft_vocab_ids(params)
@@ -66,7 +66,7 @@ def check_full_head(cfg: Eagle3Config) -> None:
     if cfg.draft_vocab_size != cfg.vocab_size:
         raise ValueError(f"the EAGLE-3 drafter's own lm_head has {cfg.draft_vocab_size} columns but its params carry "
                          f"no draft vocabulary ids to place them among the {cfg.vocab_size} tokens: add them with "
-                         f"specjax.draft_vocab.with_draft_vocab(params, ids)")
+                         f"specjax.models.draft_vocab.with_draft_vocab(params, ids)")
 
 
 def with_own_head(params: dict, cfg: Eagle3Config, target_params: dict, target_cfg: ModelConfig,

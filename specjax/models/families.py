@@ -11,10 +11,14 @@ or None (replicated) per dimension.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib
+import pathlib
 import types
 
-__all__ = ["DATA", "MODEL", "NORM_RULES", "Family", "FAMILIES", "MODEL_TYPES", "register"]
+__all__ = ["DATA", "MODEL", "NORM_RULES", "Family", "FAMILIES", "MODEL_TYPES", "family_modules", "load_families",
+           "register"]
 
 DATA, MODEL = "data", "model"  # the mesh axes of `specjax.sharding.make_mesh`
 # Every family's layer norms are replicated, whatever their leaf names.
@@ -33,12 +37,18 @@ class Family:
         which are recognised by their layout: `config_from_hf`).
       layer_sharding: the sharding rules of one layer's params (module docstring), or None: not
         shardable as a target (drafter params are replicated).
+      reference: (is_reference_config(hf dict) -> bool, from_reference(hf dict) -> config) for a draft
+        network whose published config.json is recognised by its layout rather than a model_type, or None.
+      reference_order: the order `config_from_hf` tries the layouts in (lower first: a layout that
+        extends another, as Domino's extends DFlash's, goes before it).
     """
 
     module: types.ModuleType
     config: type
     model_types: tuple[str, ...] = ()
     layer_sharding: dict | None = None
+    reference: tuple | None = None
+    reference_order: int = 0
 
 
 FAMILIES: dict[type, Family] = {}  # config class -> family
@@ -46,7 +56,7 @@ MODEL_TYPES: dict[str, type] = {}  # HF model_type -> config class
 
 
 def register(module: types.ModuleType, config: type, model_types: tuple[str, ...] = (),
-             layer_sharding: dict | None = None) -> Family:
+             layer_sharding: dict | None = None, reference: tuple | None = None, reference_order: int = 0) -> Family:
     """Register an architecture (call it at the bottom of its module); returns its `Family`.
     Raises ValueError when the config class or a model_type is registered twice."""
     if config in FAMILIES and FAMILIES[config].module is not module:
@@ -54,7 +64,27 @@ def register(module: types.ModuleType, config: type, model_types: tuple[str, ...
     taken = [t for t in model_types if MODEL_TYPES.get(t, config) is not config]
     if taken:
         raise ValueError(f"model_type(s) {taken} are already registered")
-    fam = Family(module, config, tuple(model_types), layer_sharding)
+    fam = Family(module, config, tuple(model_types), layer_sharding, reference, reference_order)
     FAMILIES[config] = fam
     MODEL_TYPES.update({t: config for t in model_types})
     return fam
+
+
+def family_modules() -> tuple[str, ...]:
+    """The modules of `specjax.models` that register a family: those with a top-level ``FAMILY = register(...)``,
+    found by reading their syntax trees (nothing is imported), so a new architecture or draft network
+    needs no entry in any list."""
+    found = []
+    for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "FAMILY" for t in node.targets)
+                    and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "register"):
+                found.append(f"{__package__}.{path.stem}")
+    return tuple(found)
+
+
+def load_families() -> dict[type, Family]:
+    """Import every family module (`family_modules`): each registers itself; returns `FAMILIES`."""
+    for name in family_modules():
+        importlib.import_module(name)
+    return FAMILIES

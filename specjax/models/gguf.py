@@ -4,6 +4,9 @@
 
 What happens, strictly (anything we do not implement raises, naming the key or tensor):
 
+* every refusal names the file: an empty, foreign (no b"GGUF" magic), truncated or corrupt file raises
+  `GGUFError` before the package's own numpy / struct errors can, and metadata of the wrong type
+  (an integer key holding a float or a bool) raises `ConfigTypeError` naming the key;
 * the file is read with the `gguf` package's `GGUFReader`; `general.architecture` must be
   "llama"; the `llama.*` metadata becomes a `LlamaConfig`. Keys implying a feature the
   port lacks (rope scaling, partial rotary `llama.rope.dimension_count` != head_dim,
@@ -40,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
-from specjax.models.hf_config import ConfigReader, UnsupportedConfigError
+from specjax.models.hf_config import ConfigReader, ConfigTypeError, UnsupportedConfigError
 from specjax.models.llama import LlamaConfig
 from specjax.models.loading import CheckpointError, params_from_tensors, raise_on_mismatch
 
@@ -465,14 +468,31 @@ def read_gguf(path: str | os.PathLike, with_tokenizer: bool = True) -> GGUFCheck
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no GGUF file at {path}")
-    reader = gguf.GGUFReader(path)
-    meta = read_metadata(reader)
-    cfg = config_from_gguf(meta, frozenset(t.name for t in reader.tensors))
-    tok = tokenizer_from_gguf(meta) if with_tokenizer else None
-    if tok is not None and tok.vocab_size != cfg.vocab_size:
-        raise GGUFError(f"tokenizer has {tok.vocab_size} tokens, the model {cfg.vocab_size}")
-    tensors = hf_tensors_from_gguf(cfg, dequantize_tensors(reader))
+    reader, meta = _open(path)
+    try:
+        cfg = config_from_gguf(meta, frozenset(t.name for t in reader.tensors))
+        tok = tokenizer_from_gguf(meta) if with_tokenizer else None
+        if tok is not None and tok.vocab_size != cfg.vocab_size:
+            raise GGUFError(f"tokenizer has {tok.vocab_size} tokens, the model {cfg.vocab_size}")
+        tensors = hf_tensors_from_gguf(cfg, dequantize_tensors(reader))
+    except (GGUFError, UnsupportedConfigError, ConfigTypeError) as e:  # every refusal names the file
+        raise type(e)(f"{path}: {e}") from None
     return GGUFCheckpoint(cfg, tensors, tok, meta)
+
+
+def _open(path: Path):
+    """(GGUFReader, metadata) of a GGUF file; an empty, truncated or foreign file raises GGUFError naming it
+    (the gguf package's own errors -- numpy buffer and struct errors -- name nothing)."""
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        what = "an empty file" if not magic else f"its first bytes are {magic!r}, not the magic b'GGUF'"
+        raise GGUFError(f"{path}: not a GGUF file ({what})")
+    try:
+        reader = gguf.GGUFReader(path)
+        return reader, read_metadata(reader)
+    except Exception as e:  # noqa: BLE001 -- the reader raises numpy / struct / value errors on corrupt files
+        raise GGUFError(f"{path}: not a readable GGUF file (truncated or corrupt: {type(e).__name__}: {e})") from e
 
 
 def load_gguf(path: str | os.PathLike, dtype=jnp.float32, with_tokenizer: bool = True):

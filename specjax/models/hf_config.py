@@ -5,6 +5,11 @@ to be irrelevant at inference (dropout, initialiser range, ids, bookkeeping), or
 to a value that means "feature off". Anything else raises `UnsupportedConfigError`
 naming the field, so a checkpoint using a feature we do not implement (rope scaling
 other than llama3's, sliding windows, alibi, ...) never runs silently with the wrong maths.
+
+Every typed field is read at its JSON type (`INTEGER_FIELDS`, `BOOLEAN_FIELDS`, ...; `ConfigReader.get`
+for specjax's own layouts and GGUF metadata, `check_types` for the reference layouts' whole dicts):
+"false" is not False, true is not a layer count, "10000" is not a number. A wrong type raises
+`ConfigTypeError` naming the field; the loader adds the file.
 """
 
 from __future__ import annotations
@@ -38,8 +43,82 @@ IRRELEVANT_FIELDS = frozenset(
 )
 
 
+class ConfigTypeError(ValueError):
+    """A config field holds a value of the wrong JSON type (a string where a boolean belongs, a boolean
+    where an integer belongs, ...) or outside its enumeration. The message names the field; the loader
+    prefixes the file."""
+
+
+# The JSON type of every typed field a config.json-like file (HF configs, the reference layouts'
+# configs and their `dflash_config` / `eagle_config` objects, GGUF metadata) may hold. JSON null is
+# "absent" (the parser's default applies) unless the field is required. `ConfigReader.get` and
+# `check_types` refuse anything else, naming the field: "false" is not False, true is not 1.
+INTEGER_FIELDS = frozenset({
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "intermediate_size", "target_num_hidden_layers", "num_target_layers", "block_size", "mask_token_id",
+    "draft_vocab_size", "gru_hidden_dim", "head_rank", "emb_dim", "pure_draft_prefix_len",
+    "max_position_embeddings", "target_hidden_size", "rotary_emb_base_dim", "original_max_position_embeddings",
+    "llama.embedding_length", "llama.attention.head_count", "llama.attention.head_count_kv", "llama.block_count",
+    "llama.feed_forward_length", "llama.context_length", "llama.vocab_size", "llama.attention.key_length",
+    "llama.attention.value_length", "llama.rope.dimension_count",
+})
+BOOLEAN_FIELDS = frozenset({
+    "tie_word_embeddings", "attention_bias", "mlp_bias", "use_parallel_residual", "shift_label", "norm_last_layer",
+    "own_lm_head", "is_causal", "use_sliding_window", "use_aux_hidden_state",
+})
+NUMBER_FIELDS = frozenset({
+    "rope_theta", "rms_norm_eps", "layer_norm_eps", "rotary_pct", "partial_rotary_factor", "rotary_emb_base",
+    "llama.rope.freq_base", "llama.attention.layer_norm_rms_epsilon",
+})
+STRING_FIELDS = frozenset({"model_type", "hidden_act", "target_model_type", "projector_type"})
+INTEGER_LIST_FIELDS = frozenset({"target_layer_ids", "eagle_aux_hidden_state_layer_ids"})
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type, for messages."""
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def type_problem(key: str, value: Any) -> str | None:
+    """What is wrong with the type of `value` for the field `key` (None: nothing, or not a typed field)."""
+    if value is None:
+        return None
+    if key in INTEGER_FIELDS:
+        ok, what = _is_int(value), "an integer"
+    elif key in BOOLEAN_FIELDS:
+        ok, what = isinstance(value, bool), "a JSON boolean (true / false, not a string or a number)"
+    elif key in NUMBER_FIELDS:
+        ok, what = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+    elif key in STRING_FIELDS:
+        ok, what = isinstance(value, str), "a string"
+    elif key in INTEGER_LIST_FIELDS:
+        ok, what = isinstance(value, list) and all(map(_is_int, value)), "an array of integers"
+    else:
+        return None
+    return None if ok else f"must be {what}, got {value!r} (a JSON {json_type(value)})"
+
+
+def check_types(hf: dict[str, Any], where: str, prefix: str = "") -> None:
+    """Every typed field of a config dict (and of its nested objects, as `prefix.key`) holds its JSON type;
+    else ConfigTypeError naming `where` and the field."""
+    for key, value in hf.items():
+        if isinstance(value, dict) and key not in ("rope_scaling", "rope_parameters"):
+            check_types(value, where, f"{prefix}{key}.")
+            continue
+        problem = type_problem(key, value)
+        if problem:
+            raise ConfigTypeError(f"{where} config field {prefix + key!r} {problem}")
+
+
 class ConfigReader:
-    """Consumes fields of a HF config dict and reports the unconsumed ones."""
+    """Consumes fields of a HF config dict and reports the unconsumed ones. Every typed field read
+    (`INTEGER_FIELDS`, `BOOLEAN_FIELDS`, ...) is checked against its JSON type: a wrong one raises
+    `ConfigTypeError` naming the field."""
 
     def __init__(self, hf: dict[str, Any], model_type: str):
         self.hf = dict(hf)
@@ -50,11 +129,18 @@ class ConfigReader:
         self.consumed.add(key)
         if required and key not in self.hf:
             raise UnsupportedConfigError(f"{self.model_type} config is missing required field {key!r}")
-        return self.hf.get(key, default)
+        value = self.hf.get(key, default)
+        problem = type_problem(key, value)
+        if problem:
+            raise ConfigTypeError(f"{self.model_type} config field {key!r} {problem}")
+        return value
 
     def expect(self, key: str, allowed: tuple, why: str) -> None:
         """Accept `key` only if absent or one of `allowed` (values meaning 'feature off')."""
         self.consumed.add(key)
+        problem = type_problem(key, self.hf.get(key))
+        if problem:
+            raise ConfigTypeError(f"{self.model_type} config field {key!r} {problem}")
         if key in self.hf and self.hf[key] not in allowed:
             raise UnsupportedConfigError(
                 f"{self.model_type} config field {key!r}={self.hf[key]!r} is not supported ({why}); "

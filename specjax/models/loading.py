@@ -22,7 +22,7 @@ draft vocabulary as `d2t` int64[K] offsets + `t2d` bool[V] instead of `draft_voc
 
 Drafters that project with their target's LM head (DFlash, Domino, EAGLE-3: `TargetBound`
 configs) may carry a reduced draft vocabulary, params["draft_vocab"]["ids"] int32[K]
-(`specjax.draft_vocab`); it is saved as the optional int32 tensor `draft_vocab.ids` and
+(`specjax.models.draft_vocab`); it is saved as the optional int32 tensor `draft_vocab.ids` and
 loaded back when present (absent: the full vocabulary).
 """
 
@@ -44,15 +44,16 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
+from specjax.atomic import write_files
 from specjax.inputs import raise_on_mismatch
 from specjax.models import dflash, domino, eagle3
 from specjax.models.dflash import DFlashConfig
 from specjax.models.eagle3 import Eagle3Config
-from specjax.models.hf_config import UnsupportedConfigError
+from specjax.models.hf_config import ConfigTypeError, UnsupportedConfigError
 from specjax.models.model import ModelConfig, config_from_hf, family, param_shapes, stack_layers
 from specjax.models.target_bound import TargetBound
 
-DRAFT_VOCAB_TENSOR = "draft_vocab.ids"  # optional int32[K]: a drafter's draft vocabulary (`specjax.draft_vocab`)
+DRAFT_VOCAB_TENSOR = "draft_vocab.ids"  # optional int32[K]: a drafter's draft vocabulary (`specjax.models.draft_vocab`)
 
 
 class CheckpointError(ValueError):
@@ -218,11 +219,18 @@ def load_config(directory: str | os.PathLike) -> ModelConfig:
     path = Path(directory) / "config.json"
     if not path.exists():
         raise CheckpointError(f"no config.json in {directory}")
+    return _config_at(path)
+
+
+def _config_at(path: Path) -> ModelConfig:
+    """The strict config of the config.json file `path` (its name may be a save's temporary one)."""
     hf = _read_json(path)
     try:
         cfg = config_from_hf(hf)
     except UnsupportedConfigError as e:
         raise UnsupportedConfigError(f"{path}: {e}") from None
+    except ConfigTypeError as e:  # names the field: the file is all it lacks
+        raise CheckpointError(f"{path}: invalid config: {e}") from None
     except (KeyError, TypeError, ValueError) as e:  # a field missing, of the wrong type, or out of range
         raise CheckpointError(f"{path}: invalid config ({type(e).__name__}: {e})") from e
     _check_field_types(cfg, path)
@@ -238,7 +246,11 @@ def _check_field_types(cfg, path: Path) -> None:
         allowed = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
         if not all(t in (int, float, bool, str, type(None)) for t in allowed):
             continue  # tuples and other structured fields: their parsers check them
-        if not isinstance(value, allowed) and not (float in allowed and isinstance(value, int)):
+        if isinstance(value, bool) and bool not in allowed:  # true is not a layer count, nor 1.0
+            ok = False
+        else:
+            ok = isinstance(value, allowed) or (float in allowed and isinstance(value, int))
+        if not ok:
             raise CheckpointError(f"{path}: invalid config: {field.name} = {value!r}, expected "
                                   f"{' or '.join(t.__name__ for t in allowed)}")
 
@@ -377,7 +389,12 @@ def tensors_from_params(cfg: ModelConfig, params: dict, dtype=None, layout: str 
 
 def save_checkpoint(directory: str | os.PathLike, cfg: ModelConfig, params: dict, dtype=None,
                     layout: str = "specjax") -> Path:
-    """Write config.json + model.safetensors (tensors in `dtype`, default: as stored).
+    """Write config.json + model.safetensors (tensors in `dtype`, default: as stored), atomically
+    (`specjax.atomic.write_files`): each file goes to a temporary name beside its target, the written
+    weights' header (names, shapes) and config are read back, a shard index and shards of an older save in
+    `directory` are removed (the index would win on load), and only then are the files renamed into
+    place, weights first. A save that fails -- a full disk, a dtype the loader cannot read (refused before
+    anything is written: `SAVE_DTYPES`) -- leaves the previous checkpoint as it was, byte for byte.
 
     layout: "specjax" (`cfg.to_hf()`) or "reference", for a DFlash, Domino or EAGLE-3 drafter: the layout
       its reference code writes and loads with strict=True (exactly its tensor keys; `cfg.to_reference()`):
@@ -396,12 +413,66 @@ def save_checkpoint(directory: str | os.PathLike, cfg: ModelConfig, params: dict
                              f"full-vocabulary drafter (params without 'draft_vocab')")
         hf = cfg.to_reference()  # raises first: nothing is written for a drafter the layout cannot hold
     directory = Path(directory)
+    if dtype is not None:
+        _check_save_dtype(np.dtype(dtype), "dtype")
     tensors = tensors_from_params(cfg, params, dtype, layout)  # may raise too: before anything is written
-    directory.mkdir(parents=True, exist_ok=True)
+    for name, arr in tensors.items():
+        if name not in _INTEGER_TENSORS:
+            _check_save_dtype(arr.dtype, f"tensor {name!r}")
     if layout == "specjax":
         hf = cfg.to_hf()
     hf["torch_dtype"] = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16",
                          np.dtype(ml_dtypes.bfloat16): "bfloat16"}.get(next(iter(tensors.values())).dtype, "float32")
-    (directory / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
-    write_safetensors(directory / "model.safetensors", tensors)
+    # Every file to a temporary name first, verified; then a shard index of an older save (it would win on
+    # load) and its shards are removed, and the files renamed: weights before the config that describes them.
+    write_files(directory, {"model.safetensors": lambda path: write_safetensors(path, tensors),
+                            "config.json": (json.dumps(hf, indent=2) + "\n").encode()},
+                verify=lambda staged: _verify_saved(staged, tensors, hf), stale=_stale_weight_files(directory))
     return directory
+
+
+# Dtypes a saved weight may have: the ones `params_from_tensors` reads back (real floating point that
+# safetensors stores). Integer tensors are the draft vocabulary's ids and maps, never weights.
+SAVE_DTYPES = tuple(np.dtype(d) for d in (np.float32, np.float16, ml_dtypes.bfloat16, np.float64))
+_INTEGER_TENSORS = (DRAFT_VOCAB_TENSOR, *eagle3.REFERENCE_TENSORS)
+_INDEX = "model.safetensors.index.json"
+_SHARD = re.compile(r"model-\d+-of-\d+\.safetensors")
+
+
+def _check_save_dtype(dtype: np.dtype, what: str) -> None:
+    if dtype not in SAVE_DTYPES:
+        raise ValueError(f"save_checkpoint: {what} is {dtype}, which load_checkpoint cannot read back as weights; "
+                         f"save in one of {[d.name for d in SAVE_DTYPES]} (nothing was written)")
+
+
+def _stale_weight_files(directory: Path) -> list[str]:
+    """The weight files of an older sharded save in `directory` that a single-file save must remove: the
+    shard index first (it wins on load), then the shards it lists and any `model-XXXXX-of-YYYYY.safetensors`."""
+    if not directory.is_dir():
+        return []
+    listed: list[str] = []
+    if (directory / _INDEX).is_file():
+        try:
+            weight_map = json.loads((directory / _INDEX).read_text()).get("weight_map", {})
+            listed = [s for s in dict(weight_map).values() if isinstance(s, str) and Path(s).name == s]
+        except (ValueError, TypeError, AttributeError, UnicodeDecodeError):
+            listed = []  # an unreadable index: still removed, with the shards its names follow
+    shards = {f.name for f in directory.iterdir() if _SHARD.fullmatch(f.name)} | set(listed)
+    return ([_INDEX] if (directory / _INDEX).exists() else []) + sorted(shards - {"model.safetensors"})
+
+
+def _verify_saved(staged: dict[str, Path], tensors: dict[str, np.ndarray], hf: dict) -> None:
+    """Before a save replaces anything: its config.json parses back to a config, and its weights file
+    holds exactly `tensors`' names, shapes and dtypes (the header only; no tensor data is read)."""
+    if _read_json(staged["config.json"]) != json.loads(json.dumps(hf)):
+        raise CheckpointError(f"{staged['config.json']}: the written config.json does not read back as written")
+    _config_at(staged["config.json"])
+    path = staged["model.safetensors"]
+    try:
+        with safe_open(path, framework="numpy") as f:
+            got = {k: (tuple(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype()) for k in f.keys()}
+    except SafetensorError as e:
+        raise CheckpointError(f"{path}: the written weights are not a readable safetensors file: {e}") from e
+    want = {k: tuple(v.shape) for k, v in tensors.items()}
+    if {k: s for k, (s, _) in got.items()} != want:
+        raise CheckpointError(f"{path}: the written weights do not hold the tensors saved (names or shapes differ)")

@@ -28,14 +28,15 @@ import numpy as np
 from flax import nnx
 
 from specjax.inputs import WrongConfigError, as_prompt_batch, check_positions, pad_prompts, raise_on_mismatch
-from specjax.models import dflash, domino, eagle3, gpt_neox, llama  # noqa: F401  (each registers its family)
-from specjax.models.families import FAMILIES, MODEL_TYPES
+from specjax.models import gpt_neox, llama
+from specjax.models.families import FAMILIES, MODEL_TYPES, load_families
 from specjax.models.cache import KVCache, check_capacity, commit, init_cache, per_layer_cache, stacked_cache
 from specjax.models.hf_config import UnsupportedConfigError
 from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots
 from specjax.numerics import DEFAULT_PRECISION, check_precision, matmul_scope
 
 ModelConfig = Union[gpt_neox.GPTNeoXConfig, llama.LlamaConfig]
+load_families()  # every architecture and draft network registers itself where it is defined
 
 def family(cfg: ModelConfig):
     """The architecture module (`gpt_neox` or `llama`) implementing `cfg`."""
@@ -46,13 +47,13 @@ def family(cfg: ModelConfig):
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
-    """Build a config from a HF `config.json` dict; unknown model types or fields raise."""
-    if domino.is_reference_config(hf):  # SpecForge's Domino: DFlash's layout + the head's dflash_config entries
-        return domino.DominoConfig.from_reference(hf)
-    if dflash.is_reference_config(hf):  # z-lab/dflash's layout: a Qwen3 config.json with `dflash_config`
-        return dflash.DFlashConfig.from_reference(hf)
-    if eagle3.is_reference_config(hf):  # SpecForge / EAGLE: a Llama config.json with `draft_vocab_size`
-        return eagle3.Eagle3Config.from_reference(hf)
+    """Build a config from a HF `config.json` dict; unknown model types or fields raise. A draft network's
+    published layout (z-lab/dflash's Qwen3 config with `dflash_config`, SpecForge's Domino, EAGLE-3's Llama
+    config with `draft_vocab_size`) is recognised by the detector its family registered (`Family.reference`)."""
+    for fam in sorted((f for f in FAMILIES.values() if f.reference), key=lambda f: f.reference_order):
+        is_reference, from_reference = fam.reference
+        if is_reference(hf):
+            return from_reference(hf)
     model_type = hf.get("model_type")
     if model_type not in MODEL_TYPES:
         raise UnsupportedConfigError(

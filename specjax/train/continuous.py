@@ -38,7 +38,7 @@ from specjax.numerics import DEFAULT_PRECISION, matmul_scope
 from specjax.ops import argmax
 
 
-__all__ = ["Pool", "init_pool", "decode_chunk", "refill", "stream", "pick_rows"]
+__all__ = ["Pool", "init_pool", "decode_chunk", "refill", "refill_sizes", "stream", "pick_rows"]
 
 
 @struct.dataclass
@@ -145,6 +145,22 @@ def _bucket(n: int, sizes: tuple[int, ...]) -> int:
     return next((s for s in sizes if s >= n), sizes[-1])
 
 
+REFILL_FRACTION = 16  # the smallest refill is a sixteenth of the pool
+
+
+def refill_sizes(batch_size: int) -> tuple[int, ...]:
+    """The row counts a refill is padded to: powers of two from about batch_size / 16 up to batch_size.
+
+    Each (rows, width) pair compiles its own prefill program. On an H100 (pool 512, 2026-11-26) the
+    first three shards ran at 1.0-2.6k response tokens/s against 16k afterwards: compiling refills
+    for ten row counts x six widths took most of the first five minutes. Starting at a sixteenth of
+    the pool halves the row counts (and on CPU keeps the smallest refill at 8 of 128 rows); padded
+    rows cost a prefill each but are dropped."""
+    low = 1 << max(0, (batch_size // REFILL_FRACTION).bit_length() - 1)  # the power of two <= b / 16 (>= 1)
+    sizes = tuple(1 << i for i in range(low.bit_length() - 1, batch_size.bit_length()) if 1 << i <= batch_size)
+    return sizes + ((batch_size,) if batch_size & (batch_size - 1) else ())
+
+
 def stream(params, cfg, prompts: Iterable[tuple[int, list[int], bool]], *, batch_size: int, max_new_tokens: int,
            max_prompt_tokens: int, eos_ids: tuple[int, ...], seed: int = 0, chunk: int = 16,
            width_step: int = 32, matmul_precision: str = DEFAULT_PRECISION,
@@ -153,7 +169,7 @@ def stream(params, cfg, prompts: Iterable[tuple[int, list[int], bool]], *, batch
     yields (index, response ids: through the first EOS, at most max_new_tokens) as rows finish.
 
     Prompts are taken in order whenever rows are free; a refill pads its prompts to a multiple of
-    `width_step` and its row count to a power of two (a few compiled shapes). `on_tokens(n)` is
+    `width_step` and its row count to a power of two of `refill_sizes` (a few compiled shapes). `on_tokens(n)` is
     told the response tokens picked by every refill and chunk (a progress bar)."""
     if not eos_ids:
         raise ValueError("continuous batching needs EOS ids (a row that never ends never frees its slot)")
@@ -163,7 +179,7 @@ def stream(params, cfg, prompts: Iterable[tuple[int, list[int], bool]], *, batch
     pool = init_pool(cfg, b, max_prompt_tokens + max_new_tokens + 1, dtype)
     eos = eos_table(tuple(eos_ids))
     limits = dict(eos=eos, max_new_tokens=jnp.int32(max_new_tokens), seed=jnp.int32(seed))
-    sizes = tuple(2 ** i for i in range(int(np.log2(b)) + 1)) + ((b,) if b & (b - 1) else ())
+    sizes = refill_sizes(b)
     source = iter(prompts)
     responses: dict[int, list[int]] = {}  # pool row -> tokens so far
     free = list(range(b))

@@ -16,7 +16,8 @@ On disk (`out/`):
   manifest.json            recipe, target (name, params sha256), cursor (prompts consumed), totals,
                            and per shard: file, sha256, sequences, prompt / response tokens,
                            temperature, seconds, response tokens / s
-  shard-NNNNN.npz          tokens int32[sum of lengths] (prompt + response of each sequence, concatenated),
+  shard-NNNNN.npz          tokens uint16 (int32 for a vocabulary over 65,536 ids; earlier shards int32)
+                           [sum of lengths] (prompt + response of each sequence, concatenated),
                            offsets int64[n + 1], prompt_lengths int32[n], temperature f32[n],
                            prompt_index int32[n] (position in the prompt order)
   shard-NNNNN.prompts.jsonl  the user messages of the shard's sequences (source, key, text)
@@ -41,20 +42,19 @@ from typing import Callable
 
 import jax
 import numpy as np
-from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
-from specjax import zoo
-from specjax.data.assets import fetch
-from specjax.data.train_sources import DEFAULT_WEIGHTS, SOURCES, TrainPrompt, dump_prompts, training_prompts
+from specjax.atomic import write_bytes
+from specjax.data.train_sources import (DEFAULT_WEIGHTS, SOURCES, TrainPrompt, dump_prompts, read_prompt_order,
+                                        training_prompts, write_prompt_order)
 from specjax.decode import generate_ar
-from specjax.models import load_checkpoint, pad_prompts
-from specjax.models.gguf import load_gguf
+from specjax.models import pad_prompts
+from specjax.pipeline import load_pair
 from specjax.sampling import Sampling
 from specjax.train.continuous import stream
 
 __all__ = ["DataRecipe", "PromptEncoder", "TokenShards", "params_sha256", "encode_prompt", "load_target", "sampled_every",
-           "add_arguments", "run", "generate_shards", "load_shards"]
+           "generate_shards", "load_shards", "parse_weights", "read_manifest_file"]
 
 MANIFEST = "manifest.json"
 
@@ -132,41 +132,43 @@ def encode_prompt(enc: PromptEncoder, text: str, max_tokens: int) -> list[int] |
 
 
 def load_target(name: str, chat: bool = True):
-    """(cfg, params, PromptEncoder, reserved special ids) of `zoo`, `smollm2-135m` or an HF checkpoint directory
-    (a directory's or the zoo's tokenizer has no chat template: plain text, `enc.chat` False)."""
-    if name == "smollm2-135m":
-        cfg, params, tok = load_gguf(fetch("smollm2_135m_instruct_q4_1"))
-        body = (lambda t: tok.encode(t, add_special_tokens=False))
-        template = ((lambda t: tok.encode(tok.apply_chat_template([{"role": "user", "content": t}]),
-                                          add_special_tokens=False)) if chat else body)
-        reserved = tuple(i for i in range(cfg.vocab_size) if tok.tokenizer.id_to_token(i).startswith("<|"))
-        return cfg, params, PromptEncoder(template, body, tok.decode, chat), reserved
-    if name == "zoo":
-        cfg, params, tok = zoo.load("tiny-neox-target")
-        reserved = (zoo.EOS_ID,)
-    else:
-        cfg, params = load_checkpoint(name)
-        tok = Tokenizer.from_file(str(pathlib.Path(name) / "tokenizer.json"))
-        reserved = tuple(cfg.eos_token_ids)
-    body = (lambda t: tok.encode(t, add_special_tokens=False).ids)
-    return cfg, params, PromptEncoder(body, body, tok.decode), reserved
+    """(cfg, params, PromptEncoder, reserved special ids) of a named model (`specjax.pipeline.MODELS`) or an HF
+    checkpoint directory, loaded by `specjax.pipeline.load_pair` (the one loader of named models); a tokenizer
+    without a chat template gives plain text (`enc.chat` False)."""
+    pair = load_pair(name, ())
+    template, body, is_chat = pair.training_encoder(chat)
+    return pair.cfg, pair.params, PromptEncoder(template, body, pair.tokenizer.decode, is_chat), pair.reserved_ids()
 
 
 def _atomic_write(path: pathlib.Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_bytes(path, data)  # `specjax.atomic`: a fresh temporary name, fsync'ed, removed if the write fails
 
 
 _ENGINE_FIELDS = ("batch_size",)  # how the data was generated, not what it is: may change between runs
 
 
+def read_manifest_file(directory: str | pathlib.Path) -> dict | None:
+    """The manifest of a data directory (None: there is none yet); a truncated or edited one raises
+    ValueError naming the file."""
+    path = pathlib.Path(directory) / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e}): restore it from version control or regenerate") from None
+    missing = [k for k in ("recipe", "target", "cursor", "shards") if not isinstance(manifest, dict) or k not in manifest]
+    if missing:
+        raise ValueError(f"{path} has no {', '.join(missing)}: not a specjax data manifest")
+    return manifest
+
+
 def _read_manifest(out: pathlib.Path, recipe: DataRecipe, target_sha: str) -> dict:
     path = out / MANIFEST
-    if not path.exists():
+    manifest = read_manifest_file(out)
+    if manifest is None:
         return {"recipe": recipe.to_json(), "target": {"name": recipe.target, "params_sha256": target_sha},
                 "cursor": 0, "skipped_prompts": 0, "shards": []}
-    manifest = json.loads(path.read_text())
     same = (lambda r: {k: v for k, v in r.items() if k not in _ENGINE_FIELDS})  # noqa: E731
     if same(manifest["recipe"]) != same(recipe.to_json()):
         raise ValueError(f"{path} was generated with another recipe:\n  {manifest['recipe']}\nnot\n  "
@@ -191,7 +193,8 @@ ENGINES = ("continuous", "batched")
 
 def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | pathlib.Path, *, response_tokens: int,
                     shard_batches: int = 4, progress: bool = True, engine: str = "continuous",
-                    chunk: int = 16) -> dict:
+                    chunk: int = 16, prompt_order: str | pathlib.Path | None = None,
+                    deadline: float | None = None) -> dict:
     """Generate until the directory holds >= `response_tokens` response tokens (or the prompts run out);
     returns the manifest. target: (cfg, params); enc: the target's `PromptEncoder`.
 
@@ -199,7 +202,12 @@ def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | p
     (`specjax.train.continuous`: a pool of batch_size rows refilled as rows finish, prompts of the
     next shard already in flight; needs EOS ids) or "batched" (`generate_ar` per batch of
     batch_size prompts, sorted by length within the shard). Sampled sequences: every k-th prompt
-    index (continuous) or every k-th batch (batched), k = round(1 / sampled_fraction)."""
+    index (continuous) or every k-th batch (batched), k = round(1 / sampled_fraction).
+
+    prompt_order: a file of `write_prompt_order` (the same weights and seed) read instead of the
+    registry's sources: the same prompts, on a machine that cannot reach the registry.
+    deadline: a `time.time()` after which no new shard is started: it returns after the first shard that
+    ends past it (the shards in flight are dropped, as an interrupted run's are)."""
     cfg, params = target
     if recipe.chat != enc.chat:
         raise ValueError(f"the recipe says chat={recipe.chat} but the prompt encoder "
@@ -209,7 +217,11 @@ def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | p
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     manifest = _read_manifest(out, recipe, params_sha256(params))
-    order: list[TrainPrompt] = training_prompts(dict(recipe.weights), recipe.seed)
+    order: list[TrainPrompt | None] = (training_prompts(dict(recipe.weights), recipe.seed) if prompt_order is None
+                                       else read_prompt_order(prompt_order, dict(recipe.weights), recipe.seed))
+    if manifest["cursor"] < len(order) and order[manifest["cursor"]] is None:
+        raise ValueError(f"{prompt_order} starts after {out / MANIFEST}'s cursor {manifest['cursor']}: write the "
+                         f"order from that cursor (--write-prompt-order)")
     have = _totals(manifest)["response_tokens"]
     if have >= response_tokens or manifest["cursor"] >= len(order):
         return manifest
@@ -221,11 +233,25 @@ def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | p
         _write_shard(out, manifest, order, shard)
         have = manifest["totals"]["response_tokens"]
         bar.set_postfix_str(f"{manifest['totals']['response_tokens_per_s']} tok/s, {len(manifest['shards'])} shards")
-        if have >= response_tokens:
+        if have >= response_tokens or (deadline is not None and time.time() >= deadline):
             break
     shards.close()
     bar.close()
     return manifest
+
+
+def parse_weights(text: str) -> tuple[tuple[str, float], ...]:
+    """"sharegpt=0.4,math=0.3" -> sorted (source, weight) pairs; ValueError naming what is wrong."""
+    try:
+        weights = tuple(sorted((k.strip(), float(v)) for k, v in (kv.split("=") for kv in text.split(","))))
+    except ValueError:
+        raise ValueError(f"weights must look like sharegpt=0.4,math=0.3, got {text!r}") from None
+    unknown = sorted(set(dict(weights)) - set(SOURCES))
+    if unknown:
+        raise ValueError(f"weights name unknown sources {unknown}; choose from {sorted(SOURCES)}")
+    if any(not w >= 0 for _, w in weights) or not sum(w for _, w in weights) > 0:
+        raise ValueError(f"weights must be >= 0 and not all 0, got {text!r}")
+    return weights
 
 
 def sampled_every(recipe: DataRecipe) -> int:
@@ -321,6 +347,12 @@ def _continuous_shards(cfg, params, enc, recipe, order, cursor, per_shard, bar, 
     yield from ready()  # a last shard whose prompts were all skipped (too long) finishes with no answer
 
 
+def _machine() -> str:
+    """The generating machine: "cpu x2 cores", or the accelerator's kind ("gpu NVIDIA H100 80GB HBM3, 16 cores")."""
+    d = jax.devices()[0]
+    return f"cpu x{os.cpu_count()} cores" if d.platform == "cpu" else f"{d.platform} {d.device_kind}, {os.cpu_count()} cores"
+
+
 def _write_shard(out: pathlib.Path, manifest: dict, order: list[TrainPrompt], shard: _Shard) -> None:
     """Write a shard's arrays and prompts, then the manifest with the cursor after it (each atomically)."""
     seqs = [np.asarray(p + r, np.int32) for _, p, r, _ in shard.rows]
@@ -328,7 +360,10 @@ def _write_shard(out: pathlib.Path, manifest: dict, order: list[TrainPrompt], sh
     temps = [t for *_, t in shard.rows]
     index = [i for i, *_ in shard.rows]
     lengths = np.array([len(s) for s in seqs], np.int64)
-    arrays = {"tokens": np.concatenate(seqs) if seqs else np.zeros(0, np.int32),
+    tokens = np.concatenate(seqs) if seqs else np.zeros(0, np.int32)
+    if tokens.size == 0 or (tokens.min() >= 0 and tokens.max() <= np.iinfo(np.uint16).max):
+        tokens = tokens.astype(np.uint16)  # every vocabulary below 65,536 ids: half the bytes (read back as int32)
+    arrays = {"tokens": tokens,
               "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
               "prompt_lengths": np.asarray(plens, np.int32), "temperature": np.asarray(temps, np.float32),
               "prompt_index": np.asarray(index, np.int32)}
@@ -344,7 +379,7 @@ def _write_shard(out: pathlib.Path, manifest: dict, order: list[TrainPrompt], sh
         "sequences": len(seqs), "prompt_tokens": int(sum(plens)), "response_tokens": response,
         "sampled_sequences": int(sum(t > 0 for t in temps)), "seconds": round(shard.seconds, 1),
         "response_tokens_per_s": round(response / max(shard.seconds, 1e-9), 1), "engine": shard.engine,
-        "machine": f"{jax.devices()[0].platform} x{os.cpu_count()} cores"})
+        "machine": _machine()})
     manifest["cursor"] = shard.start + shard.n
     manifest["skipped_prompts"] += shard.n - len(seqs)
     manifest["totals"] = _totals(manifest)
@@ -377,9 +412,9 @@ def load_shards(directory: str | pathlib.Path) -> TokenShards:
     """All shards of a data directory, concatenated (sha256-checked; a mismatch names the shard)."""
     directory = pathlib.Path(directory)
     path = directory / MANIFEST
-    if not path.exists():
+    manifest = read_manifest_file(directory)
+    if manifest is None:
         raise FileNotFoundError(f"{path} not found: generate the data first (python -m specjax.train data ...)")
-    manifest = json.loads(path.read_text())
     toks, offs, plens, temps, base = [], [np.zeros(1, np.int64)], [], [], 0
     for shard in manifest["shards"]:
         raw = (directory / shard["file"]).read_bytes()
@@ -394,57 +429,3 @@ def load_shards(directory: str | pathlib.Path) -> TokenShards:
     cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
     return TokenShards(tokens=cat(toks, np.int32), offsets=np.concatenate(offs), prompt_lengths=cat(plens, np.int32),
                        temperature=cat(temps, np.float32), manifest=manifest)
-
-
-def add_arguments(ap) -> None:
-    """The flags of `python -m specjax.train data`, each with its help and default."""
-    d = DataRecipe(target="smollm2-135m")
-    ap.add_argument("--target", default=d.target, help="zoo | smollm2-135m | HF checkpoint directory "
-                    "(default: %(default)s)")
-    ap.add_argument("--out", required=True, help="data directory (manifest.json + shards); an existing one is "
-                    "continued")
-    ap.add_argument("--tokens", type=int, default=500_000, help="generate until it holds this many response tokens "
-                    "(default: %(default)s)")
-    ap.add_argument("--seed", type=int, default=d.seed, help="prompt order and sampling keys (default: %(default)s)")
-    ap.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="response tokens per prompt at "
-                    "most (default: %(default)s)")
-    ap.add_argument("--max-prompt-tokens", type=int, default=d.max_prompt_tokens, help="templated prompt tokens at "
-                    "most (default: %(default)s)")
-    ap.add_argument("--batch-size", type=int, default=d.batch_size, help="sequences per generate call "
-                    "(default: %(default)s)")
-    ap.add_argument("--sampled-fraction", type=float, default=d.sampled_fraction, help="fraction of batches "
-                    "sampled at T = 1 (default: %(default)s)")
-    ap.add_argument("--no-chat", action="store_true", help="plain prompts, no chat template")
-    ap.add_argument("--engine", choices=ENGINES, default="continuous", help="continuous: finished rows are "
-                    "refilled at once (needs EOS ids); batched: generate_ar per batch (default: %(default)s)")
-    ap.add_argument("--chunk", type=int, default=16, help="continuous engine: decode steps between refills "
-                    "(default: %(default)s)")
-    ap.add_argument("--shard-batches", type=int, default=4, help="batches per shard: the unit of resumption "
-                    "(default: %(default)s)")
-    ap.add_argument("--weights", default=",".join(f"{k}={v}" for k, v in sorted(DEFAULT_WEIGHTS.items())),
-                    help="source mixture, name=weight,... (default: %(default)s)")
-
-
-def run(ap, args) -> None:
-    """Generate (or continue generating) a data directory from parsed flags."""
-    for name, value in (("--tokens", args.tokens), ("--max-new-tokens", args.max_new_tokens),
-                        ("--max-prompt-tokens", args.max_prompt_tokens), ("--batch-size", args.batch_size),
-                        ("--shard-batches", args.shard_batches), ("--chunk", args.chunk)):
-        if value < 1:
-            ap.error(f"{name} must be >= 1, got {value}")
-    if not 0 <= args.sampled_fraction <= 1:
-        ap.error(f"--sampled-fraction must be in [0, 1], got {args.sampled_fraction}")
-    try:
-        weights = tuple(sorted((k, float(v)) for k, v in (kv.split("=") for kv in args.weights.split(","))))
-    except ValueError:
-        ap.error(f"--weights must look like sharegpt=0.4,math=0.3, got {args.weights!r}")
-    unknown = sorted(set(dict(weights)) - set(SOURCES))
-    if unknown:
-        ap.error(f"--weights names unknown sources {unknown}; choose from {sorted(SOURCES)}")
-    cfg, params, enc, _ = load_target(args.target, chat=not args.no_chat)
-    recipe = DataRecipe(target=args.target, weights=weights, seed=args.seed, max_new_tokens=args.max_new_tokens,
-                        max_prompt_tokens=args.max_prompt_tokens, batch_size=args.batch_size,
-                        sampled_fraction=args.sampled_fraction, chat=enc.chat)
-    manifest = generate_shards((cfg, params), enc, recipe, args.out, response_tokens=args.tokens,
-                               shard_batches=args.shard_batches, engine=args.engine, chunk=args.chunk)
-    print(json.dumps(manifest["totals"]))

@@ -32,11 +32,13 @@ import numpy as np
 import optax
 
 from specjax.decode import generate_ar
+from specjax.drafters.dflash import DFlashDrafter
 from specjax.models import pad_prompts
 from specjax.models.dflash import DFlashConfig
 from specjax.models.dflash_net import anchored_hidden
 from specjax.sampling import Sampling
 from specjax.train.loop import DrafterTrainConfig
+from specjax.train.trainer import Trainer, arch_field, int_tuple
 from specjax.train.vocab import labels_in_vocab, subset_logits
 
 
@@ -202,5 +204,35 @@ def init_norm_from_target(touter: dict):
     return init
 
 
-__all__ = ["DFlashTrainConfig", "choose_mask_token", "make_dataset", "draw_anchors", "block_labels",
+@dataclasses.dataclass(frozen=True)
+class DFlashArch:
+    """A DFlash drafter's architecture choices (flags of `python -m specjax.train dflash`).
+
+    Fields:
+      layers: draft decoder layers.
+      block_size: B, positions per block (B - 1 drafts per pass).
+      mask_token: the mask token id (None: the least frequent id of the data outside the special tokens).
+      target_layers: target layer ids whose outputs the drafter reads (None: the method's rule).
+    """
+
+    layers: int = arch_field(1, "draft layers")
+    block_size: int = arch_field(16, "block size")
+    mask_token: int | None = arch_field(None, "mask token id (default: the least frequent id of the data outside "
+                                        "the special tokens)", int)
+    target_layers: tuple[int, ...] | None = arch_field(None, "comma-separated target layer ids (default: the "
+                                                       "method's rule)", int_tuple)
+
+
+def build_config(arch: DFlashArch, tcfg, mask_id: int, draft_vocab: int = 0, cls=DFlashConfig, **extra):
+    """The drafter config of `arch` for target `tcfg` (the draft vocabulary is a separate table: unused here)."""
+    return cls.for_target(tcfg, num_layers=arch.layers, target_layer_ids=arch.target_layers,
+                          block_size=arch.block_size, mask_token_id=mask_id, **extra)
+
+
+TRAINER = Trainer(kind="dflash", help="a DFlash block drafter (also the backbone DDTree drafts with)",
+                  train_config=DFlashTrainConfig, arch=DFlashArch, build_config=build_config, make_step=make_step,
+                  layers=lambda dcfg, tcfg: feature_layers(dcfg), drafter=DFlashDrafter,
+                  init=lambda touter, tcfg, vocab: init_norm_from_target(touter))
+
+__all__ = ["DFlashArch", "DFlashTrainConfig", "TRAINER", "build_config", "choose_mask_token", "make_dataset", "draw_anchors", "block_labels",
            "weighted_block_ce", "block_loss", "feature_layers", "make_step", "init_norm_from_target"]

@@ -28,10 +28,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from specjax.drafters.domino import DominoDrafter
 from specjax.models.dflash_net import anchored_hidden
 from specjax.models.domino import DominoConfig
 from specjax.models.domino_net import draft_rows, rollout, teacher_forced_logits
-from specjax.train.dflash import DFlashTrainConfig, block_labels, draw_anchors, weighted_block_ce
+from specjax.train.dflash import (DFlashArch, DFlashTrainConfig, block_labels, build_config, draw_anchors,
+                                  feature_layers, init_norm_from_target, weighted_block_ce)
+from specjax.train.trainer import Trainer, arch_field
 from specjax.train.vocab import subset_logits
 
 PREFIXES = ("tf", "ttt")
@@ -131,4 +134,35 @@ def make_step(dcfg: DominoConfig, tcfg, opt, tc: DominoTrainConfig):
     return step, evaluate
 
 
-__all__ = ["DominoTrainConfig", "curriculum_lambda", "block_logits_pair", "domino_loss", "make_step"]
+@dataclasses.dataclass(frozen=True)
+class DominoArch(DFlashArch):
+    """A Domino drafter's architecture: its DFlash backbone's (`DFlashArch`) and the head's.
+
+    Fields:
+      layers: the backbone's draft layers.
+      block_size: B, the backbone's block.
+      mask_token: the mask token id (None: chosen from the data).
+      target_layers: target layer ids the backbone reads (None: the method's rule).
+      gru_hidden: d_s, the GRU's width (paper: H/4).
+      head_rank: r, the low-rank correction's rank (paper: H/16, floored at 32).
+      shift_label: the released checkpoints' label alignment.
+      pure_prefix_len: drafts 1..P use the base logits.
+    """
+
+    gru_hidden: int = arch_field(64, "d_s (paper: H/4)")
+    head_rank: int = arch_field(32, "r (paper: H/16, floored at 32)")
+    shift_label: bool = arch_field(False, "the released checkpoints' alignment")
+    pure_prefix_len: int = arch_field(0, "drafts 1..P use base logits")
+
+
+def build_domino_config(arch: DominoArch, tcfg, mask_id: int, draft_vocab: int = 0):
+    return build_config(arch, tcfg, mask_id, draft_vocab, DominoConfig, gru_hidden=arch.gru_hidden,
+                        head_rank=arch.head_rank, shift_label=arch.shift_label, pure_prefix_len=arch.pure_prefix_len)
+
+
+TRAINER = Trainer(kind="domino", help="a Domino drafter: DFlash backbone + GRU head, base-anchored curriculum",
+                  train_config=DominoTrainConfig, arch=DominoArch, build_config=build_domino_config,
+                  make_step=make_step, layers=lambda dcfg, tcfg: feature_layers(dcfg), drafter=DominoDrafter,
+                  init=lambda touter, tcfg, vocab: init_norm_from_target(touter))
+
+__all__ = ["DominoArch", "DominoTrainConfig", "TRAINER", "build_domino_config", "curriculum_lambda", "block_logits_pair", "domino_loss", "make_step"]

@@ -30,11 +30,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from specjax.draft_vocab import draft_head
+from specjax.models.draft_vocab import draft_head
+from specjax.drafters.eagle3 import eagle3_drafter
 from specjax.models.eagle3 import Eagle3Config
 from specjax.models.eagle3_net import own_head_logits, unrolled_hidden
 from specjax.models.model import final_norm, merge_module
 from specjax.train.loop import DrafterTrainConfig
+from specjax.train.trainer import Trainer, arch_field, int_tuple
 from specjax.train.vocab import subset_logits
 
 
@@ -136,4 +138,26 @@ def make_step(dcfg: Eagle3Config, tcfg, opt, tc: Eagle3TrainConfig):
     return step, jax.jit(loss_at)
 
 
-__all__ = ["Eagle3TrainConfig", "feature_layers", "draft_logits", "init_head_from_target", "ttt_loss", "make_step"]
+@dataclasses.dataclass(frozen=True)
+class Eagle3Arch:
+    """An EAGLE-3 drafter's architecture choices (flags of `python -m specjax.train eagle3`).
+
+    Fields:
+      target_layers: the low / mid / high target layer ids it reads (None: EAGLE-3's rule).
+    """
+
+    target_layers: tuple[int, ...] | None = arch_field(None, "comma-separated target layer ids (default: the "
+                                                       "method's rule)", int_tuple)
+
+
+def build_config(arch: Eagle3Arch, tcfg, mask_id: int, draft_vocab: int = 0) -> Eagle3Config:
+    """The paper's drafter: its own lm_head over the draft vocabulary (K = draft_vocab, or the full one)."""
+    return Eagle3Config.for_target(tcfg, target_layer_ids=arch.target_layers,
+                                   draft_vocab_size=draft_vocab or tcfg.vocab_size)
+
+
+TRAINER = Trainer(kind="eagle3", help="an EAGLE-3 drafter with the training-time test", train_config=Eagle3TrainConfig,
+                  arch=Eagle3Arch, build_config=build_config, make_step=make_step, layers=feature_layers,
+                  drafter=eagle3_drafter, init=init_head_from_target, uses_mask_token=False)
+
+__all__ = ["Eagle3Arch", "Eagle3TrainConfig", "TRAINER", "build_config", "feature_layers", "draft_logits", "init_head_from_target", "ttt_loss", "make_step"]

@@ -36,6 +36,7 @@ import numpy as np
 import optax
 from tqdm import tqdm
 
+from specjax.atomic import replace_directory, staging_path
 from specjax.data.prompts import wiki_prompts
 from specjax.decode import generate, generate_ar
 from specjax.drafters.chain import ChainDrafter
@@ -210,14 +211,12 @@ def unigram_loss(train: np.ndarray, data: np.ndarray, vocab: int) -> float:
 
 
 def save_state(ckpt: pathlib.Path, cfg, params, opt_state, step: int, tc: TrainConfig, log: list) -> None:
-    tmp = ckpt.with_name(ckpt.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = staging_path(ckpt)  # written whole beside it, then swapped in: a crash leaves the old or the new
     save_checkpoint(tmp, cfg, params)
     leaves = jax.tree.leaves(opt_state)
     np.savez(tmp / "opt_state.npz", *[np.asarray(x) for x in leaves])
     (tmp / "state.json").write_text(json.dumps({"step": step, "train_config": dataclasses.asdict(tc), "log": log}))
-    shutil.rmtree(ckpt, ignore_errors=True)
-    tmp.rename(ckpt)
+    replace_directory(tmp, ckpt)
 
 
 def init_or_resume(ckpt: pathlib.Path, cfg, opt, seed: int, resume: bool):

@@ -23,6 +23,13 @@ checkpoint and resumed ends bit-exactly where an uninterrupted run ends (tested)
 Several devices: with `mesh` (`specjax.sharding.make_mesh`), batches are placed with the batch
 axis on "data", the frozen target head vocab-parallel on "model" (`shard_params`), the drafter
 and optimiser state replicated; the same jitted step runs (XLA inserts the collectives).
+
+Several processes (`specjax.distributed`, a mesh over every process's devices): every process
+runs `train` with the same arguments; each reads only its rows of every batch (its block of
+the step's rows on "data", `distributed.local_rows`: the global batch is the one-process run's)
+and the global batch is assembled with `jax.make_array_from_process_local_data`; the step and
+optimiser state are the one-device step's. Process 0 alone writes checkpoints (all wait for it)
+and logs; a resume reads the checkpoint on every process (`out` on a shared filesystem).
 """
 
 from __future__ import annotations
@@ -32,7 +39,6 @@ import json
 import os
 import pathlib
 import platform
-import shutil
 import time
 
 import jax
@@ -42,14 +48,17 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from specjax.draft_vocab import split_draft_vocab, with_draft_vocab
+from specjax.atomic import replace_directory, staging_path
+from specjax.distributed import barrier, global_batch, is_main, local_rows
 from specjax.models import init_params, load_checkpoint, save_checkpoint
+from specjax.models.draft_vocab import split_draft_vocab, with_draft_vocab
+from specjax.models.model import layer_features
 from specjax.sharding import replicate, shard_params
 from specjax.train.data import TokenShards, load_shards
 from specjax.train.features import FeatureCache, compute_features, data_sha256, open_feature_cache
 
-__all__ = ["DrafterTrainConfig", "TrainSet", "make_optimizer", "train", "export", "save_state", "load_state",
-           "machine", "warm_start", "init_vocab_ids"]
+__all__ = ["DrafterTrainConfig", "TrainSet", "make_optimizer", "online_steps", "train", "export", "save_state",
+           "load_state", "machine", "warm_start", "init_vocab_ids"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,14 +109,15 @@ class TrainSet:
 
     Fields:
       shards: the sequences (`TokenShards`: flat tokens, offsets, prompt lengths).
-      features: their features (`FeatureCache`, memory-mapped or in memory).
+      features: their features (`FeatureCache`, memory-mapped or in memory), or None: computed inside each
+        training step by one forward of the frozen target (`online_steps`; no cache on disk).
       layers: the feature layers a batch carries, in the drafter's order.
       seq_len: S, the padded batch width (longer sequences are cut to their first S tokens).
       valid_rows: the last `valid_rows` sequences are held out for evaluation.
     """
 
     shards: TokenShards
-    features: FeatureCache
+    features: FeatureCache | None
     layers: tuple[int, ...]
     seq_len: int
     valid_rows: int = 64
@@ -116,7 +126,7 @@ class TrainSet:
         if len(self.shards) <= self.valid_rows:
             raise ValueError(f"{len(self.shards)} sequences leave nothing to train on after {self.valid_rows} "
                              f"held-out rows: generate more data or lower valid_rows")
-        missing = sorted(set(self.layers) - set(self.features.layers))
+        missing = [] if self.features is None else sorted(set(self.layers) - set(self.features.layers))
         if missing:
             raise KeyError(f"layers {missing} are not in the feature cache (it has {self.features.layers}); "
                            f"add them with python -m specjax.train features --layers ...")
@@ -128,6 +138,11 @@ class TrainSet:
         shards = load_shards(data_dir)
         cache = open_feature_cache(cache_dir, target_sha=target_sha, data_sha=data_sha256(shards))
         return cls(shards, cache, tuple(layers), seq_len, valid_rows)
+
+    @classmethod
+    def online(cls, data_dir, layers: tuple[int, ...], *, seq_len: int, valid_rows: int = 64) -> "TrainSet":
+        """A data directory whose features each step computes itself (`online_steps`): no feature cache."""
+        return cls(load_shards(data_dir), None, tuple(layers), seq_len, valid_rows)
 
     @classmethod
     def from_dense(cls, target, tokens: np.ndarray, loss_mask: np.ndarray, layers: tuple[int, ...],
@@ -157,7 +172,8 @@ class TrainSet:
         return perm[j:j + batch_size]
 
     def batch(self, rows: np.ndarray) -> dict:
-        """{"tokens" int32[B, S], "loss_mask" bool[B, S], "features" f16[B, S, n, E]} of sequence rows."""
+        """{"tokens" int32[B, S], "loss_mask" bool[B, S], "features" f16[B, S, n, E]} of sequence rows (no
+        "features" when they are computed in the step)."""
         s = self.seq_len
         starts = self.shards.offsets[rows]
         lengths = np.minimum(self.shards.offsets[rows + 1] - starts, s)
@@ -166,8 +182,9 @@ class TrainSet:
         for b, (a, n, p) in enumerate(zip(starts, lengths, self.shards.prompt_lengths[rows])):
             tokens[b, :n] = self.shards.tokens[a:a + n]
             mask[b, p:n] = True
-        return {"tokens": tokens, "loss_mask": mask,
-                "features": self.features.gather(self.layers, starts, lengths, s)}
+        if self.features is None:
+            return {"tokens": tokens, "loss_mask": mask}
+        return {"tokens": tokens, "loss_mask": mask, "features": self.features.gather(self.layers, starts, lengths, s)}
 
     def valid_batch(self) -> dict:
         return self.batch(np.arange(self.num_train, len(self.shards)))
@@ -186,17 +203,17 @@ class TrainSet:
 
 def save_state(ckpt: pathlib.Path, cfg, params, opt_state, step: int, tc, log: list, seconds: float,
                vocab_ids: np.ndarray | None = None) -> None:
-    """Atomically replace `ckpt` with the drafter (safetensors), optimiser state, step, log, wall seconds."""
-    tmp = ckpt.with_name(ckpt.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    """Atomically replace `ckpt` with the drafter (safetensors), optimiser state, step, log, wall seconds:
+    written whole into a fresh directory beside it, then swapped in (`specjax.atomic.replace_directory`): a
+    crash at any point leaves the previous checkpoint or the new one, never neither."""
+    tmp = staging_path(ckpt)
     save_checkpoint(tmp, cfg, jax.device_get(params))
     np.savez(tmp / "opt_state.npz", *[np.asarray(x) for x in jax.tree.leaves(opt_state)])
     if vocab_ids is not None:
         np.save(tmp / "draft_vocab_ids.npy", np.asarray(vocab_ids, np.int32))
     (tmp / "state.json").write_text(json.dumps({"step": step, "train_config": dataclasses.asdict(tc), "log": log,
                                                 "seconds": round(seconds, 1)}))
-    shutil.rmtree(ckpt, ignore_errors=True)
-    os.replace(tmp, ckpt)
+    replace_directory(tmp, ckpt)
 
 
 def load_state(ckpt: pathlib.Path, opt_state_template):
@@ -225,32 +242,68 @@ def machine() -> dict:
 # ============================================================================ loop
 
 
-def _place(tree, mesh, spec):
+def _place_rows(batch_of, rows: np.ndarray, mesh):
+    """The batch of sequence `rows` (`batch_of(rows) -> dict of host arrays [len(rows), ...]`) on the
+    device(s): with a mesh, batch axis on "data", each process reading only its own block of rows."""
     if mesh is None:
-        return jax.tree.map(jnp.asarray, tree)
-    return jax.device_put(tree, NamedSharding(mesh, spec))
+        return jax.tree.map(jnp.asarray, batch_of(rows))
+    sharding = NamedSharding(mesh, PartitionSpec("data"))
+    return global_batch(batch_of(rows[local_rows(sharding, len(rows))]), sharding, len(rows))
+
+
+def online_steps(step_fn, eval_fn, tcfg, layers: tuple[int, ...], target_dtype=None):
+    """The kind's (step, evaluate) with each batch's features computed inside the jitted call: one causal
+    forward of the frozen target over the batch's tokens int32[B, S] (`layer_features`, the function the
+    feature cache is filled with, cast to its float16), so a step reads tokens only. Their `touter` argument
+    becomes (touter, target params). On an accelerator this replaces a cache of ~10 MB per sequence.
+
+    target_dtype: run that forward with the target's params cast to it (bfloat16 on a GPU: the frozen
+    target's products at the accelerator's fast rate; the drafter, its master weights and the optimizer
+    state stay float32); None: the params' own dtype."""
+    def with_features(target, batch):
+        touter, tparams = target
+        if target_dtype is not None:
+            tparams = jax.tree.map(lambda x: x.astype(target_dtype), tparams)
+        feats = layer_features(tparams, tcfg, batch["tokens"], layers).astype(jnp.float16)
+        return touter, {**batch, "features": jax.lax.stop_gradient(feats)}
+
+    @jax.jit
+    def step(dparams, opt_state, target, batch, vocab, key, step_index):
+        touter, batch = with_features(target, batch)
+        return step_fn(dparams, opt_state, touter, batch, vocab, key, step_index)
+
+    @jax.jit
+    def evaluate(dparams, target, batch, vocab, key):
+        touter, batch = with_features(target, batch)
+        return eval_fn(dparams, touter, batch, vocab, key)
+
+    return step, evaluate
 
 
 def _evaluate(eval_fn, dparams, touter, valid: dict, vocab, rows: int, mesh):
     """(loss, metrics) averaged over chunks of `rows` held-out sequences (the logits of a whole
     held-out set at once, [rows, W, L, V], need not fit in memory); one fixed key."""
     n = len(valid["tokens"])
-    parts = [eval_fn(dparams, touter, _place({k: v[i:i + rows] for k, v in valid.items()}, mesh, PartitionSpec("data")),
-                     vocab, jax.random.key(12345))
+    chunk = lambda r: {k: v[r] for k, v in valid.items()}  # noqa: E731
+    parts = [eval_fn(dparams, touter, _place_rows(chunk, np.arange(i, min(i + rows, n)), mesh), vocab,
+                     jax.random.key(12345))
              for i in range(0, max(n - rows, 0) + 1, rows)]  # whole chunks (all rows when fewer than one)
     return jax.tree.map(lambda *xs: sum(xs) / len(xs), *parts)
 
 
 def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | pathlib.Path, *, step_factory,
           vocab=None, resume: bool = False, stop_after: int | None = None, mesh=None, init=None,
-          progress: bool = True) -> tuple[dict, list]:
+          progress: bool = True, deadline: float | None = None, target_params=None,
+          target_dtype=None) -> tuple[dict, list]:
     """Train a drafter; returns (params, log). target: (tcfg, touter) — the target's config and its
     outer params (`target_outer`: embedding, final norm, LM head); vocab: a `DraftVocabTables` or None.
 
-    `stop_after`: run at most that many steps in this call, then checkpoint and return; `resume`
+    `stop_after`: run at most that many steps in this call, then checkpoint and return (`deadline`, a
+    `time.time()`: stop at the first step that would start after it, likewise, one process only); `resume`
     continues from out/ckpt (same schedule, batches and keys: bit-exact). `init(dparams) ->
     dparams` adjusts a fresh drafter (e.g. its final norm from the target's). `mesh`: see the
-    module docstring. Logs a record every `log_every` steps (train loss, held-out loss, τ
+    module docstring. `target_params`: the target's whole params, needed when `trainset` computes its
+    features in the step (`TrainSet.online`), that forward in `target_dtype` (`online_steps`). Logs a record every `log_every` steps (train loss, held-out loss, τ
     estimate, per-position accuracy, lr, seconds) and shows a progress bar with the ETA."""
     tcfg, touter = target
     dcfg.check_target(tcfg)
@@ -271,28 +324,44 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
             raise ValueError(f"{ckpt} was trained with another draft vocabulary; resume with the same --draft-vocab")
     elif init is not None:
         dparams = init(dparams)
+    online = trainset.features is None
+    if online and target_params is None:
+        raise ValueError("a TrainSet without a feature cache computes its features in the step: pass target_params")
     if mesh is not None:
         dparams, opt_state = replicate(dparams, mesh), replicate(opt_state, mesh)
         touter = shard_params(touter, tcfg, mesh)
+        target_params = None if not online else shard_params(target_params, tcfg, mesh)
         vocab = None if vocab is None else replicate(vocab, mesh)
     n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams)))
     step_fn, eval_fn = step_factory(dcfg, tcfg, opt, tc)
+    if online:
+        step_fn, eval_fn = online_steps(step_fn, eval_fn, tcfg, trainset.layers, target_dtype)
+        touter = (touter, target_params)
     valid = trainset.valid_batch()
     end = tc.steps if stop_after is None else min(tc.steps, start + stop_after)
-    bar = tqdm(total=tc.steps, initial=start, unit="step", disable=not progress, mininterval=10, smoothing=0.05)
-    bar.write(f"drafter: {n_params:,} params; {trainset.num_train} train / {trainset.valid_rows} held-out sequences; "
-              f"steps {start} -> {end} of {tc.steps}")
-    recent, t0, last_tau = [], time.time(), float("nan")
+    main = is_main()  # process 0 logs and writes the checkpoints (one process: always)
+    bar = tqdm(total=tc.steps, initial=start, unit="step", disable=not (progress and main), mininterval=10,
+               smoothing=0.05)
+    say = bar.write if main else (lambda _: None)
+    say(f"drafter: {n_params:,} params; {trainset.num_train} train / {trainset.valid_rows} held-out sequences; "
+        f"steps {start} -> {end} of {tc.steps}")
+    if deadline is not None and jax.process_count() > 1:
+        raise ValueError("deadline stops one process on its own clock: with several processes use stop_after")
+    recent, t0, last_tau, stopped = [], time.time(), float("nan"), None
     for s in range(start, end):
-        batch = _place(trainset.batch(trainset.rows_at(s, tc.batch_size, tc.seed)), mesh, PartitionSpec("data"))
+        if deadline is not None and s > start and time.time() >= deadline:
+            stopped = s  # on time (a time-boxed run): the steps done so far are checkpointed below
+            break
+        batch = _place_rows(trainset.batch, trainset.rows_at(s, tc.batch_size, tc.seed), mesh)
         key = jax.random.fold_in(jax.random.key(tc.seed), s)
         dparams, opt_state, loss, metrics = step_fn(dparams, opt_state, touter, batch, vocab, key, jnp.int32(s))
-        recent = (recent + [float(loss)])[-tc.log_every:]
+        recent = (recent + [loss])[-tc.log_every:]  # device scalars: read back at a log step, not every step
         bar.update(1)
-        bar.set_postfix_str(f"loss {np.mean(recent):.3f} tau {float(metrics['tau']):.2f} valid tau {last_tau:.2f}",
-                            refresh=False)
         done = s + 1
         if done % tc.log_every == 0 or done == tc.steps:
+            recent = [float(x) for x in recent]
+            bar.set_postfix_str(f"loss {np.mean(recent):.3f} tau {float(metrics['tau']):.2f} valid tau "
+                                f"{last_tau:.2f}", refresh=False)
             vloss, vm = _evaluate(eval_fn, dparams, touter, valid, vocab, tc.batch_size, mesh)
             last_tau = float(vm["tau"])
             rec = {"step": done, "train_loss": round(float(np.mean(recent)), 5), "valid_loss": round(float(vloss), 5),
@@ -300,9 +369,15 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
                    "lr": float(schedule(done)), "seconds": round(seconds_before + time.time() - t0, 1),
                    **{f"valid_{k}": round(float(v), 4) for k, v in vm.items() if k not in ("acc", "tau")}}
             log.append(rec)
-            bar.write(json.dumps(rec))
+            say(json.dumps(rec))
         if done % tc.ckpt_every == 0 or done == end:
-            save_state(ckpt, dcfg, dparams, opt_state, done, tc, log, seconds_before + time.time() - t0, vocab_ids)
+            if main:
+                save_state(ckpt, dcfg, dparams, opt_state, done, tc, log, seconds_before + time.time() - t0, vocab_ids)
+            barrier(f"specjax-ckpt-{done}")  # every process returns / resumes after the checkpoint is whole
+    if stopped is not None:
+        if stopped % tc.ckpt_every and main:
+            save_state(ckpt, dcfg, dparams, opt_state, stopped, tc, log, seconds_before + time.time() - t0, vocab_ids)
+        say(f"stopped at step {stopped} of {tc.steps}: the deadline passed (continue with resume)")
     bar.close()
     return jax.device_get(dparams), log
 

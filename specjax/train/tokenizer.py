@@ -12,12 +12,11 @@ Model: BPE with a ByteLevel pre-tokenizer (no prefix space) and ByteLevel decode
 every string round-trips; the single special token `<|endoftext|>` has id 0 and is the
 EOS / document separator (`EOS_ID`).
 
-CLI:  python -m specjax.train.tokenizer --out PATH/tokenizer.json [--vocab 8192]
+CLI:  python -m specjax.train tokenizer --out PATH/tokenizer.json [--vocab 8192]  (`build`)
 """
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import time
 
@@ -81,22 +80,14 @@ def load_tokenizer(path: str | pathlib.Path) -> Tokenizer:
     return Tokenizer.from_file(str(path))
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="where to write tokenizer.json")
-    ap.add_argument("--vocab", type=int, default=DEFAULT_VOCAB)
-    ap.add_argument("--sharegpt-chars", type=int, default=DEFAULT_SHAREGPT_CHARS)
-    args = ap.parse_args(argv)
+def build(out: str | pathlib.Path, vocab: int = DEFAULT_VOCAB, sharegpt_chars: int = DEFAULT_SHAREGPT_CHARS) -> str:
+    """Train the zoo's BPE tokenizer on the train split and save it to `out`; returns a one-line summary."""
     t0 = time.time()
-    docs = corpus_texts("train", args.sharegpt_chars)
+    docs = corpus_texts("train", sharegpt_chars)
     texts = [t for src in docs.values() for t in src]
-    tok = train_tokenizer(texts, args.vocab)
-    out = pathlib.Path(args.out)
+    tok = train_tokenizer(texts, vocab)
+    out = pathlib.Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tok.save(str(out))
-    print(f"trained {tok.get_vocab_size()}-token BPE on {len(texts)} train documents "
-          f"({sum(map(len, texts)):,} chars) in {time.time() - t0:.1f}s -> {out}")
-
-
-if __name__ == "__main__":
-    main()
+    return (f"trained {tok.get_vocab_size()}-token BPE on {len(texts)} train documents "
+            f"({sum(map(len, texts)):,} chars) in {time.time() - t0:.1f}s -> {out}")

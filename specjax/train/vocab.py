@@ -6,7 +6,7 @@ maps) let the drafter score only the K most frequent tokens of its training data
 logits are computed for those K columns only (`subset_logits`: a [.., E] x [E, K] matmul instead
 of [E, V]); a label outside the K is no class of the softmax, so it is left out of the cross
 entropy and counts as a miss in accuracy and the τ estimate (the drafter can never propose it).
-Drafting with the same ids (`specjax.draft_vocab`) keeps verification against the target's full
+Drafting with the same ids (`specjax.models.draft_vocab`) keeps verification against the target's full
 distribution: lossless whatever K is.
 """
 
@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from specjax.draft_vocab import draft_head, frequent_ids
+from specjax.models.draft_vocab import draft_head, frequent_ids
 from specjax.models.model import project_to_vocab
 
 __all__ = ["DraftVocabTables", "vocab_tables", "tables_of_ids", "subset_logits", "labels_in_vocab"]

@@ -29,13 +29,15 @@ import pathlib
 import jax.numpy as jnp
 from tokenizers import Tokenizer
 
+from specjax.drafters.registry import READERS
 from specjax.models import load_checkpoint
 
 ZOO_DIR = pathlib.Path(__file__).resolve().parent
 NAMES = ("tiny-neox-target", "tiny-neox-draft")
-# Drafters that read the target (DFlash, EAGLE-3, Domino): tiny-neox-target's and SmolLM2-135M's
-DRAFTERS = ("tiny-neox-dflash", "smollm2-135m-dflash", "tiny-neox-eagle3", "smollm2-135m-eagle3", "tiny-neox-domino",
-            "smollm2-135m-domino")
+# Drafters that read the target: every committed "<model prefix>-<reader kind>" directory (the reader kinds of
+# `specjax.drafters.registry`: DFlash, EAGLE-3, Domino), so a new kind's zoo checkpoint needs no entry here.
+DRAFTERS = tuple(d.name for d in sorted(ZOO_DIR.iterdir())
+                 if d.is_dir() and d.name.rsplit("-", 1)[-1] in READERS and (d / "config.json").is_file())
 EOS_ID = 0
 
 # The fastest method measured for SmolLM2-135M-Instruct on 2 CPU cores with the zoo's drafters:

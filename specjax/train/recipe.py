@@ -1,0 +1,327 @@
+"""One time-boxed command from a target to measured drafters: `python -m specjax.train recipe`.
+
+    python -m specjax.train recipe --target smollm2-135m --minutes 10 --out DIR    # this machine
+    python -m specjax.train recipe --target smollm2-135m --plan-only --device h100  # the plan, on any machine
+    python -m specjax.train recipe --target zoo --minutes 1 --out DIR              # the embedded pair (CI)
+
+Phases, each with its share of the budget (`RecipeConfig.shares`), each stopped on time:
+
+1. **data**: the target's answers to the training prompts (`specjax.train.data.generate_shards`,
+   the continuous engine), continuing the data directory's manifest (`--data`; default DIR/data); it
+   stops after the first shard that ends past its deadline.
+2. **train**: each drafter kind in turn (`specjax.train.run.run`, DFlash by default) for its share, the
+   schedule sized from the plan's step-time estimate and cut by a deadline at a checkpoint; a second
+   run with the same DIR resumes it (same recipe) towards the planned steps.
+3. **export**: the last good weights with `recipe.json` (data, compute, every command, checksums), and
+   τ measured by decoding held-out prompts of the data.
+4. **measure**: speedup and τ against AR on held-out prompts of the target's evaluation set
+   (`specjax.bench.suite.run_suite`), the drafter's greedy output checked against AR's.
+
+It first prints its plan: the device, dtype, batch sizes, memory per phase, and the response tokens
+and training steps the budget should buy, from measured rates where this project has measured the
+device (`DEVICE_PROFILES`: this machine's CPU; the H100 lent on 2026-11-26) and from the published
+bandwidth and FLOP/s elsewhere (said so in the plan). DIR/recipe.json records the plan, what each
+phase did, and the measurements.
+
+On an accelerator each training step computes the target's features itself (one forward of the frozen
+target over its batch: `specjax.train.loop.online_steps`, no feature cache); on a CPU the cache is built
+once and memory-mapped; the target's forward in the step runs in bfloat16 on an accelerator. Not yet
+(issue "Drafters at scale"): bfloat16 products in the drafter itself (float32 master weights stay).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import time
+
+import jax
+
+from specjax import zoo
+from specjax.bench.device import SHAPES
+from specjax.bench.suite import BenchPlan, bench_models, run_suite
+from specjax.models import load_config
+from specjax.pipeline import MODELS, model_entry
+from specjax.train.data import DataRecipe, generate_shards, load_target, read_manifest_file
+from specjax.train.run import TRAINERS, TrainPlan, run
+
+__all__ = ["DEVICE_PROFILES", "DeviceProfile", "RecipeConfig", "plan", "run_recipe"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceProfile:
+    """What the plan knows about a device.
+
+    Fields:
+      kind: "cpu", "gpu" or "tpu".
+      name: its model.
+      device_kind: the part of jax's `device_kind` that names it.
+      memory_gib: device memory (host memory for a CPU).
+      bandwidth_gbs: memory bandwidth, GB/s.
+      tflops: dense bfloat16 matrix TFLOP/s (float32 for a CPU).
+      data_pool: the data engine's pool (rows) on it.
+      data_tokens_per_s: response tokens/s of the data engine measured at that pool (None: not measured:
+        the plan scales the H100's by bandwidth).
+      step_s: measured seconds per DFlash training step of the SmolLM2 recipe (None: estimated from FLOP/s).
+      source: where the figures come from.
+    """
+
+    kind: str
+    name: str
+    device_kind: str
+    memory_gib: float
+    bandwidth_gbs: float
+    tflops: float
+    data_pool: int
+    data_tokens_per_s: float | None = None
+    step_s: float | None = None
+    source: str = ""
+
+
+DEVICE_PROFILES = {
+    "cpu-2": DeviceProfile("cpu", "2 x86-64 cores", "cpu", 24, 35.7, 0.2, 128, 97.0, 1.0,
+                           "measured here: data engine 97 response tok/s alone (pool 128), a one-layer SmolLM2 DFlash "
+                           "step 1.0 s (zoo/TRAINING.md), bandwidth 35.7 GB/s (bench-device)"),
+    "h100": DeviceProfile("gpu", "NVIDIA H100 80GB HBM3", "H100", 80, 3350, 989, 512, 16_400.0, None,
+                          "data engine measured 2026-11-26 (14.8-16.6k response tok/s, pool 512, float32, after "
+                          "its compiles); bandwidth and FLOP/s published (docs/results.md)"),
+    "h200": DeviceProfile("gpu", "NVIDIA H200", "H200", 141, 4800, 989, 512, None, None,
+                          "published bandwidth and FLOP/s; the data rate scaled from the H100's by bandwidth"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RecipeConfig:
+    """A recipe run.
+
+    Fields:
+      target: zoo | smollm2-135m | an HF checkpoint directory.
+      out: the run directory (DIR).
+      minutes: the whole budget.
+      shares: the (data, train, measure) fractions of it.
+      kinds: drafter kinds to train, in turn (`specjax.train.run.TRAINERS`).
+      data: the data directory (None: DIR/data); an existing one is continued with its own recipe.
+      device: a `DEVICE_PROFILES` key to plan for (None: this machine's).
+      eval_prompts: held-out prompts of the data decoded at export (τ).
+      measure_prompts: evaluation prompts of the speedup measurement (after one warm-up prompt).
+      steps: training steps per kind (None: what the plan expects the budget to buy).
+      prompt_order: a prompt-order file (`specjax.data.train_sources.write_prompt_order`) for a machine that
+        cannot reach the package registry (None: the registry's sources).
+    """
+
+    target: str = "smollm2-135m"
+    out: str = "recipe-run"
+    minutes: float = 10.0
+    shares: tuple[float, float, float] = (0.4, 0.5, 0.1)
+    kinds: tuple[str, ...] = ("dflash",)
+    data: str | None = None
+    device: str | None = None
+    eval_prompts: int = 4
+    measure_prompts: int = 3
+    steps: int | None = None
+    prompt_order: str | None = None
+
+    def check(self) -> None:
+        """Raise ValueError naming the first bad field (nothing loaded)."""
+        if not (isinstance(self.minutes, (int, float)) and math.isfinite(self.minutes) and self.minutes > 0):
+            raise ValueError(f"minutes must be a finite number > 0, got {self.minutes!r}")
+        if len(self.shares) != 3 or any(not s >= 0 for s in self.shares) or not 0.99 <= sum(self.shares) <= 1.01:
+            raise ValueError(f"shares must be three fractions >= 0 summing to 1 (data, train, measure), got {self.shares}")
+        unknown = [k for k in self.kinds if k not in TRAINERS]
+        if unknown or not self.kinds:
+            raise ValueError(f"kinds {list(self.kinds)}: unknown {unknown or 'none given'}; the kinds are "
+                             f"{', '.join(TRAINERS)}")
+        if self.device is not None and self.device not in DEVICE_PROFILES:
+            raise ValueError(f"device {self.device!r}: plan for one of {', '.join(DEVICE_PROFILES)}, or leave it out "
+                             f"for this machine")
+        if self.target not in MODELS and not pathlib.Path(self.target, "config.json").is_file():
+            raise ValueError(f"target {self.target!r}: give one of {', '.join(MODELS)} or a checkpoint directory")
+        for name in ("eval_prompts", "measure_prompts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+
+
+def _target_config(target: str):
+    """The target's config without its weights (the plan may run on a machine that never loads them)."""
+    if target == "zoo":
+        return load_config(zoo.path("tiny-neox-target"))
+    if target == "smollm2-135m":
+        return SHAPES["smollm2-135m"]  # the GGUF's config (tests/test_device_bench.py keeps them equal)
+    return load_config(target)
+
+
+def this_device() -> DeviceProfile:
+    """The profile of the machine this runs on: a measured one when its kind matches, else a plain one."""
+    d = jax.devices()[0]
+    if d.platform == "cpu":
+        cores = os.cpu_count() or 1
+        base = DEVICE_PROFILES["cpu-2"]
+        return dataclasses.replace(base, name=f"{cores} cores ({d.device_kind})",
+                                   data_tokens_per_s=base.data_tokens_per_s * cores / 2, step_s=base.step_s * 2 / cores,
+                                   source=base.source + f"; scaled to {cores} cores" if cores != 2 else base.source)
+    for profile in DEVICE_PROFILES.values():
+        if profile.kind == "gpu" and profile.device_kind in d.device_kind:
+            return profile
+    return DeviceProfile(d.platform, d.device_kind, d.device_kind, 16, 1000, 100, 256,
+                         source="unknown device: rough defaults")
+
+
+def _recipe_defaults(target: str, cfg) -> dict:
+    """The data recipe, drafter architecture and training sizes of a target: the committed SmolLM2 recipe, a
+    small one for the embedded pair and other tiny models."""
+    entry = model_entry(target)
+    tiny = cfg.hidden_size < 512
+    data = (dict(max_new_tokens=48, max_prompt_tokens=48, chat=False) if tiny
+            else dict(max_new_tokens=256, max_prompt_tokens=192, chat=entry.dataset_chat))
+    arch = dict(layers=1, block_size=8) if tiny else dict(layers=2, block_size=8, target_layers=(2, 14, 27))
+    train = (dict(batch_size=4, anchors=4, gamma=4.0, lr=1e-3, log_every=10, ckpt_every=10) if tiny else
+             dict(batch_size=8, anchors=32, gamma=4.0, lr=1e-3, log_every=100, ckpt_every=100))
+    return {"data": data, "arch": arch, "train": train, "seq_len": 96 if tiny else 448,
+            "valid_rows": 4 if tiny else 64, "draft_vocab": 0 if tiny else 8192}
+
+
+def _drafter_params(cfg, arch: dict) -> int:
+    """Parameters of a DFlash drafter of `arch` for `cfg` (its layers: attention + SwiGLU, norms ignored)."""
+    e = cfg.hidden_size
+    per_layer = 4 * e * e + 3 * e * getattr(cfg, "intermediate_size", 4 * e)
+    return arch["layers"] * per_layer + len(arch.get("target_layers") or (0, 0, 0)) * e * e
+
+
+def plan(cfg: RecipeConfig) -> dict:
+    """What the budget should buy, before anything loads: device, dtype, batch sizes, memory per phase,
+    expected response tokens and steps, and where each figure comes from."""
+    cfg.check()
+    dev = DEVICE_PROFILES[cfg.device] if cfg.device else this_device()
+    tcfg = _target_config(cfg.target)
+    d = _recipe_defaults(cfg.target, tcfg)
+    seconds = cfg.minutes * 60
+    data_s, train_s, measure_s = (seconds * s for s in cfg.shares)
+    pool = dev.data_pool if tcfg.hidden_size >= 512 else min(dev.data_pool, 32)
+    slots = d["data"]["max_prompt_tokens"] + d["data"]["max_new_tokens"] + 1
+    kv_per_row = tcfg.num_layers * 2 * getattr(tcfg, "num_kv_heads", tcfg.num_heads) * (tcfg.hidden_size // tcfg.num_heads) * 4 * slots
+    weights = 4 * (tcfg.vocab_size * tcfg.hidden_size + tcfg.num_layers * 12 * tcfg.hidden_size ** 2)
+    rate = dev.data_tokens_per_s
+    rate_source = "measured"
+    if rate is None:
+        rate = DEVICE_PROFILES["h100"].data_tokens_per_s * dev.bandwidth_gbs / DEVICE_PROFILES["h100"].bandwidth_gbs
+        rate_source = "the H100's measured rate scaled by bandwidth"
+    if tcfg.hidden_size < 512:  # a tiny target: the engine is dispatch-bound, ~20x SmolLM2's rate on a CPU
+        rate, rate_source = rate * 20, rate_source + ", x20 for a tiny target (estimate)"
+    drafter = _drafter_params(tcfg, d["arch"])
+    t = d["train"]
+    tokens_per_step = t["batch_size"] * t["anchors"] * d["arch"]["block_size"]
+    step_s, step_source = dev.step_s, "measured"
+    if step_s is None or tcfg.hidden_size < 512:
+        head = (d["draft_vocab"] or tcfg.vocab_size) * tcfg.hidden_size
+        flops = 6 * (drafter + head) * tokens_per_step
+        step_s = max(flops / (0.3 * dev.tflops * 1e12), 0.05)
+        step_source = ("estimated: 6 x params x tokens at 30 % of peak FLOP/s, at least 50 ms (the host assembles "
+                       "each batch from the memory-mapped feature cache: ~16 MB a step for SmolLM2)")
+    steps = cfg.steps or max(1, int(train_s / len(cfg.kinds) / step_s))
+    features = t["batch_size"] * d["seq_len"] * (len(d["arch"].get("target_layers") or (1, 3)) + 1) * tcfg.hidden_size * 2
+    return {
+        "device": {"kind": dev.kind, "name": dev.name, "memory_gib": dev.memory_gib, "source": dev.source,
+                   "planned_for": cfg.device or "this machine"},
+        "dtype": ("bfloat16 for the frozen target's forward in each step; float32 drafter, master weights and "
+                  "optimizer state" if dev.kind != "cpu" else "float32 (target, drafter, optimizer state)"),
+        "features": ("computed in each training step (online)" if dev.kind != "cpu"
+                     else "a float16 feature cache, built once and memory-mapped"),
+        "budget_s": {"data": round(data_s), "train": round(train_s), "measure": round(measure_s)},
+        "data": {**d["data"], "pool": pool, "memory_gib": round((pool * kv_per_row + weights) / 2 ** 30, 2),
+                 "response_tokens_per_s": round(rate), "rate_source": rate_source,
+                 "expected_response_tokens": int(rate * data_s)},
+        "train": {"kinds": list(cfg.kinds), "arch": d["arch"], **t, "seq_len": d["seq_len"], "valid_rows": d["valid_rows"],
+                  "draft_vocab": d["draft_vocab"], "drafter_params": drafter,
+                  "memory_gib": round((16 * drafter + features + weights) / 2 ** 30, 2),
+                  "step_s": round(step_s, 4), "step_source": step_source, "steps_per_kind": steps},
+    }
+
+
+def run_recipe(cfg: RecipeConfig, log=print) -> dict:
+    """Run every phase on time (module docstring); returns (and writes to DIR/recipe.json) the plan, what
+    each phase did and the measurements."""
+    the_plan = plan(cfg)
+    out = pathlib.Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log("plan: " + json.dumps(the_plan, indent=1))
+    start = time.time()
+    budget = cfg.minutes * 60
+    data_end = start + budget * cfg.shares[0]
+    train_end = data_end + budget * cfg.shares[1]
+    report = {"config": dataclasses.asdict(cfg), "plan": the_plan, "phases": {}}
+    data_dir = pathlib.Path(cfg.data or out / "data")
+
+    # 1. data
+    tcfg, tparams, enc, _ = load_target(cfg.target, chat=the_plan["data"]["chat"])
+    existing = read_manifest_file(data_dir)
+    d = the_plan["data"]
+    recipe = (DataRecipe(**{**existing["recipe"], "weights": tuple(sorted(existing["recipe"]["weights"].items())),
+                            "batch_size": d["pool"]}) if existing else
+              DataRecipe(target=cfg.target, max_new_tokens=d["max_new_tokens"], max_prompt_tokens=d["max_prompt_tokens"],
+                         batch_size=d["pool"], chat=enc.chat))
+    before = (existing or {}).get("totals", {}).get("response_tokens", 0)
+    t0 = time.time()
+    manifest = generate_shards((tcfg, tparams), enc, recipe, data_dir, response_tokens=before + 10 ** 12,
+                               shard_batches=1, progress=False, deadline=data_end, prompt_order=cfg.prompt_order)
+    made = manifest["totals"]["response_tokens"] - before
+    report["phases"]["data"] = {"directory": str(data_dir), "response_tokens_before": before, "response_tokens_made": made,
+                                "seconds": round(time.time() - t0, 1), "shards": len(manifest["shards"]),
+                                "response_tokens": manifest["totals"]["response_tokens"]}
+    log(f"data: {made:,} response tokens in {time.time() - t0:.0f} s ({manifest['totals']['response_tokens']:,} in "
+        f"{data_dir})")
+
+    # 2. + 3. train each kind on time, export
+    t = the_plan["train"]
+    report["phases"]["train"] = {}
+    exports = {}
+    for i, kind in enumerate(cfg.kinds):
+        trainer = TRAINERS[kind]
+        kind_end = time.time() + (train_end - time.time()) / (len(cfg.kinds) - i)
+        arch = trainer.arch(**{k: v for k, v in t["arch"].items() if k in {f.name for f in dataclasses.fields(trainer.arch)}})
+        fields = {f.name for f in dataclasses.fields(trainer.train_config)}
+        tc = trainer.train_config(**{k: v for k, v in {**t, "steps": t["steps_per_kind"]}.items() if k in fields})
+        # the recipe's step count is the plan's: a resumed run keeps the first run's schedule
+        run_dir = out / "runs" / kind
+        resume = (run_dir / "ckpt").exists()
+        export_dir = out / f"{cfg.target.replace('/', '_')}-{kind}" if cfg.target in MODELS else out / kind
+        plan_ = TrainPlan(data=str(data_dir), out=str(run_dir), target=cfg.target, export=str(export_dir),
+                          resume=resume, seq_len=t["seq_len"], valid_rows=t["valid_rows"],
+                          draft_vocab=t["draft_vocab"], eval_prompts=cfg.eval_prompts,
+                          command=f"python -m specjax.train recipe --target {cfg.target} --minutes {cfg.minutes} "
+                                  f"--out {cfg.out}")
+        t0 = time.time()
+        result = run(kind, plan_, arch, tc, deadline=kind_end)
+        state = json.loads((run_dir / "ckpt" / "state.json").read_text())
+        exports[kind] = result["export"]
+        report["phases"]["train"][kind] = {"steps_done": state["step"], "steps_planned": tc.steps,
+                                           "seconds": round(time.time() - t0, 1), "export": str(result["export"]),
+                                           "stopped_by_deadline": state["step"] < tc.steps,
+                                           "measured_tau": json.loads((pathlib.Path(result["export"]) / "recipe.json")
+                                                                      .read_text())["measured_tau"]}
+        log(f"{kind}: {state['step']} of {tc.steps} steps in {time.time() - t0:.0f} s -> {result['export']}")
+
+    # 4. measure against AR on the target's held-out evaluation prompts
+    t0 = time.time()
+    methods = ["ar"] + [m for k, m in (("dflash", "ddtree-8"), ("eagle3", "eagle3"), ("domino", "domino")) if k in exports]
+    models = bench_models(cfg.target, **{k: str(v) for k, v in exports.items()})
+    entry = model_entry(cfg.target)
+    suite = run_suite(BenchPlan(methods=tuple(methods), datasets=(entry.held_out,), num_prompts=cfg.measure_prompts + 1,
+                                warmup=1, max_new_tokens=64, prompt_len=64, progress=False, ttft=False),
+                      models, log=None)
+    results = next(iter(suite.per_dataset.values()))
+    report["phases"]["measure"] = {
+        "dataset": entry.held_out, "prompts": cfg.measure_prompts, "seconds": round(time.time() - t0, 1),
+        "methods": {r.method: {"tau": round(r.tokens_per_iteration, 3), "speedup": r.speedup and round(r.speedup, 3),
+                               "agrees_with_ar": not r.mismatches} for r in results}}
+    for r in results:
+        log(f"measure: {r.method}: τ {r.tokens_per_iteration:.2f}, speedup {r.speedup or 1:.2f}x, "
+            f"{'agrees with AR' if not r.mismatches else 'MISMATCH'}")
+    report["wall_s"] = round(time.time() - start, 1)
+    (out / "recipe.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    return report
+

@@ -1,0 +1,314 @@
+"""Train (and export) one drafter kind from a data directory: `run(kind, plan, arch, train_config)`.
+
+    from specjax.train.run import TRAINERS, TrainPlan, run
+    t = TRAINERS["dflash"]
+    run("dflash", TrainPlan(target="zoo", data=DATA, out=RUN, export=DIR), t.arch(layers=1, block_size=8),
+        t.train_config(steps=400, batch_size=8))
+
+`TRAINERS` holds every kind's `Trainer` record (`specjax.train.trainer`), collected from the `TRAINER`
+of each module of `specjax.train`. The target's features for the data are computed once into the plan's
+`cache` (default: a directory under `$SPECJAX_CACHE/features` named by the target's checksum and the
+data's first shard; only missing layers, and the shards the data gained since, are computed) and
+memory-mapped by every step. `draft_vocab` K restricts the drafter to the K most frequent response tokens
+(0: the full vocabulary). `mesh` (data, model) runs the same step over data x model devices. `export`
+writes the float16 drafter, its config.json and recipe.json (data, compute, the log, every command of the
+run, and τ measured by decoding `eval_prompts` held-out prompts of the data).
+
+A run directory remembers its recipe (`run.json`: the plan's recipe fields, the architecture, the
+training config, every command): `resume` with any of them changed is refused, naming the fields, unless
+`override` lists them (recorded too).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import json
+import pathlib
+import pkgutil
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax import train as _package
+from specjax.data.assets import cache_root
+from specjax.decode import generate
+from specjax.distributed import barrier, is_main
+from specjax.models.draft_vocab import with_draft_vocab
+from specjax.models import pad_prompts
+from specjax.models.dflash_net import target_outer
+from specjax.sharding import make_mesh
+from specjax.train.data import load_shards, load_target, params_sha256
+from specjax.train.dflash import choose_mask_token
+from specjax.train.features import build_feature_cache, data_sha256
+from specjax.train.loop import TrainSet, export, init_vocab_ids, machine, train, warm_start
+from specjax.train.trainer import Trainer, check_values
+from specjax.train.vocab import tables_of_ids, vocab_tables
+
+__all__ = ["FEATURE_MODES", "RUN_FILE", "TRAINERS", "TrainPlan", "check_resume", "features_online", "run"]
+
+RUN_FILE = "run.json"
+FEATURE_MODES = ("auto", "cache", "online")
+
+
+def target_dtype(mode: str):
+    """The online features' forward dtype: bfloat16 or float32 as asked; "auto": bfloat16 off a CPU."""
+    if mode == "auto":
+        mode = "float32" if jax.default_backend() == "cpu" else "bfloat16"
+    return jnp.bfloat16 if mode == "bfloat16" else None
+
+
+def features_online(mode: str) -> bool:
+    """Whether a run computes the target's features in the step: "online", or "auto" off a CPU."""
+    return mode == "online" or (mode == "auto" and jax.default_backend() != "cpu")
+
+
+def _declares_trainer(path: pathlib.Path) -> bool:
+    """Whether a module assigns ``TRAINER`` at its top level (read from its syntax tree, nothing imported:
+    modules that use the trainers, as the recipe does, are not imported by collecting them)."""
+    return any(isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "TRAINER" for t in node.targets)
+               for node in ast.parse(path.read_text()).body)
+
+
+def _collect() -> dict[str, Trainer]:
+    found = {}
+    for info in sorted(pkgutil.iter_modules(_package.__path__), key=lambda i: i.name):
+        path = pathlib.Path(info.module_finder.path) / f"{info.name}.py"
+        if info.name.startswith("_") or info.ispkg or not path.is_file() or not _declares_trainer(path):
+            continue
+        trainer = getattr(importlib.import_module(f"{_package.__name__}.{info.name}"), "TRAINER", None)
+        if trainer is not None:
+            if trainer.kind in found:
+                raise RuntimeError(f"two training modules declare the drafter kind {trainer.kind!r}")
+            found[trainer.kind] = trainer
+    return found
+
+
+TRAINERS = _collect()
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainPlan:
+    """Where a drafter's training reads and writes, and the choices that are not its architecture's or its
+    optimiser's.
+
+    Fields:
+      data: data directory of `python -m specjax.train data`.
+      out: run directory (checkpoint ckpt/, run.json).
+      target: zoo | smollm2-135m | an HF checkpoint directory.
+      cache: feature cache directory (None: under $SPECJAX_CACHE/features, named by the target and the data).
+      export: write the trained drafter + recipe.json here (None: no export).
+      resume: continue from out/ckpt (bit-exact).
+      init: start from this exported drafter's weights instead of a fresh initialisation (domino also takes
+        a DFlash drafter of its backbone's exact architecture).
+      stop_after: run at most this many steps now, then checkpoint (None: to the end).
+      seq_len: padded sequence length S.
+      valid_rows: held-out sequences.
+      draft_vocab: K most frequent response tokens the drafter predicts over (0: the full vocabulary).
+      mesh: (data, model) device counts of the step's mesh (None: one device).
+      eval_prompts: at export, measure τ by decoding this many held-out prompts of the data.
+      features: "cache" (the target's features computed once into `cache`, memory-mapped by every step),
+        "online" (each step runs the frozen target over its batch: no cache) or "auto" (online on an
+        accelerator, the cache on a CPU). Both give the same loss on the same batch.
+      target_dtype: the dtype of the online features' target forward: "float32", "bfloat16", or "auto"
+        (bfloat16 on an accelerator, float32 on a CPU, where XLA converts bfloat16 products slowly).
+      override: recipe fields a resumed run may change (recorded in run.json and recipe.json).
+      command: the command line as run (recorded).
+    """
+
+    data: str
+    out: str
+    target: str = "smollm2-135m"
+    cache: str | None = None
+    export: str | None = None
+    resume: bool = False
+    init: str | None = None
+    stop_after: int | None = None
+    seq_len: int = 448
+    valid_rows: int = 64
+    draft_vocab: int = 0
+    mesh: tuple[int, int] | None = None
+    eval_prompts: int = 0
+    features: str = "auto"
+    target_dtype: str = "auto"
+    override: tuple[str, ...] = ()
+    command: str = ""
+
+    def check(self) -> None:
+        """Raise ValueError naming the first bad field (before anything loads)."""
+        for name in ("seq_len", "valid_rows"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        for name in ("draft_vocab", "eval_prompts"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
+        if self.stop_after is not None and (not isinstance(self.stop_after, int) or self.stop_after < 1):
+            raise ValueError(f"stop_after must be an integer >= 1, got {self.stop_after!r}")
+        if self.mesh is not None and (len(self.mesh) != 2 or min(self.mesh) < 1):
+            raise ValueError(f"mesh must be (data, model) counts >= 1, got {self.mesh!r}")
+        if self.features not in FEATURE_MODES:
+            raise ValueError(f"features must be one of {', '.join(FEATURE_MODES)}, got {self.features!r}")
+        if self.target_dtype not in ("auto", "float32", "bfloat16"):
+            raise ValueError(f"target_dtype must be auto, float32 or bfloat16, got {self.target_dtype!r}")
+        if not pathlib.Path(self.data).is_dir():
+            raise ValueError(f"data {self.data}: no such directory (make it with python -m specjax.train data)")
+
+    def recipe(self) -> dict:
+        """The fields a resumed run must keep (what the drafter learns from, and how)."""
+        return {"target": self.target, "data": self.data, "seq_len": self.seq_len, "valid_rows": self.valid_rows,
+                "draft_vocab": self.draft_vocab, "init": self.init}
+
+
+def _recipe(kind: str, plan: TrainPlan, arch, tc) -> dict:
+    return {"kind": kind, **plan.recipe(), "arch": dataclasses.asdict(arch), "train_config": dataclasses.asdict(tc)}
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def check_resume(out: str | pathlib.Path, recipe: dict, override: tuple[str, ...] = ()) -> list[str]:
+    """The recipe fields a resumed run changes (each `override`n); raises ValueError naming the changed fields
+    that are not. A run directory without run.json (a fresh one, or one of an older specjax) passes."""
+    path = pathlib.Path(out) / RUN_FILE
+    if not path.exists():
+        return []
+    before, now = _flat(json.loads(path.read_text())["recipe"]), _flat(json.loads(json.dumps(recipe)))
+    changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+    leaf = lambda k: k.rsplit(".", 1)[-1]  # noqa: E731  (override names a field by its own name)
+    refused = [k for k in changed if k not in override and leaf(k) not in override]
+    if refused:
+        raise ValueError(f"{path}: resuming with changed recipe fields "
+                         + ", ".join(f"{k} ({before.get(k)!r} -> {now.get(k)!r})" for k in refused)
+                         + "; rerun with the run's own values, or allow the change with --override "
+                         + ",".join(leaf(k) for k in refused))
+    return changed
+
+
+def _write_run(out: pathlib.Path, recipe: dict, command: str, changed: list[str]) -> list[dict]:
+    """Append this call to run.json (recipe, every command with the fields it overrode); return the commands."""
+    path = out / RUN_FILE
+    state = json.loads(path.read_text()) if path.exists() else {"recipe": recipe, "commands": []}
+    state["commands"].append({"command": command, "overrides": changed, "time": time.strftime("%Y-%m-%d %H:%M:%S")})
+    state["recipe"] = recipe
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(state, indent=1) + "\n")
+    tmp.replace(path)
+    return state["commands"]
+
+
+def _measured_tau(trainer: Trainer, dcfg, tcfg, tparams, dparams, trainset: TrainSet, n: int) -> dict:
+    """Mean accepted length of greedy decoding with the drafter on the first n held-out prompts (those
+    that reach a verification round)."""
+    rows = np.arange(trainset.num_train, len(trainset.shards))[:n]
+    prompts = [trainset.shards.tokens[trainset.shards.offsets[i]:trainset.shards.offsets[i] +
+                                      trainset.shards.prompt_lengths[i]].tolist() for i in rows]
+    toks, lens = pad_prompts(prompts)
+    out = generate(tparams, tcfg, trainer.drafter(dcfg, tcfg), dparams, toks, lens, 64)
+    rounds = np.asarray(out.stats.num_rounds)
+    taus = [float(t) for t, r in zip(np.asarray(out.stats.mean_accepted_length()), rounds) if r > 0]
+    # a prompt whose answer ends at its first token (EOS from the prefill) has no round: no τ
+    return {"prompts": len(prompts), "new_tokens": 64, "temperature": 0,
+            "tau_mean": round(float(np.mean(taus)), 3) if taus else None,
+            "tau_per_prompt": [round(t, 3) for t in taus], "prompts_without_rounds": int((rounds == 0).sum())}
+
+
+def check(kind: str, plan: TrainPlan, arch, tc) -> Trainer:
+    """The kind's `Trainer`, after every value is checked (ValueError naming the field; nothing loaded)."""
+    if kind not in TRAINERS:
+        raise ValueError(f"unknown drafter kind {kind!r}; the kinds are {', '.join(TRAINERS)}")
+    trainer = TRAINERS[kind]
+    if not isinstance(arch, trainer.arch) or not isinstance(tc, trainer.train_config):
+        raise TypeError(f"{kind} trains with a {trainer.arch.__name__} and a {trainer.train_config.__name__}")
+    plan.check()
+    check_values(arch)
+    check_values(tc)
+    if plan.resume:
+        check_resume(plan.out, _recipe(kind, plan, arch, tc), plan.override)
+    return trainer
+
+
+def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) -> dict:
+    """Train (and export) one drafter; returns {"params", "log", "export" (its directory or None)}.
+    deadline: a `time.time()` at which training stops at a checkpoint (a time-boxed run; exported as it is)."""
+    trainer = check(kind, plan, arch, tc)
+    t_start = time.time()
+    out = pathlib.Path(plan.out)
+    recipe_fields = _recipe(kind, plan, arch, tc)
+    changed = check_resume(plan.out, recipe_fields, plan.override) if plan.resume else []
+    tcfg, tparams, _, reserved = load_target(plan.target)
+    shards = load_shards(plan.data)
+    tsha, dsha = params_sha256(tparams), data_sha256(shards)
+    counts = np.bincount(shards.tokens, minlength=tcfg.vocab_size)
+    mask_id = getattr(arch, "mask_token", None)
+    if mask_id is None:
+        mask_id = choose_mask_token(counts, reserved)
+    dcfg = trainer.build_config(arch, tcfg, mask_id, plan.draft_vocab)
+    layers = trainer.layers(dcfg, tcfg)
+    first = shards.manifest["shards"][0]["sha256"][:12] if shards.manifest["shards"] else "empty"  # grows with the data
+    online = features_online(plan.features)
+    cache = None if online else (plan.cache or str(cache_root() / "features" /
+                                                   f"{plan.target.replace('/', '_')}-{tsha[:12]}-{first}"))
+    if online:
+        trainset = TrainSet.online(plan.data, layers, seq_len=plan.seq_len, valid_rows=plan.valid_rows)
+    else:
+        if is_main():  # one process writes the cache (a directory every process reads), the others wait for it
+            build_feature_cache((tcfg, tparams), plan.target, shards, plan.data, layers, cache)
+        barrier("specjax-feature-cache")
+        trainset = TrainSet.from_directories(plan.data, cache, layers, seq_len=plan.seq_len,
+                                             valid_rows=plan.valid_rows, target_sha=tsha)
+    responses = trainset.response_token_counts(tcfg.vocab_size)
+    vocab, init_ids = None, (init_vocab_ids(plan.init) if plan.init else None)
+    if plan.draft_vocab and init_ids is not None:  # a warm start keeps its vocabulary as the data grows
+        if len(init_ids) != plan.draft_vocab:
+            raise ValueError(f"init {plan.init} has a draft vocabulary of {len(init_ids)} ids, "
+                             f"not draft_vocab {plan.draft_vocab}")
+        vocab = tables_of_ids(init_ids, tcfg.vocab_size)
+    elif plan.draft_vocab:
+        vocab = vocab_tables(responses, plan.draft_vocab, always=tuple(tcfg.eos_token_ids))
+    touter = target_outer(tparams)
+    init = (warm_start(plan.init, dcfg, None if vocab is None else vocab.ids) if plan.init
+            else trainer.init(touter, tcfg, vocab))
+    commands = _write_run(out, recipe_fields, plan.command, changed) if is_main() else []
+    mesh = None if plan.mesh is None else make_mesh(data=plan.mesh[0], model=plan.mesh[1])
+    dparams, log = train((tcfg, touter), dcfg, trainset, tc, plan.out, step_factory=trainer.make_step, vocab=vocab,
+                         resume=plan.resume, stop_after=plan.stop_after, mesh=mesh, init=init, deadline=deadline,
+                         target_params=tparams if online else None, target_dtype=target_dtype(plan.target_dtype))
+    if not plan.export or not is_main():  # process 0 exports
+        barrier("specjax-export")
+        return {"params": dparams, "log": log, "export": None}
+    full = dparams if vocab is None else with_draft_vocab(dparams, np.asarray(vocab.ids))
+    state = json.loads((out / "ckpt" / "state.json").read_text())
+    recipe = {
+        "target": {"name": plan.target, "params_sha256": tsha},
+        "data": {"directory": plan.data, "sha256": dsha, **shards.manifest.get("totals", {}),
+                 "recipe": shards.manifest.get("recipe")},
+        "features": {"cache": cache or "computed in each step (online)", "layers": list(layers),
+                     "target_dtype": None if not online else jnp.dtype(target_dtype(plan.target_dtype)
+                                                                       or jnp.float32).name},
+        "draft_vocab": {"k": plan.draft_vocab or tcfg.vocab_size, "from_init": init_ids is not None,
+                        "covers_response_tokens": round(float(
+                            responses[np.asarray(vocab.ids)].sum() / responses.sum()), 4) if vocab is not None else 1.0},
+        "train_config": dataclasses.asdict(tc), "arch": dataclasses.asdict(arch), "drafter": dcfg.to_hf(),
+        "mask_token": {"id": int(mask_id), "count_in_data": int(counts[mask_id])},
+        "params": int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams))),
+        "compute": {"train_seconds": state["seconds"], "steps": state["step"], "machine": machine(),
+                    "this_call_seconds": round(time.time() - t_start, 1)},
+        "measured_tau": (_measured_tau(trainer, dcfg, tcfg, tparams, full, trainset, plan.eval_prompts)
+                         if plan.eval_prompts else None),
+        "log": log, "command": plan.command, "commands": commands,
+    }
+    where = export(plan.export, dcfg, dparams, recipe, None if vocab is None else vocab.ids)
+    barrier("specjax-export")
+    print(f"exported -> {where}", flush=True)
+    return {"params": dparams, "log": log, "export": where}

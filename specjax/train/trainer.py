@@ -1,0 +1,93 @@
+"""What a trained drafter kind declares about itself: the `Trainer` record.
+
+Each training module of a drafter kind (`specjax.train.dflash`, `eagle3`, `domino`) ends with
+
+    TRAINER = Trainer(kind="dflash", help=..., train_config=DFlashTrainConfig, arch=DFlashArch,
+                      build_config=..., make_step=make_step, layers=..., drafter=..., init=...)
+
+and `specjax.train.run.TRAINERS` collects every such record when it is imported (the way
+`specjax.drafters.registry` collects `METHODS`): the command line (`python -m specjax.train KIND`,
+its flags made from the two dataclasses), `run(kind, plan)` and the benchmarks read the records,
+so adding a kind touches its own files and no list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+__all__ = ["Trainer", "arch_field", "check_values", "int_tuple"]
+
+
+def arch_field(default, help: str, parse: Callable[[str], object] | None = None):
+    """A field of an architecture dataclass with the help text its command-line flag shows; `parse` reads
+    the flag's text (default: the default's type; a bool field is a switch)."""
+    return dataclasses.field(default=default, metadata={"help": help, "parse": parse or type(default)})
+
+
+def int_tuple(text: str) -> tuple[int, ...]:
+    """"2,14,27" -> (2, 14, 27)."""
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+    """One trained drafter kind.
+
+    Fields:
+      kind: its name (`python -m specjax.train KIND`, the reader kind of `specjax.drafters.registry`).
+      help: one line for the command's help.
+      train_config: its training config class (`specjax.train.loop.DrafterTrainConfig` and the loss's fields).
+      arch: a frozen dataclass of the drafter's architecture choices (fields made with `arch_field`).
+      build_config: (arch, target cfg, mask token id, draft vocabulary size or 0) -> the drafter's config.
+      make_step: (dcfg, tcfg, opt, tc) -> (step, evaluate), `specjax.train.loop.train`'s contract.
+      layers: (dcfg, tcfg) -> the target feature layers a batch carries, in the step's order.
+      drafter: (dcfg, tcfg) -> a Drafter that decodes with it (the τ measured at export).
+      init: (target outer params, tcfg, draft vocabulary tables or None) -> init(dparams) -> dparams for
+        a fresh drafter (e.g. its final norm or head from the target's).
+      uses_mask_token: whether the drafter has a mask token (chosen from the data unless given).
+    """
+
+    kind: str
+    help: str
+    train_config: type
+    arch: type
+    build_config: Callable
+    make_step: Callable
+    layers: Callable
+    drafter: Callable
+    init: Callable
+    uses_mask_token: bool = True
+
+
+# Ranges of the training fields, checked before anything loads; a field not named here must be a finite
+# number of its declared type (strings and booleans are never read as numbers).
+_POSITIVE = {"steps", "batch_size", "log_every", "ckpt_every", "anchors", "ttt_steps", "lr", "clip", "gamma",
+             "anneal_frac", "layers", "block_size", "gru_hidden", "head_rank", "step_decay"}
+_NONNEGATIVE = {"seed", "weight_decay", "warmup_frac", "min_lr_ratio", "pure_prefix_len", "lambda0"}
+_AT_MOST_ONE = {"warmup_frac", "min_lr_ratio", "lambda0", "step_decay"}
+
+
+def check_values(obj, flag: Callable[[str], str] = lambda name: name) -> None:
+    """Raise ValueError naming the first field of dataclass `obj` of the wrong type or out of range
+    (`flag(name)` says how the message names it, e.g. as a command-line flag)."""
+    for f in dataclasses.fields(obj):
+        value, want = getattr(obj, f.name), type(f.default) if f.default is not dataclasses.MISSING else None
+        if value is None or want is None or want is type(None):
+            continue
+        if want is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"{flag(f.name)} must be true or false, got {value!r}")
+            continue
+        if want in (int, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (want is int and not isinstance(value, int)):
+                raise ValueError(f"{flag(f.name)} must be {'an integer' if want is int else 'a number'}, got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"{flag(f.name)} must be finite, got {value!r}")
+            if f.name in _POSITIVE and not value > 0:
+                raise ValueError(f"{flag(f.name)} must be > 0, got {value!r}")
+            if f.name in _NONNEGATIVE and value < 0:
+                raise ValueError(f"{flag(f.name)} must be >= 0, got {value!r}")
+            if f.name in _AT_MOST_ONE and value > 1:
+                raise ValueError(f"{flag(f.name)} must be <= 1, got {value!r}")
