@@ -60,5 +60,6 @@ proofs:
 	@if grep -nE '$(COQ_FORBIDDEN)' $(addprefix $(COQ_DIR)/,$(COQ_FILES)); then \
 	  echo "proofs/coq: forbidden Admitted/admit/Axiom/Parameter/Conjecture/Hypothesis/Variable (lines above)"; exit 1; fi
 	@cd $(COQ_DIR) && for f in $(COQ_FILES); do echo "coqc $$f"; coqc -Q . Specjax $$f > .coqc.out 2>&1 || { cat .coqc.out; rm -f .coqc.out; exit 1; }; \
-	  if [ "$$f" = Assumptions.v ]; then cat .coqc.out; \
+	  if [ "$$f" = Assumptions.v ]; then cat .coqc.out || exit 1; \
+	    if ! grep -q '^Closed under the global context$$' .coqc.out; then echo "proofs/coq: Assumptions.v printed no assumptions"; exit 1; fi; \
 	    if grep -v '^Closed under the global context$$' .coqc.out | grep -q .; then echo "proofs/coq: a theorem depends on an axiom"; rm -f .coqc.out; exit 1; fi; fi; done; rm -f .coqc.out

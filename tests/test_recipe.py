@@ -45,7 +45,8 @@ def test_one_minute_on_the_embedded_pair_leaves_a_drafter_that_decodes_as_ar(tmp
     """`recipe --target zoo --minutes 1` end to end: data generated, DFlash trained until its deadline and
     exported with recipe.json, τ measured by decoding, and DDTree over the new drafter agrees with AR on the
     held-out prompts. The drafter is a minute's worth (a smoke test of the phases, not of quality)."""
-    assert train_main(["recipe", "--target", "zoo", "--minutes", "1", "--out", str(tmp_path)]) == 0
+    assert train_main(["recipe", "--target", "zoo", "--minutes", "1", "--out", str(tmp_path), "--measure-prompts", "1",
+                       "--eval-prompts", "2"]) == 0
     report = json.loads((tmp_path / "recipe.json").read_text())
     data, train = report["phases"]["data"], report["phases"]["train"]["dflash"]
     assert data["response_tokens_made"] > 0 and data["shards"] >= 1
