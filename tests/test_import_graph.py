@@ -29,7 +29,7 @@ LAYERS = {
     "specjax.drafters": 3,
     "specjax.decode": 4, "specjax.core": 4,
     "specjax.data": 5, "specjax.zoo": 5,
-    "specjax.pipeline": 6,
+    "specjax.pipeline": 6, "specjax.recipe": 8,
     "specjax.bench": 7, "specjax.train": 7, "specjax.testing": 7,
     "specjax": 8, "specjax.cli": 8,
     "specjax.showcase": 9, "specjax.__main__": 9, "specjax.train.__main__": 9, "specjax.launch": 9,

@@ -10,7 +10,7 @@ import pytest
 from specjax.cli.train import main as train_main
 from specjax.models import load_checkpoint
 from specjax.models.dflash import DFlashConfig
-from specjax.train.recipe import DEVICE_PROFILES, RecipeConfig, plan
+from specjax.recipe import DEVICE_PROFILES, RecipeConfig, plan
 
 
 def test_the_h100_plan_prints_on_a_cpu_from_measured_and_published_figures(capsys):

@@ -35,7 +35,7 @@ from specjax.train import data
 from specjax.train.data import (ENGINES, DataRecipe, generate_shards, load_shards, load_target, parse_weights)
 from specjax.train.features import build_feature_cache
 from specjax.train.lm import PRESETS, TrainConfig, report, train
-from specjax.train.recipe import DEVICE_PROFILES, RecipeConfig, plan, run_recipe
+from specjax.recipe import DEVICE_PROFILES, RecipeConfig, plan, run_recipe
 from specjax.train.run import TRAINERS, TrainPlan
 from specjax.train.run import check as check_run
 from specjax.train.run import run as run_drafter

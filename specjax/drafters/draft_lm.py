@@ -33,6 +33,9 @@ from specjax.models.model import ModelConfig, check_params, forward, prefill_unc
 from specjax.tree import Tree
 from specjax.verify import WalkResult
 
+__all__ = ["DraftLMDrafter", "DraftLMState", "StaticTreeShape", "catch_up", "check_compatible", "commit_path",
+           "draft_cache_slots", "expand_level", "init_state", "region_mask", "settle_path"]
+
 
 @struct.dataclass
 class DraftLMState:

@@ -289,7 +289,10 @@ def run_recipe(cfg: RecipeConfig, log=print) -> dict:
         run_dir = out / "runs" / kind
         resume = (run_dir / "ckpt").exists()
         export_dir = out / f"{cfg.target.replace('/', '_')}-{kind}" if cfg.target in MODELS else out / kind
+        # the feature cache (CPU path) lives in the run: a shared one is keyed by the data's first shard, and a
+        # time-boxed run's data may hold fewer shards than another run's with the same first one
         plan_ = TrainPlan(data=str(data_dir), out=str(run_dir), target=cfg.target, export=str(export_dir),
+                          cache=str(out / "runs" / "features"),
                           resume=resume, seq_len=t["seq_len"], valid_rows=t["valid_rows"],
                           draft_vocab=t["draft_vocab"], eval_prompts=cfg.eval_prompts,
                           command=f"python -m specjax.train recipe --target {cfg.target} --minutes {cfg.minutes} "
