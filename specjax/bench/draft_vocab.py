@@ -25,7 +25,6 @@ device as JSON (`--json PATH` writes them to PATH instead).
 from __future__ import annotations
 
 import dataclasses
-import dataclasses
 import json
 import pathlib
 import statistics

@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 
 from specjax.atomic import write_bytes
 from specjax.data.train_sources import (DEFAULT_WEIGHTS, SOURCES, TrainPrompt, dump_prompts, read_prompt_order,
-                                        training_prompts, write_prompt_order)
+                                        training_prompts)
 from specjax.decode import generate_ar
 from specjax.models import pad_prompts
 from specjax.pipeline import load_pair

@@ -223,8 +223,9 @@ def _measured_tau(trainer: Trainer, dcfg, tcfg, tparams, dparams, trainset: Trai
             "tau_per_prompt": [round(t, 3) for t in taus], "prompts_without_rounds": int((rounds == 0).sum())}
 
 
-def check(kind: str, plan: TrainPlan, arch, tc) -> Trainer:
-    """The kind's `Trainer`, after every value is checked (ValueError naming the field; nothing loaded)."""
+def check(kind: str, plan: TrainPlan, arch, tc) -> tuple[Trainer, list[str]]:
+    """(the kind's `Trainer`, the recipe fields a resume overrides) after every value is checked (ValueError
+    naming the field; nothing loaded)."""
     if kind not in TRAINERS:
         raise ValueError(f"unknown drafter kind {kind!r}; the kinds are {', '.join(TRAINERS)}")
     trainer = TRAINERS[kind]
@@ -233,19 +234,17 @@ def check(kind: str, plan: TrainPlan, arch, tc) -> Trainer:
     plan.check()
     check_values(arch)
     check_values(tc)
-    if plan.resume:
-        check_resume(plan.out, _recipe(kind, plan, arch, tc), plan.override)
-    return trainer
+    changed = check_resume(plan.out, _recipe(kind, plan, arch, tc), plan.override) if plan.resume else []
+    return trainer, changed
 
 
 def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) -> dict:
     """Train (and export) one drafter; returns {"params", "log", "export" (its directory or None)}.
     deadline: a `time.time()` at which training stops at a checkpoint (a time-boxed run; exported as it is)."""
-    trainer = check(kind, plan, arch, tc)
+    trainer, changed = check(kind, plan, arch, tc)
     t_start = time.time()
     out = pathlib.Path(plan.out)
     recipe_fields = _recipe(kind, plan, arch, tc)
-    changed = check_resume(plan.out, recipe_fields, plan.override) if plan.resume else []
     tcfg, tparams, _, reserved = load_target(plan.target)
     shards = load_shards(plan.data)
     tsha, dsha = params_sha256(tparams), data_sha256(shards)
