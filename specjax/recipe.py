@@ -295,15 +295,17 @@ def run_recipe(cfg: RecipeConfig, log=print) -> dict:
                           cache=str(out / "runs" / "features"),
                           resume=resume, seq_len=t["seq_len"], valid_rows=t["valid_rows"],
                           draft_vocab=t["draft_vocab"], eval_prompts=cfg.eval_prompts,
+                          minutes=max((kind_end - time.time()) / 60, 1e-3), fit_steps=cfg.steps is None,
                           command=f"python -m specjax.train recipe --target {cfg.target} --minutes {cfg.minutes} "
                                   f"--out {cfg.out}")
         t0 = time.time()
-        result = run(kind, plan_, arch, tc, deadline=kind_end)
+        result = run(kind, plan_, arch, tc)  # its time box ends at kind_end
         state = json.loads((run_dir / "ckpt" / "state.json").read_text())
         exports[kind] = result["export"]
         report["phases"]["train"][kind] = {"steps_done": state["step"], "steps_planned": tc.steps,
+                                           "steps_fitted": state["train_config"]["steps"] if state.get("fitted") else None,
                                            "seconds": round(time.time() - t0, 1), "export": str(result["export"]),
-                                           "stopped_by_deadline": state["step"] < tc.steps,
+                                           "stopped_by_deadline": state["step"] < state["train_config"]["steps"],
                                            "measured_tau": json.loads((pathlib.Path(result["export"]) / "recipe.json")
                                                                       .read_text())["measured_tau"]}
         log(f"{kind}: {state['step']} of {tc.steps} steps in {time.time() - t0:.0f} s -> {result['export']}")

@@ -50,6 +50,11 @@ def test_one_minute_on_the_embedded_pair_leaves_a_drafter_that_decodes_as_ar(tmp
     data, train = report["phases"]["data"], report["phases"]["train"]["dflash"]
     assert data["response_tokens_made"] > 0 and data["shards"] >= 1
     assert 1 <= train["steps_done"] <= train["steps_planned"]
+    # the schedule was fitted to the time box after the first compiled steps and its decay ended on time
+    # (a 3 % margin for the refit's compile): the last logged learning rate is near the end of the cosine
+    assert train["steps_fitted"] is not None and train["steps_done"] >= 0.9 * train["steps_fitted"], train
+    log = json.loads((tmp_path / "zoo-dflash" / "recipe.json").read_text())["log"]
+    assert log and log[-1]["lr"] < 0.1 * report["plan"]["train"]["lr"], log[-1]
     cfg, _ = load_checkpoint(train["export"])
     assert isinstance(cfg, DFlashConfig)
     tau = train["measured_tau"]  # a held-out answer that is EOS at once has no round, hence no τ

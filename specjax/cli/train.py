@@ -25,6 +25,7 @@ import dataclasses
 import json
 import math
 import sys
+import time
 
 import ml_dtypes
 import numpy as np
@@ -117,6 +118,8 @@ def _data_flags(ap) -> None:
                     "registry's)")
     ap.add_argument("--write-prompt-order", default=None, metavar="FILE", help="write the recipe's prompt order "
                     "from --out's cursor to FILE (.gz: compressed) and exit, loading no target (default: generate)")
+    ap.add_argument("--minutes", type=_number(float), default=None, help="time box: start no shard after this many "
+                    "minutes (the shard under way finishes; continue later with the same command)")
     ap.add_argument("--weights", default=",".join(f"{k}={v}" for k, v in sorted(data.DEFAULT_WEIGHTS.items())),
                     help="source mixture, name=weight,... (default: %(default)s)")
 
@@ -127,6 +130,9 @@ def _data(args) -> int:
             raise UsageError(f"{_flag(name)} must be >= 1, got {getattr(args, name)}")
     if args.seed < 0:
         raise UsageError(f"--seed must be >= 0, got {args.seed}")
+    if args.minutes is not None and not 0 < args.minutes < float("inf"):
+        raise UsageError(f"--minutes must be a number > 0, got {args.minutes}")
+    deadline = None if args.minutes is None else time.time() + 60 * args.minutes
     if not 0 <= args.sampled_fraction <= 1:
         raise UsageError(f"--sampled-fraction must be in [0, 1], got {args.sampled_fraction}")
     try:
@@ -145,7 +151,7 @@ def _data(args) -> int:
                         sampled_fraction=args.sampled_fraction, chat=enc.chat)
     manifest = generate_shards((cfg, params), enc, recipe, args.out, response_tokens=args.tokens,
                                shard_batches=args.shard_batches, engine=args.engine, chunk=args.chunk,
-                               prompt_order=args.prompt_order)
+                               prompt_order=args.prompt_order, deadline=deadline)
     print(json.dumps(manifest["totals"]))
     return 0
 
@@ -173,6 +179,10 @@ _PLAN_HELP = {
     "features": "cache: the target's features computed once and memory-mapped; online: each step runs the frozen "
                 "target over its batch (no cache); auto: online on an accelerator, cache on a CPU",
     "target_dtype": "the online features' target forward: float32, bfloat16, or auto (bfloat16 on an accelerator)",
+    "minutes": "time box: stop training at a checkpoint this many minutes after the start (loading included), "
+               "then export",
+    "fit_steps": "with --minutes: set the schedule's length from the step time measured after the first compiled "
+                 "steps, so its decay ends on time (--steps is then an upper bound)",
 }
 
 
@@ -182,8 +192,10 @@ def _drafter_flags(ap, kind: str) -> None:
         default = plan_defaults[name]
         if name in ("data", "out"):
             ap.add_argument(_flag(name), required=True, help=doc)
-        elif name == "resume":
-            ap.add_argument("--resume", action="store_true", help=doc)
+        elif name in ("resume", "fit_steps"):
+            ap.add_argument(_flag(name), action="store_true", help=doc)
+        elif name == "minutes":
+            ap.add_argument(_flag(name), type=_number(float), default=default, help=f"{doc} (default: %(default)s)")
         elif name in ("seq_len", "valid_rows", "draft_vocab", "eval_prompts", "stop_after"):
             ap.add_argument(_flag(name), type=_number(int), default=default, help=f"{doc} (default: %(default)s)")
         else:
@@ -212,6 +224,7 @@ def _drafter(args, argv) -> int:
                      resume=args.resume, init=args.init, stop_after=args.stop_after, seq_len=args.seq_len,
                      valid_rows=args.valid_rows, draft_vocab=args.draft_vocab, mesh=_mesh(args.mesh),
                      eval_prompts=args.eval_prompts, features=args.features, target_dtype=args.target_dtype,
+                     minutes=args.minutes, fit_steps=args.fit_steps,
                      override=tuple(x.strip().replace("-", "_") for x in (args.override or "").split(",") if x.strip()),
                      command=f"python -m specjax.train {' '.join(argv)}")
     try:

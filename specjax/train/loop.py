@@ -58,7 +58,9 @@ from specjax.train.data import TokenShards, load_shards
 from specjax.train.features import FeatureCache, compute_features, data_sha256, open_feature_cache
 
 __all__ = ["DrafterTrainConfig", "TrainSet", "make_optimizer", "online_steps", "train", "export", "save_state",
-           "load_state", "machine", "warm_start", "init_vocab_ids"]
+           "load_state", "machine", "warm_start", "init_vocab_ids", "FIT_TIMED_STEPS"]
+
+FIT_TIMED_STEPS = 10  # compiled steps timed to fit a time-boxed run's schedule to its deadline (`train`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +204,7 @@ class TrainSet:
 
 
 def save_state(ckpt: pathlib.Path, cfg, params, opt_state, step: int, tc, log: list, seconds: float,
-               vocab_ids: np.ndarray | None = None) -> None:
+               vocab_ids: np.ndarray | None = None, fitted: bool = False) -> None:
     """Atomically replace `ckpt` with the drafter (safetensors), optimiser state, step, log, wall seconds:
     written whole into a fresh directory beside it, then swapped in (`specjax.atomic.replace_directory`): a
     crash at any point leaves the previous checkpoint or the new one, never neither."""
@@ -212,7 +214,7 @@ def save_state(ckpt: pathlib.Path, cfg, params, opt_state, step: int, tc, log: l
     if vocab_ids is not None:
         np.save(tmp / "draft_vocab_ids.npy", np.asarray(vocab_ids, np.int32))
     (tmp / "state.json").write_text(json.dumps({"step": step, "train_config": dataclasses.asdict(tc), "log": log,
-                                                "seconds": round(seconds, 1)}))
+                                                "seconds": round(seconds, 1), "fitted": fitted}))
     replace_directory(tmp, ckpt)
 
 
@@ -294,7 +296,7 @@ def _evaluate(eval_fn, dparams, touter, valid: dict, vocab, rows: int, mesh):
 def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | pathlib.Path, *, step_factory,
           vocab=None, resume: bool = False, stop_after: int | None = None, mesh=None, init=None,
           progress: bool = True, deadline: float | None = None, target_params=None,
-          target_dtype=None) -> tuple[dict, list]:
+          target_dtype=None, fit_steps: bool = False) -> tuple[dict, list]:
     """Train a drafter; returns (params, log). target: (tcfg, touter) — the target's config and its
     outer params (`target_outer`: embedding, final norm, LM head); vocab: a `DraftVocabTables` or None.
 
@@ -303,13 +305,25 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
     continues from out/ckpt (same schedule, batches and keys: bit-exact). `init(dparams) ->
     dparams` adjusts a fresh drafter (e.g. its final norm from the target's). `mesh`: see the
     module docstring. `target_params`: the target's whole params, needed when `trainset` computes its
-    features in the step (`TrainSet.online`), that forward in `target_dtype` (`online_steps`). Logs a record every `log_every` steps (train loss, held-out loss, τ
-    estimate, per-position accuracy, lr, seconds) and shows a progress bar with the ETA."""
+    features in the step (`TrainSet.online`), that forward in `target_dtype` (`online_steps`, the params cast
+    once). Logs a record every `log_every` steps (train loss, held-out loss, τ estimate, per-position
+    accuracy, lr, seconds) and shows a progress bar with the ETA.
+
+    `fit_steps` (with a `deadline`, a fresh run): the schedule's length `tc.steps` is replaced, once, by what
+    the time left buys at the step time measured over `FIT_TIMED_STEPS` compiled steps (the first, compiling
+    step excluded; one more compile of the step with the fitted schedule is paid for out of the time left),
+    so a time-boxed run ends its cosine decay at the deadline instead of being cut mid-schedule. The fitted
+    length is kept in the checkpoint's train_config; a resumed run continues to it."""
     tcfg, touter = target
     dcfg.check_target(tcfg)
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "ckpt"
+    if resume and ckpt.exists():  # a fitted schedule's length is the checkpoint's, not the config's
+        saved_steps = json.loads((ckpt / "state.json").read_text()).get("train_config", {}).get("steps", tc.steps)
+        if saved_steps != tc.steps and json.loads((ckpt / "state.json").read_text()).get("fitted"):
+            tc = dataclasses.replace(tc, steps=saved_steps)
+    fit = fit_steps and deadline is not None and not (resume and ckpt.exists())
     opt, schedule = make_optimizer(tc)
     dparams = init_params(dcfg, jax.random.key(tc.seed), jnp.float32)
     opt_state = opt.init(dparams)
@@ -335,7 +349,9 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
     n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams)))
     step_fn, eval_fn = step_factory(dcfg, tcfg, opt, tc)
     if online:
-        step_fn, eval_fn = online_steps(step_fn, eval_fn, tcfg, trainset.layers, target_dtype)
+        if target_dtype is not None:  # cast once, not in every step (half the memory in bfloat16, too)
+            target_params = jax.tree.map(lambda x: x.astype(target_dtype), target_params)
+        step_fn, eval_fn = online_steps(step_fn, eval_fn, tcfg, trainset.layers)
         touter = (touter, target_params)
     valid = trainset.valid_batch()
     end = tc.steps if stop_after is None else min(tc.steps, start + stop_after)
@@ -348,7 +364,9 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
     if deadline is not None and jax.process_count() > 1:
         raise ValueError("deadline stops one process on its own clock: with several processes use stop_after")
     recent, t0, last_tau, stopped = [], time.time(), float("nan"), None
-    for s in range(start, end):
+    fitted, timer = None, None
+    s = start
+    while s < end:
         if deadline is not None and s > start and time.time() >= deadline:
             stopped = s  # on time (a time-boxed run): the steps done so far are checkpointed below
             break
@@ -358,6 +376,24 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
         recent = (recent + [loss])[-tc.log_every:]  # device scalars: read back at a log step, not every step
         bar.update(1)
         done = s + 1
+        s = done
+        if fit and fitted is None and done in (start + 1, start + 1 + FIT_TIMED_STEPS):
+            jax.block_until_ready(loss)  # two reads in the whole run: the timing needs the device's clock
+            if timer is None:
+                timer = (time.time(), time.time() - t0)  # (end of the compiling step, its seconds)
+            else:
+                step_s = (time.time() - timer[0]) / FIT_TIMED_STEPS
+                left = deadline - time.time() - timer[1]  # the refit schedule compiles once more
+                fitted = max(done + 1, done + int(0.97 * left / step_s))
+                tc = dataclasses.replace(tc, steps=fitted)
+                opt, schedule = make_optimizer(tc)  # the same state layout: the count carries on
+                step_fn, eval_fn = step_factory(dcfg, tcfg, opt, tc)
+                if online:
+                    step_fn, eval_fn = online_steps(step_fn, eval_fn, tcfg, trainset.layers)
+                end = fitted if stop_after is None else min(fitted, start + stop_after)
+                bar.total = fitted
+                say(f"fitted the schedule to the deadline: {step_s * 1e3:.1f} ms a step after the first compile "
+                    f"({timer[1]:.1f} s) -> {fitted} steps")
         if done % tc.log_every == 0 or done == tc.steps:
             recent = [float(x) for x in recent]
             bar.set_postfix_str(f"loss {np.mean(recent):.3f} tau {float(metrics['tau']):.2f} valid tau "
@@ -372,11 +408,13 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
             say(json.dumps(rec))
         if done % tc.ckpt_every == 0 or done == end:
             if main:
-                save_state(ckpt, dcfg, dparams, opt_state, done, tc, log, seconds_before + time.time() - t0, vocab_ids)
+                save_state(ckpt, dcfg, dparams, opt_state, done, tc, log, seconds_before + time.time() - t0, vocab_ids,
+                           fitted=fitted is not None)
             barrier(f"specjax-ckpt-{done}")  # every process returns / resumes after the checkpoint is whole
     if stopped is not None:
         if stopped % tc.ckpt_every and main:
-            save_state(ckpt, dcfg, dparams, opt_state, stopped, tc, log, seconds_before + time.time() - t0, vocab_ids)
+            save_state(ckpt, dcfg, dparams, opt_state, stopped, tc, log, seconds_before + time.time() - t0, vocab_ids,
+                       fitted=fitted is not None)
         say(f"stopped at step {stopped} of {tc.steps}: the deadline passed (continue with resume)")
     bar.close()
     return jax.device_get(dparams), log

@@ -115,6 +115,11 @@ class TrainPlan:
         accelerator, the cache on a CPU). Both give the same loss on the same batch.
       target_dtype: the dtype of the online features' target forward: "float32", "bfloat16", or "auto"
         (bfloat16 on an accelerator, float32 on a CPU, where XLA converts bfloat16 products slowly).
+      minutes: a time box: training stops at a checkpoint this many minutes after the call starts (loading
+        included; the export and its τ come after), and exports what it has (None: no time box).
+      fit_steps: with `minutes`, set the schedule's length from the step time measured after the first
+        compiled steps so its cosine decay ends at the time box (`specjax.train.loop.train`); the train
+        config's `steps` is then only an upper bound of the first compile's schedule.
       override: recipe fields a resumed run may change (recorded in run.json and recipe.json).
       command: the command line as run (recorded).
     """
@@ -134,6 +139,8 @@ class TrainPlan:
     eval_prompts: int = 0
     features: str = "auto"
     target_dtype: str = "auto"
+    minutes: float | None = None
+    fit_steps: bool = False
     override: tuple[str, ...] = ()
     command: str = ""
 
@@ -149,6 +156,11 @@ class TrainPlan:
             raise ValueError(f"stop_after must be an integer >= 1, got {self.stop_after!r}")
         if self.mesh is not None and (len(self.mesh) != 2 or min(self.mesh) < 1):
             raise ValueError(f"mesh must be (data, model) counts >= 1, got {self.mesh!r}")
+        if self.minutes is not None and (isinstance(self.minutes, bool) or not isinstance(self.minutes, (int, float))
+                                         or not 0 < self.minutes < float("inf")):
+            raise ValueError(f"minutes must be a number > 0, got {self.minutes!r}")
+        if self.fit_steps and self.minutes is None:
+            raise ValueError("fit_steps fits the schedule to a time box: give minutes too")
         if self.features not in FEATURE_MODES:
             raise ValueError(f"features must be one of {', '.join(FEATURE_MODES)}, got {self.features!r}")
         if self.target_dtype not in ("auto", "float32", "bfloat16"):
@@ -243,6 +255,8 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     deadline: a `time.time()` at which training stops at a checkpoint (a time-boxed run; exported as it is)."""
     trainer, changed = check(kind, plan, arch, tc)
     t_start = time.time()
+    if plan.minutes is not None:
+        deadline = min(deadline or float("inf"), t_start + 60 * plan.minutes)
     out = pathlib.Path(plan.out)
     recipe_fields = _recipe(kind, plan, arch, tc)
     tcfg, tparams, _, reserved = load_target(plan.target)
@@ -282,7 +296,8 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     mesh = None if plan.mesh is None else make_mesh(data=plan.mesh[0], model=plan.mesh[1])
     dparams, log = train((tcfg, touter), dcfg, trainset, tc, plan.out, step_factory=trainer.make_step, vocab=vocab,
                          resume=plan.resume, stop_after=plan.stop_after, mesh=mesh, init=init, deadline=deadline,
-                         target_params=tparams if online else None, target_dtype=target_dtype(plan.target_dtype))
+                         target_params=tparams if online else None, target_dtype=target_dtype(plan.target_dtype),
+                         fit_steps=plan.fit_steps)
     if not plan.export or not is_main():  # process 0 exports
         barrier("specjax-export")
         return {"params": dparams, "log": log, "export": None}
@@ -298,7 +313,8 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
         "draft_vocab": {"k": plan.draft_vocab or tcfg.vocab_size, "from_init": init_ids is not None,
                         "covers_response_tokens": round(float(
                             responses[np.asarray(vocab.ids)].sum() / responses.sum()), 4) if vocab is not None else 1.0},
-        "train_config": dataclasses.asdict(tc), "arch": dataclasses.asdict(arch), "drafter": dcfg.to_hf(),
+        "train_config": {**dataclasses.asdict(tc), "steps": state["train_config"]["steps"]},
+        "schedule_fitted_to_minutes": plan.minutes if state.get("fitted") else None, "arch": dataclasses.asdict(arch), "drafter": dcfg.to_hf(),
         "mask_token": {"id": int(mask_id), "count_in_data": int(counts[mask_id])},
         "params": int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams))),
         "compute": {"train_seconds": state["seconds"], "steps": state["step"], "machine": machine(),
