@@ -25,8 +25,8 @@ phase did, and the measurements.
 
 On an accelerator each training step computes the target's features itself (one forward of the frozen
 target over its batch: `specjax.train.loop.online_steps`, no feature cache); on a CPU the cache is built
-once and memory-mapped; the target's forward in the step runs in bfloat16 on an accelerator. Not yet
-(issue "Drafters at scale"): bfloat16 products in the drafter itself (float32 master weights stay).
+once and memory-mapped; on an accelerator the target's forward and the drafter's products in the step
+run in bfloat16 (float32 master weights and optimizer state).
 """
 
 from __future__ import annotations
@@ -65,7 +65,9 @@ class DeviceProfile:
       data_pool: the data engine's pool (rows) on it.
       data_tokens_per_s: response tokens/s of the data engine measured at that pool (None: not measured:
         the plan scales the H100's by bandwidth).
-      step_s: measured seconds per DFlash training step of the SmolLM2 recipe (None: estimated from FLOP/s).
+      step_s: measured seconds per DFlash training step of the SmolLM2 recipe at `step_layers` drafter layers
+        and `step_batch` sequences (None: estimated from FLOP/s); other sizes scale it by their products.
+      step_layers, step_batch: the measured step's drafter layers and batch.
       source: where the figures come from.
     """
 
@@ -78,18 +80,22 @@ class DeviceProfile:
     data_pool: int
     data_tokens_per_s: float | None = None
     step_s: float | None = None
+    step_layers: int = 1
+    step_batch: int = 8
     source: str = ""
 
 
 DEVICE_PROFILES = {
-    "cpu-2": DeviceProfile("cpu", "2 x86-64 cores", "cpu", 24, 35.7, 0.2, 128, 97.0, 1.0,
+    "cpu-2": DeviceProfile("cpu", "2 x86-64 cores", "cpu", 24, 35.7, 0.2, 128, 97.0, 1.0, 1, 8,
                            "measured here: data engine 97 response tok/s alone (pool 128), a one-layer SmolLM2 DFlash "
                            "step 1.0 s (zoo/TRAINING.md), bandwidth 35.7 GB/s (bench-device)"),
-    "h100": DeviceProfile("gpu", "NVIDIA H100 80GB HBM3", "H100", 80, 3350, 989, 512, 16_400.0, None,
-                          "data engine measured 2026-11-26 (14.8-16.6k response tok/s, pool 512, float32, after "
-                          "its compiles); bandwidth and FLOP/s published (docs/results.md)"),
-    "h200": DeviceProfile("gpu", "NVIDIA H200", "H200", 141, 4800, 989, 512, None, None,
-                          "published bandwidth and FLOP/s; the data rate scaled from the H100's by bandwidth"),
+    "h100": DeviceProfile("gpu", "NVIDIA H100 80GB HBM3", "H100", 80, 3350, 989, 512, 16_400.0, 0.0388, 3, 32,
+                          "measured 2026-11-26 (docs/results.md): the data engine 14.8-16.6k response tok/s (pool 512, "
+                          "float32, after its compiles); a 3-layer SmolLM2 DFlash step of 32 sequences with online "
+                          "bfloat16 target features 38.8 ms; bandwidth and FLOP/s published"),
+    "h200": DeviceProfile("gpu", "NVIDIA H200", "H200", 141, 4800, 989, 512, None, 0.0388, 3, 32,
+                          "published bandwidth and FLOP/s; the data rate scaled from the H100's by bandwidth, the "
+                          "training step the H100's (the same FLOP/s; not measured on an H200)"),
 }
 
 
@@ -171,16 +177,30 @@ def this_device() -> DeviceProfile:
                          source="unknown device: rough defaults")
 
 
-def _recipe_defaults(target: str, cfg) -> dict:
-    """The data recipe, drafter architecture and training sizes of a target: the committed SmolLM2 recipe, a
-    small one for the embedded pair and other tiny models."""
+def _train_batch(dev: DeviceProfile, cfg, seq_len: int) -> int:
+    """Sequences per training step: 8 on a CPU (the measured recipe); on an accelerator the largest power of
+    two up to 32 (the H100 run's) whose online step fits in a quarter of the device's memory: the frozen
+    target's bfloat16 activations for B x S tokens (~ 16 hidden-size vectors a layer, kept for no backward:
+    the features are stopped) plus the drafter's logits over the draft vocabulary at B x anchors x block."""
+    if dev.kind == "cpu":
+        return 8
+    per_row = seq_len * cfg.hidden_size * 16 * 2 + 32 * 8 * 8192 * 4 * 3
+    fit = int(dev.memory_gib * 2 ** 30 / 4 // per_row)
+    return max(1, min(32, 2 ** max(0, fit.bit_length() - 1)))
+
+
+def _recipe_defaults(target: str, cfg, dev: DeviceProfile) -> dict:
+    """The data recipe, drafter architecture and training sizes of a target: the committed SmolLM2 recipe
+    (a 3-layer block-8 DFlash drafter, the zoo's: docs/results.md), a small one for the embedded pair and
+    other tiny models. The drafter's target layers follow the method's rule for the target's depth."""
     entry = model_entry(target)
     tiny = cfg.hidden_size < 512
     data = (dict(max_new_tokens=48, max_prompt_tokens=48, chat=False) if tiny
             else dict(max_new_tokens=256, max_prompt_tokens=192, chat=entry.dataset_chat))
-    arch = dict(layers=1, block_size=8) if tiny else dict(layers=2, block_size=8, target_layers=(2, 14, 27))
+    arch = dict(layers=1, block_size=8) if tiny else dict(layers=3, block_size=8)
     train = (dict(batch_size=4, anchors=4, gamma=4.0, lr=1e-3, log_every=10, ckpt_every=10) if tiny else
-             dict(batch_size=8, anchors=32, gamma=4.0, lr=1e-3, log_every=100, ckpt_every=100))
+             dict(batch_size=_train_batch(dev, cfg, 448), anchors=32, gamma=4.0, lr=8e-4, log_every=100,
+                  ckpt_every=100))
     return {"data": data, "arch": arch, "train": train, "seq_len": 96 if tiny else 448,
             "valid_rows": 4 if tiny else 64, "draft_vocab": 0 if tiny else 8192}
 
@@ -198,7 +218,7 @@ def plan(cfg: RecipeConfig) -> dict:
     cfg.check()
     dev = DEVICE_PROFILES[cfg.device] if cfg.device else this_device()
     tcfg = _target_config(cfg.target)
-    d = _recipe_defaults(cfg.target, tcfg)
+    d = _recipe_defaults(cfg.target, tcfg, dev)
     seconds = cfg.minutes * 60
     data_s, train_s, measure_s = (seconds * s for s in cfg.shares)
     pool = dev.data_pool if tcfg.hidden_size >= 512 else min(dev.data_pool, 32)
@@ -216,6 +236,10 @@ def plan(cfg: RecipeConfig) -> dict:
     t = d["train"]
     tokens_per_step = t["batch_size"] * t["anchors"] * d["arch"]["block_size"]
     step_s, step_source = dev.step_s, "measured"
+    if step_s is not None and (d["arch"]["layers"], t["batch_size"]) != (dev.step_layers, dev.step_batch):
+        step_s *= (t["batch_size"] / dev.step_batch) * ((d["arch"]["layers"] + 1) / (dev.step_layers + 1))
+        step_source = (f"measured at {dev.step_layers} layers x {dev.step_batch} sequences, scaled by batch and by "
+                       f"layers + 1 (the head and the features' fusion count about one layer)")
     if step_s is None or tcfg.hidden_size < 512:
         head = (d["draft_vocab"] or tcfg.vocab_size) * tcfg.hidden_size
         flops = 6 * (drafter + head) * tokens_per_step
@@ -227,8 +251,9 @@ def plan(cfg: RecipeConfig) -> dict:
     return {
         "device": {"kind": dev.kind, "name": dev.name, "memory_gib": dev.memory_gib, "source": dev.source,
                    "planned_for": cfg.device or "this machine"},
-        "dtype": ("bfloat16 for the frozen target's forward in each step; float32 drafter, master weights and "
-                  "optimizer state" if dev.kind != "cpu" else "float32 (target, drafter, optimizer state)"),
+        "dtype": ("bfloat16 for the frozen target's forward and the drafter's products in each step; float32 "
+                  "master weights and optimizer state" if dev.kind != "cpu"
+                  else "float32 (target, drafter, optimizer state)"),
         "features": ("computed in each training step (online)" if dev.kind != "cpu"
                      else "a float16 feature cache, built once and memory-mapped"),
         "budget_s": {"data": round(data_s), "train": round(train_s), "measure": round(measure_s)},

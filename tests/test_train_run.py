@@ -154,3 +154,29 @@ def test_a_bfloat16_target_forward_stays_within_its_rounding_bound():
               for dtype in (None, jnp.bfloat16)]
     u, stages = 2.0 ** -8, max(layers) + 1 + 1
     assert losses[0] != losses[1] and abs(losses[1] - losses[0]) <= 2 * stages * u * abs(losses[0]), losses
+
+
+@pytest.mark.parametrize("kind", ["dflash", "eagle3", "domino"])
+def test_bfloat16_drafter_products_stay_within_their_rounding_bound_and_keep_float32_weights(kind):
+    """`make_step(..., compute_dtype=bfloat16)` (the accelerator default, `TrainPlan.drafter_dtype`): the loss
+    moves (the products did run in bfloat16) by less than 2 k u, u = 2^-8 and k = 6 rounded stages (the
+    params' and the features' casts, the drafter's layer inputs, attention, MLP and head; products accumulate
+    in float32, the log-softmax runs in float32); the weights and the optimizer state after a step are float32
+    and within 5 % of the float32 step's update."""
+    tcfg, tparams, t, dcfg, layers, tokens, mask = _zoo_drafter_and_rows(kind, rows=4, seed=2)
+    cached = TrainSet.from_dense((tcfg, tparams), tokens, mask, layers, valid_rows=0)
+    batch = jax.tree.map(jnp.asarray, cached.batch(np.arange(4)))
+    tc = t.train_config(steps=10, batch_size=4, **({"anchors": 4} if kind != "eagle3" else {}))
+    opt, _ = make_optimizer(tc)
+    touter, key = target_outer(tparams), jax.random.key(4)
+    dparams = init_params(dcfg, jax.random.key(0), jnp.float32)
+    runs = [t.make_step(dcfg, tcfg, opt, tc, compute_dtype=dtype)[0](dparams, opt.init(dparams), touter, batch, None,
+                                                                     key, jnp.int32(5))
+            for dtype in (None, jnp.bfloat16)]
+    (p32, _, l32, _), (p16, s16, l16, _) = runs
+    u, stages = 2.0 ** -8, 6
+    assert float(l32) != float(l16) and abs(float(l16) - float(l32)) <= 2 * stages * u * abs(float(l32)), (l32, l16)
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves((p16, s16)) if jnp.issubdtype(x.dtype, jnp.floating))
+    d32 = np.concatenate([np.ravel(a - b) for a, b in zip(jax.tree.leaves(p32), jax.tree.leaves(dparams))])
+    d16 = np.concatenate([np.ravel(a - b) for a, b in zip(jax.tree.leaves(p16), jax.tree.leaves(dparams))])
+    assert np.linalg.norm(d16 - d32) <= 0.05 * np.linalg.norm(d32)

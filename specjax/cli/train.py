@@ -179,6 +179,8 @@ _PLAN_HELP = {
     "features": "cache: the target's features computed once and memory-mapped; online: each step runs the frozen "
                 "target over its batch (no cache); auto: online on an accelerator, cache on a CPU",
     "target_dtype": "the online features' target forward: float32, bfloat16, or auto (bfloat16 on an accelerator)",
+    "drafter_dtype": "the drafter's products in a training step: float32, bfloat16, or auto (bfloat16 on an "
+                     "accelerator); weights and optimizer state stay float32",
     "minutes": "time box: stop training at a checkpoint this many minutes after the start (loading included), "
                "then export",
     "fit_steps": "with --minutes: set the schedule's length from the step time measured after the first compiled "
@@ -224,7 +226,7 @@ def _drafter(args, argv) -> int:
                      resume=args.resume, init=args.init, stop_after=args.stop_after, seq_len=args.seq_len,
                      valid_rows=args.valid_rows, draft_vocab=args.draft_vocab, mesh=_mesh(args.mesh),
                      eval_prompts=args.eval_prompts, features=args.features, target_dtype=args.target_dtype,
-                     minutes=args.minutes, fit_steps=args.fit_steps,
+                     drafter_dtype=args.drafter_dtype, minutes=args.minutes, fit_steps=args.fit_steps,
                      override=tuple(x.strip().replace("-", "_") for x in (args.override or "").split(",") if x.strip()),
                      command=f"python -m specjax.train {' '.join(argv)}")
     try:

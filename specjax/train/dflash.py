@@ -38,7 +38,7 @@ from specjax.models.dflash import DFlashConfig
 from specjax.models.dflash_net import anchored_hidden
 from specjax.sampling import Sampling
 from specjax.train.loop import DrafterTrainConfig
-from specjax.train.trainer import Trainer, arch_field, int_tuple
+from specjax.train.trainer import Trainer, arch_field, for_compute, int_tuple
 from specjax.train.vocab import labels_in_vocab, subset_logits
 
 
@@ -145,6 +145,7 @@ def weighted_block_ce(logits: jax.Array, labels: jax.Array, ok: jax.Array, valid
     w_i = exp(-(i-1)/gamma) (w_1 = 1), metrics {"acc": f32[L] per-position top-1 accuracy over valid
     labels, "tau": mean over valid anchors of 1 + the all-correct prefix length})."""
     cls, known = labels_in_vocab(labels, vocab)
+    logits = logits.astype(jnp.float32)  # bfloat16 products (a mixed-precision step): the softmax in float32
     logp = jax.nn.log_softmax(logits, axis=-1)
     ce = -jnp.take_along_axis(logp, cls[..., None], axis=-1)[..., 0]
     w = jnp.exp(-jnp.arange(labels.shape[-1], dtype=jnp.float32) / gamma)
@@ -172,11 +173,13 @@ def feature_layers(dcfg) -> tuple[int, ...]:
     return tuple(dcfg.target_layer_ids)
 
 
-def make_step(dcfg, tcfg, opt, tc: DFlashTrainConfig):
-    """(step, evaluate) with `specjax.train.loop`'s contract (anchors re-drawn from the step's key)."""
+def make_step(dcfg, tcfg, opt, tc: DFlashTrainConfig, compute_dtype=None):
+    """(step, evaluate) with `specjax.train.loop`'s contract (anchors re-drawn from the step's key); the
+    loss's products in `compute_dtype` (None: the params' float32; `specjax.train.trainer.for_compute`)."""
 
     def loss_at(p, touter, batch, vocab, key):
-        feats = batch["features"].astype(jnp.float32)
+        p, touter = for_compute((p, touter), compute_dtype)
+        feats = batch["features"].astype(compute_dtype or jnp.float32)
         anchors, valid = draw_anchors(key, batch["loss_mask"], tc.anchors)
         return block_loss(p, dcfg, touter, tcfg, feats, batch["tokens"], batch["loss_mask"], anchors, valid,
                           tc.gamma, vocab)

@@ -34,7 +34,7 @@ from specjax.models.domino import DominoConfig
 from specjax.models.domino_net import draft_rows, rollout, teacher_forced_logits
 from specjax.train.dflash import (DFlashArch, DFlashTrainConfig, block_labels, build_config, draw_anchors,
                                   feature_layers, init_norm_from_target, weighted_block_ce)
-from specjax.train.trainer import Trainer, arch_field
+from specjax.train.trainer import Trainer, arch_field, for_compute
 from specjax.train.vocab import subset_logits
 
 PREFIXES = ("tf", "ttt")
@@ -111,12 +111,14 @@ def domino_loss(dparams, dcfg: DominoConfig, touter, tcfg, features, tokens, los
     return loss, {**m_final, "tau_base": m_base["tau"], "loss_final": l_final, "loss_base": l_base}
 
 
-def make_step(dcfg: DominoConfig, tcfg, opt, tc: DominoTrainConfig):
-    """(step, evaluate) with `specjax.train.loop`'s contract; evaluate's loss is L_final."""
+def make_step(dcfg: DominoConfig, tcfg, opt, tc: DominoTrainConfig, compute_dtype=None):
+    """(step, evaluate) with `specjax.train.loop`'s contract; evaluate's loss is L_final; the loss's products
+    in `compute_dtype` (None: float32; `specjax.train.trainer.for_compute`)."""
 
     def loss_at(p, touter, batch, vocab, key, lam):
         anchors, valid = draw_anchors(key, batch["loss_mask"], tc.anchors)
-        return domino_loss(p, dcfg, touter, tcfg, batch["features"].astype(jnp.float32), batch["tokens"],
+        p, touter = for_compute((p, touter), compute_dtype)
+        return domino_loss(p, dcfg, touter, tcfg, batch["features"].astype(compute_dtype or jnp.float32), batch["tokens"],
                            batch["loss_mask"], anchors, valid, lam, tc, vocab)
 
     @jax.jit

@@ -36,7 +36,7 @@ from specjax.models.eagle3 import Eagle3Config
 from specjax.models.eagle3_net import own_head_logits, unrolled_hidden
 from specjax.models.model import final_norm, merge_module
 from specjax.train.loop import DrafterTrainConfig
-from specjax.train.trainer import Trainer, arch_field, int_tuple
+from specjax.train.trainer import Trainer, arch_field, for_compute, int_tuple
 from specjax.train.vocab import subset_logits
 
 
@@ -96,9 +96,10 @@ def ttt_loss(dparams, dcfg: Eagle3Config, touter, tcfg, features, target_logits,
     target_logits: f32[B, S, C], the target's logits over the same C columns as the drafter's."""
     b, s = tokens.shape
     hidden = unrolled_hidden(dparams, dcfg, touter, tcfg, features, tokens, steps)  # [J, B, S, E]
-    logp = jax.nn.log_softmax(draft_logits(dparams, dcfg, touter, tcfg, hidden, vocab), axis=-1)  # [J, B, S, C]
+    logp = jax.nn.log_softmax(draft_logits(dparams, dcfg, touter, tcfg, hidden, vocab).astype(jnp.float32),
+                              axis=-1)  # [J, B, S, C], float32 after bfloat16 products too
     t = jnp.arange(s)
-    target_p = jax.nn.softmax(target_logits, axis=-1)  # [B, S, V], once: step j reads rows shifted by 1 + j
+    target_p = jax.nn.softmax(target_logits.astype(jnp.float32), axis=-1)  # [B, S, V], once: step j reads rows shifted by 1 + j
     target_top = jnp.argmax(target_logits, axis=-1)  # [B, S]
     losses, correct, valid = [], [], []
     for j in range(steps):
@@ -118,13 +119,14 @@ def ttt_loss(dparams, dcfg: Eagle3Config, touter, tcfg, features, target_logits,
     return loss, {"acc": acc, "tau": tau}
 
 
-def make_step(dcfg: Eagle3Config, tcfg, opt, tc: Eagle3TrainConfig):
+def make_step(dcfg: Eagle3Config, tcfg, opt, tc: Eagle3TrainConfig, compute_dtype=None):
     """(step, evaluate) with `specjax.train.loop`'s contract (the key is unused: every row is a
-    training example, no anchors are drawn)."""
+    training example, no anchors are drawn); the loss's products in `compute_dtype` (None: float32)."""
     n = len(dcfg.target_layer_ids)
 
     def loss_at(p, touter, batch, vocab, key):
-        feats = batch["features"].astype(jnp.float32)  # [B, S, n + 1, E]: tapped layers, then the last
+        p, touter = for_compute((p, touter), compute_dtype)
+        feats = batch["features"].astype(compute_dtype or jnp.float32)  # [B, S, n + 1, E]: tapped layers, then the last
         target_logits = subset_logits(touter, tcfg, final_norm(touter, tcfg, feats[:, :, n]), vocab)
         return ttt_loss(p, dcfg, touter, tcfg, feats[:, :, :n], jax.lax.stop_gradient(target_logits),
                         batch["tokens"], batch["loss_mask"], tc.ttt_steps, tc.step_decay, vocab)

@@ -296,7 +296,7 @@ def _evaluate(eval_fn, dparams, touter, valid: dict, vocab, rows: int, mesh):
 def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | pathlib.Path, *, step_factory,
           vocab=None, resume: bool = False, stop_after: int | None = None, mesh=None, init=None,
           progress: bool = True, deadline: float | None = None, target_params=None,
-          target_dtype=None, fit_steps: bool = False) -> tuple[dict, list]:
+          target_dtype=None, fit_steps: bool = False, compute_dtype=None) -> tuple[dict, list]:
     """Train a drafter; returns (params, log). target: (tcfg, touter) — the target's config and its
     outer params (`target_outer`: embedding, final norm, LM head); vocab: a `DraftVocabTables` or None.
 
@@ -313,7 +313,10 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
     the time left buys at the step time measured over `FIT_TIMED_STEPS` compiled steps (the first, compiling
     step excluded; one more compile of the step with the fitted schedule is paid for out of the time left),
     so a time-boxed run ends its cosine decay at the deadline instead of being cut mid-schedule. The fitted
-    length is kept in the checkpoint's train_config; a resumed run continues to it."""
+    length is kept in the checkpoint's train_config; a resumed run continues to it.
+
+    `compute_dtype` (e.g. bfloat16 on an accelerator): the dtype of the step's products (the kind's
+    `make_step(..., compute_dtype=)`); master weights and optimizer state stay float32."""
     tcfg, touter = target
     dcfg.check_target(tcfg)
     out = pathlib.Path(out)
@@ -347,7 +350,8 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
         target_params = None if not online else shard_params(target_params, tcfg, mesh)
         vocab = None if vocab is None else replicate(vocab, mesh)
     n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams)))
-    step_fn, eval_fn = step_factory(dcfg, tcfg, opt, tc)
+    dtype_arg = {} if compute_dtype is None else {"compute_dtype": compute_dtype}  # a kind without it still runs
+    step_fn, eval_fn = step_factory(dcfg, tcfg, opt, tc, **dtype_arg)
     if online:
         if target_dtype is not None:  # cast once, not in every step (half the memory in bfloat16, too)
             target_params = jax.tree.map(lambda x: x.astype(target_dtype), target_params)
@@ -387,7 +391,7 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
                 fitted = max(done + 1, done + int(0.97 * left / step_s))
                 tc = dataclasses.replace(tc, steps=fitted)
                 opt, schedule = make_optimizer(tc)  # the same state layout: the count carries on
-                step_fn, eval_fn = step_factory(dcfg, tcfg, opt, tc)
+                step_fn, eval_fn = step_factory(dcfg, tcfg, opt, tc, **dtype_arg)
                 if online:
                     step_fn, eval_fn = online_steps(step_fn, eval_fn, tcfg, trainset.layers)
                 end = fitted if stop_after is None else min(fitted, start + stop_after)

@@ -61,6 +61,14 @@ def target_dtype(mode: str):
     return jnp.bfloat16 if mode == "bfloat16" else None
 
 
+def drafter_dtype(mode: str):
+    """The drafter's products in a training step: bfloat16 or float32 as asked; "auto": bfloat16 off a CPU
+    (master weights and optimizer state stay float32 either way)."""
+    if mode == "auto":
+        mode = "float32" if jax.default_backend() == "cpu" else "bfloat16"
+    return jnp.bfloat16 if mode == "bfloat16" else None
+
+
 def features_online(mode: str) -> bool:
     """Whether a run computes the target's features in the step: "online", or "auto" off a CPU."""
     return mode == "online" or (mode == "auto" and jax.default_backend() != "cpu")
@@ -115,6 +123,8 @@ class TrainPlan:
         accelerator, the cache on a CPU). Both give the same loss on the same batch.
       target_dtype: the dtype of the online features' target forward: "float32", "bfloat16", or "auto"
         (bfloat16 on an accelerator, float32 on a CPU, where XLA converts bfloat16 products slowly).
+      drafter_dtype: the dtype of the drafter's products in a training step: "float32", "bfloat16", or "auto"
+        (bfloat16 on an accelerator, float32 on a CPU); its weights and optimizer state stay float32.
       minutes: a time box: training stops at a checkpoint this many minutes after the call starts (loading
         included; the export and its τ come after), and exports what it has (None: no time box).
       fit_steps: with `minutes`, set the schedule's length from the step time measured after the first
@@ -139,6 +149,7 @@ class TrainPlan:
     eval_prompts: int = 0
     features: str = "auto"
     target_dtype: str = "auto"
+    drafter_dtype: str = "auto"
     minutes: float | None = None
     fit_steps: bool = False
     override: tuple[str, ...] = ()
@@ -163,8 +174,9 @@ class TrainPlan:
             raise ValueError("fit_steps fits the schedule to a time box: give minutes too")
         if self.features not in FEATURE_MODES:
             raise ValueError(f"features must be one of {', '.join(FEATURE_MODES)}, got {self.features!r}")
-        if self.target_dtype not in ("auto", "float32", "bfloat16"):
-            raise ValueError(f"target_dtype must be auto, float32 or bfloat16, got {self.target_dtype!r}")
+        for name in ("target_dtype", "drafter_dtype"):
+            if getattr(self, name) not in ("auto", "float32", "bfloat16"):
+                raise ValueError(f"{name} must be auto, float32 or bfloat16, got {getattr(self, name)!r}")
         if not pathlib.Path(self.data).is_dir():
             raise ValueError(f"data {self.data}: no such directory (make it with python -m specjax.train data)")
 
@@ -297,7 +309,7 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     dparams, log = train((tcfg, touter), dcfg, trainset, tc, plan.out, step_factory=trainer.make_step, vocab=vocab,
                          resume=plan.resume, stop_after=plan.stop_after, mesh=mesh, init=init, deadline=deadline,
                          target_params=tparams if online else None, target_dtype=target_dtype(plan.target_dtype),
-                         fit_steps=plan.fit_steps)
+                         fit_steps=plan.fit_steps, compute_dtype=drafter_dtype(plan.drafter_dtype))
     if not plan.export or not is_main():  # process 0 exports
         barrier("specjax-export")
         return {"params": dparams, "log": log, "export": None}
@@ -314,6 +326,7 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
                         "covers_response_tokens": round(float(
                             responses[np.asarray(vocab.ids)].sum() / responses.sum()), 4) if vocab is not None else 1.0},
         "train_config": {**dataclasses.asdict(tc), "steps": state["train_config"]["steps"]},
+        "drafter_products": jnp.dtype(drafter_dtype(plan.drafter_dtype) or jnp.float32).name,
         "schedule_fitted_to_minutes": plan.minutes if state.get("fitted") else None, "arch": dataclasses.asdict(arch), "drafter": dcfg.to_hf(),
         "mask_token": {"id": int(mask_id), "count_in_data": int(counts[mask_id])},
         "params": int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams))),

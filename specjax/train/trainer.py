@@ -17,7 +17,19 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-__all__ = ["Trainer", "arch_field", "check_values", "int_tuple"]
+import jax
+import jax.numpy as jnp
+
+__all__ = ["Trainer", "arch_field", "check_values", "for_compute", "int_tuple"]
+
+
+def for_compute(tree, dtype):
+    """`tree` with its floating leaves cast to `dtype` for a step's products (None: unchanged). Inside a loss
+    that `jax.grad` differentiates with respect to float32 master weights, the cast's transpose brings the
+    gradients back to float32: bfloat16 products, float32 weights and optimizer state."""
+    if dtype is None:
+        return tree
+    return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
 
 
 def arch_field(default, help: str, parse: Callable[[str], object] | None = None):
@@ -41,7 +53,9 @@ class Trainer:
       train_config: its training config class (`specjax.train.loop.DrafterTrainConfig` and the loss's fields).
       arch: a frozen dataclass of the drafter's architecture choices (fields made with `arch_field`).
       build_config: (arch, target cfg, mask token id, draft vocabulary size or 0) -> the drafter's config.
-      make_step: (dcfg, tcfg, opt, tc) -> (step, evaluate), `specjax.train.loop.train`'s contract.
+      make_step: (dcfg, tcfg, opt, tc, compute_dtype=None) -> (step, evaluate), `specjax.train.loop.train`'s
+        contract; compute_dtype (bfloat16 on an accelerator) is the dtype of the loss's products (`for_compute`),
+        its log-softmax in float32.
       layers: (dcfg, tcfg) -> the target feature layers a batch carries, in the step's order.
       drafter: (dcfg, tcfg) -> a Drafter that decodes with it (the τ measured at export).
       init: (target outer params, tcfg, draft vocabulary tables or None) -> init(dparams) -> dparams for
