@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specjax-installed
 
-.PHONY: run test test-fast notebooks lab venv clean proofs
+.PHONY: run test test-fast notebooks lab venv clean proofs methods-table
 
 # torch==2.13.0 first, with pip, which takes this machine's local CPU wheel (pip's find-links); the rest
 # with uv (parallel downloads and bytecode compilation), or with pip where uv is not installable or
@@ -34,11 +34,17 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
+# Rewrite README.md's method table (between its <!-- methods: ... --> and <!-- /methods --> lines) from the
+# registry: the package's own methods (tests/test_method_registry.py fails with the new text when it is stale).
+methods-table: $(STAMP)
+	$(PY) -m specjax methods --readme README.md
+
 # Execute every notebooks/*.py in place: `jupytext --sync`, run it (SPECJAX_PROFILE=$(NOTEBOOK_PROFILE)),
-# write notebooks/<name>.ipynb with its outputs. Outputs go to notebooks/results/ (gitignored).
+# write notebooks/<name>.ipynb with its outputs. Outputs go to notebooks/results/ (gitignored). Without
+# --in-place, `$(PY) tests/test_notebooks.py` writes executed copies to notebooks/results/ (or --out DIR) only.
 NOTEBOOK_PROFILE ?= cpu-smollm2
 notebooks: $(STAMP)
-	$(PY) tests/test_notebooks.py --profile $(NOTEBOOK_PROFILE) $(NOTEBOOKS)
+	$(PY) tests/test_notebooks.py --in-place --profile $(NOTEBOOK_PROFILE) $(NOTEBOOKS)
 
 # JupyterLab on the notebooks: installs the `notebooks` extra into .venv, then starts the server.
 lab: $(STAMP)

@@ -25,15 +25,13 @@
 # notebook. The paper notebooks (`dynatree.py`, `ddtree.py`, `domino.py`, `graft.py`) reproduce
 # the four papers' tables.
 #
-# **The model.** SmolLM2-135M-Instruct (a real model: the registry's GGUF through the Llama
-# port, with the DFlash drafter trained for it in `specjax/zoo`) when its file is already in
-# the asset cache; otherwise the embedded pair (a 4.9M-parameter GPT-NeoX trained by specjax,
-# and its drafter). Nothing is downloaded here: `make run` fetches SmolLM2 once.
-#
-# **Profiles** (`SPECJAX_PROFILE`). `cpu-smollm2` (`make notebooks`' default, the committed
-# outputs) and `cpu-tiny` (the default here) generate 64 tokens, `gpu` 256; the model is SmolLM2
-# whenever its file is cached, in every profile but `ci`. `ci` is the test suite's smoke run (`tests/test_notebooks.py`, always the
-# embedded pair): 16 tokens, every cell and every check still runs; its numbers are not results.
+# **The model** is what the profile (`SPECJAX_PROFILE`) names. `cpu-smollm2` (`make notebooks`'
+# default, the committed outputs) and `gpu`: SmolLM2-135M-Instruct (a real model: the registry's
+# GGUF through the Llama port, fetched once and cached, with the DFlash drafter trained for it in
+# `specjax/zoo`). `cpu-tiny` (the default here, no download) and `ci`: the embedded pair (a
+# 4.9M-parameter GPT-NeoX trained by specjax, and its drafter). `cpu-tiny` and `cpu-smollm2`
+# generate 64 tokens, `gpu` 256; `ci` is the test suite's smoke run (`tests/test_notebooks.py`):
+# 16 tokens, every cell and every check still runs; its numbers are not results.
 
 # %% tags=["parameters"]
 import os
@@ -49,23 +47,15 @@ import numpy as np
 import pandas as pd
 
 from specjax import Pipeline, Sampling, ancestor_mask, generate, generate_ar, pad_prompts
-from specjax.data.assets import AssetError, fetch
 from specjax.decode import cache_sizes, initial_state, speculative_round
 from specjax.zoo import SMOLLM2_LAYOUT, SMOLLM2_METHOD
 
 
-def real_model_cached() -> bool:
-    if PROFILE == "ci":
-        return False
-    try:
-        fetch("smollm2_135m_instruct_q4_1", download=False)
-        return True
-    except AssetError:
-        return False
-
-
-MODEL = "smollm2-135m" if real_model_cached() else "zoo"
-NEW = {"ci": 16, "cpu-tiny": 64, "cpu-smollm2": 64}.get(PROFILE, 256)
+NEW_TOKENS = {"ci": 16, "cpu-tiny": 64, "cpu-smollm2": 64, "gpu": 256}
+if PROFILE not in NEW_TOKENS:
+    raise ValueError(f"SPECJAX_PROFILE={PROFILE!r}: choose one of {', '.join(NEW_TOKENS)}")
+MODEL = "smollm2-135m" if PROFILE in ("cpu-smollm2", "gpu") else "zoo"  # the profile says which model runs
+NEW = NEW_TOKENS[PROFILE]
 # On SmolLM2: `make run`'s method (DDTree-8 with 4 of its 8 nodes grafted from a table of the
 # target's own successors) and layer layout (the fastest measured on a CPU); on the tiny pair DDTree-16.
 METHOD = SMOLLM2_METHOD if MODEL != "zoo" else "ddtree-16"

@@ -14,6 +14,8 @@ D max depth, V vocabulary):
         load_checkpoint, save_checkpoint, init_params, pad_prompts, GPTNeoXConfig, LlamaConfig
     Drafter, PromptContext, Verified and every drafter class (`specjax.drafters`)
     method, Method                         a method string ("ddtree-16") -> its drafter and params
+    register, unregister, registered, load_methods, MethodSpec, Field, Build
+                                           your own method by name (`specjax.drafters.registry`)
     Pipeline, Completion                   text in, text out: Pipeline.load("zoo", method="ddtree-8")
     generate_core, generate_ar_core        the traceable cores, for jax.jit / jax.vmap (`specjax.core`)
 
@@ -25,7 +27,8 @@ from specjax.decode import (GenerateOutput, LoopState, RoundStats, SpeculativeOu
                             generate_ar, initial_state, speculative_round)
 from specjax.drafters import *
 from specjax.drafters import __all__ as _drafters_all
-from specjax.drafters.registry import Method, method
+from specjax.drafters.registry import Method, load_methods, method, register, registered, unregister
+from specjax.drafters.spec import Build, Field, MethodSpec
 from specjax.models import (GPTNeoXConfig, KVCache, LlamaConfig, commit, forward, forward_tapped, init_cache,
                             init_params, load_checkpoint, pad_prompts, prefill, prefill_tapped, save_checkpoint)
 from specjax.pipeline import Completion, Pipeline
@@ -41,7 +44,8 @@ __all__ = [
     "initial_state", "speculative_round",
     "GPTNeoXConfig", "KVCache", "LlamaConfig", "commit", "forward", "forward_tapped", "init_cache", "init_params",
     "load_checkpoint", "pad_prompts", "prefill", "prefill_tapped", "save_checkpoint",
-    "Sampling", "Method", "method", "Pipeline", "Completion", "generate_core", "generate_ar_core",
+    "Sampling", "Method", "method", "register", "unregister", "registered", "load_methods", "MethodSpec", "Field",
+    "Build", "Pipeline", "Completion", "generate_core", "generate_ar_core",
     "Tree", "ancestor_mask", "chain_tree", "check_tree", "node_positions", "token_paths", "tree_from_lists",
     "tree_from_paths",
     "TargetPass", "WalkResult", "chain_rejection", "greedy_walk", "sampling_walk", "verify_tree", "walk",

@@ -26,6 +26,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from specjax import zoo
+from specjax.data import compile_cache
 from specjax.data.assets import fetch
 from specjax.data.prompts import wiki_prompts
 from specjax.decode import generate, generate_ar
@@ -35,7 +36,7 @@ from specjax.drafters.registry import method as build_method
 from specjax.inputs import check_callback, check_finite, check_int, pad_prompts, stop_strings
 from specjax.models import load_checkpoint
 from specjax.models.gguf import load_gguf
-from specjax.models.model import LAYOUTS, with_layout
+from specjax.models.model import LAYOUTS, early_exit, with_layout
 from specjax.sampling import Sampling
 
 __all__ = ["DEFAULT_METHOD", "MODELS", "Completion", "NamedModel", "Pair", "Pipeline", "check_source", "cut_at_stop",
@@ -121,7 +122,8 @@ def check_source(model: str = "zoo", draft=None, **readers) -> dict[str, object]
     """What `model` can draft with, checked without loading a weight: {"draft" / reader kind: where from}.
 
     model: "zoo", "smollm2-135m" or an HF checkpoint directory (config.json and tokenizer.json needed);
-    draft: a draft LM directory; readers: kind -> directory of a trained drafter reading the target
+    draft: a draft LM directory, or "early-exit:K" (the target's first K layers with its own norm and head:
+    `specjax.models.model.early_exit`); readers: kind -> directory of a trained drafter reading the target
     (else the zoo's for a named model). Raises ValueError naming the flag and what to fix.
     """
     unknown = set(readers) - set(READERS)
@@ -131,7 +133,11 @@ def check_source(model: str = "zoo", draft=None, **readers) -> dict[str, object]
         _unknown_name(model)
         _directory(model, "--checkpoint", "tokenizer.json")
     out: dict[str, object] = {}
-    if draft is not None:
+    if draft is not None and str(draft).startswith(EARLY_EXIT):
+        if not str(draft)[len(EARLY_EXIT):].isdigit():
+            raise ValueError(f"--draft {draft}: an early-exit draft is early-exit:K, K the target layers it keeps")
+        out["draft"] = str(draft)
+    elif draft is not None:
         out["draft"] = _directory(draft, "--draft")
     elif model in MODELS and MODELS[model].draft:
         out["draft"] = f"zoo:{MODELS[model].draft}"
@@ -157,10 +163,15 @@ def default_method(available) -> str:
     return DEFAULT_METHOD if "dflash" in available else "dynatree-zoo" if "draft" in available else "ar"
 
 
-def _load_from(where, dtype):
+EARLY_EXIT = "early-exit:"  # a draft source: the target's first K layers (`check_source`)
+
+
+def _load_from(where, dtype, target_cfg=None):
+    """(cfg, params) of a draft LM or a trained drafter; target_cfg: the target a drafter reads (a reference
+    layout's facts left to the target, e.g. EAGLE-3's taps without `eagle_config`, come from it)."""
     if isinstance(where, str) and where.startswith("zoo:"):
         return zoo.load_drafter(where[4:], dtype) if where[4:] in zoo.DRAFTERS else zoo.load(where[4:], dtype)[:2]
-    return load_checkpoint(where, dtype)
+    return load_checkpoint(where, dtype, target_cfg=target_cfg)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,8 +250,24 @@ def load_pair(model: str = "zoo", needs: Sequence[str] = ("draft", *READERS), *,
     where = check_source(model, draft, **readers)
     entry = model_entry(model)
     cfg, params, tok = entry.load(dtype)
-    loaded = {k: _load_from(where[k], dtype) for k in needs if k in where}
+    loaded = {k: (early_exit(cfg, params, int(where[k][len(EARLY_EXIT):]))
+                  if k == "draft" and str(where[k]).startswith(EARLY_EXIT)
+                  else _load_from(where[k], dtype, None if k == "draft" else cfg)) for k in needs if k in where}
     return Pair(model, cfg, with_layout(params, layout), tok, entry.prefix, loaded.pop("draft", None), loaded)
+
+
+# `Pipeline.generate` pads prompts to, and sizes the program for, a bucket of these: calls of nearby sizes
+# share one compiled program (a new prompt width or max_new_tokens recompiled the loop: ~6 s on the
+# embedded pair on a CPU, 14-21 s on SmolLM2-135M).
+SIZE_BUCKET_FLOOR = 32
+
+
+def _bucket(n: int, cap: int | None = None) -> int:
+    """The smallest SIZE_BUCKET_FLOOR * 2^k >= n, lowered to `cap` (the model's positions) but never below n."""
+    size = SIZE_BUCKET_FLOOR
+    while size < n:
+        size *= 2
+    return max(n, min(size, cap)) if cap is not None else size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,10 +334,12 @@ class Pipeline:
         """Load `model` and build `method` for it (default: `default_method` of what the model has).
 
         model: "zoo", "smollm2-135m" or an HF checkpoint directory; method: a method string such as
-        "ddtree-8", "eagle3", "chain4", "ar"; draft: a draft LM directory; readers: dflash= / eagle3= /
-        domino= directories of trained drafters (default: the zoo's for a named model); layout: the
-        target's layer layout (`specjax.models.model.LAYOUTS`: "unstacked" / "dual" decode faster on a CPU). Raises
-        ValueError, before loading weights, when the method needs a model that is not there.
+        "ddtree-8", "eagle3", "chain4", "ar", or that of a method added with `specjax.register` (its builder
+        gets the target's config and params, `Build.target_params`); draft: a draft LM directory;
+        readers: dflash= / eagle3= / domino= directories of trained drafters (default: the zoo's for a named
+        model); layout: the target's layer layout (`specjax.models.model.LAYOUTS`: "unstacked" / "dual"
+        decode faster on a CPU). Raises ValueError, before loading weights, when the method needs a model
+        that is not there.
         """
         available = check_source(model, draft, **readers)
         spec = method or default_method(available)
@@ -321,13 +350,13 @@ class Pipeline:
             raise ValueError(f"method {spec!r} needs {', '.join(what[k] for k in missing)}; model {model!r} has "
                              f"none: pass it, or choose another method")
         pair = load_pair(model, needs, draft=draft, dtype=dtype, layout=layout, **readers)
-        return cls(pair, build_method(spec, pair.cfg, draft=pair.draft, **pair.readers))
+        return cls(pair, build_method(spec, pair.cfg, draft=pair.draft, target_params=pair.params, **pair.readers))
 
     def generate(self, prompts: str | Sequence[str], max_new_tokens: int = 64, *, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None, stop: Sequence[str] = (),
                  chat: bool | None = None, key: jax.Array | int = 0, stop_at_eos: bool = True,
                  callback: Callable[[int, list[str]], None] | None = None,
-                 check_trees: bool = False) -> list[Completion]:
+                 check_trees: bool = False, reserve_new_tokens: int | None = None) -> list[Completion]:
         """Continue each prompt; greedy by default (output identical to plain decoding), else sampled.
 
         prompts: one string or a list (one batch: one compiled program). chat: wrap each prompt in the
@@ -338,6 +367,15 @@ class Pipeline:
         inside the one compiled generation (`specjax.streaming`); a row's text stops growing at its
         stop string. check_trees: validate every tree the drafter proposes inside the loop
         (`specjax.decode.generate`'s `check_trees`; "ar" proposes none).
+
+        No recompiles in interactive use: the prompts are right-padded to a bucketed width (32, 64,
+        128, ... tokens, `SIZE_BUCKET_FLOOR`, at most the model's positions) and the program is
+        compiled for a bucketed number of new tokens, `reserve_new_tokens` (default: max_new_tokens)
+        rounded up the same way, then stopped after max_new_tokens; so a call whose longest prompt
+        and max(max_new_tokens, reserve_new_tokens) fall in the buckets of an earlier call (same
+        batch size and settings) reuses its compiled program. The output is the same as unpadded
+        (padding is carried by the prompt lengths). The persistent compilation cache is turned on
+        (`specjax.data.compile_cache.enable`; ``SPECJAX_COMPILE_CACHE=0`` keeps it off).
         """
         if isinstance(prompts, str):
             prompts = [prompts]
@@ -350,6 +388,8 @@ class Pipeline:
         top_k = None if top_k is None else check_int("top_k", top_k, 1)
         key = check_int("key", key) if isinstance(key, (int, np.integer, bool)) else key
         stop = stop_strings(stop)  # one str is one stop string, not its characters
+        if reserve_new_tokens is not None:
+            reserve_new_tokens = check_int("reserve_new_tokens", reserve_new_tokens, 1)
         check_callback("callback", callback)
         for name, flag in (("chat", chat), ("stop_at_eos", stop_at_eos)):
             if flag is not None and not isinstance(flag, bool):
@@ -360,7 +400,10 @@ class Pipeline:
         key = jax.random.key(key) if isinstance(key, int) else key
         eos = set(self.pair.cfg.eos_token_ids) if stop_at_eos else set()
         eos_ids = tuple(eos) if eos else ()
-        tokens, lengths = pad_prompts(ids)
+        positions = getattr(self.pair.cfg, "max_position_embeddings", None)
+        tokens, lengths = pad_prompts(ids, _bucket(max(len(i) for i in ids), positions))
+        reserve = _bucket(max(max_new_tokens, reserve_new_tokens or 0), positions)
+        compile_cache.enable()
         on_round = None
         if callback is not None:
             made, index = [[] for _ in ids], [0]
@@ -372,12 +415,12 @@ class Pipeline:
                 index[0] += 1
         if self.method.is_ar:
             out = generate_ar(self.pair.params, self.pair.cfg, tokens, lengths, max_new_tokens, eos_ids=eos_ids,
-                              sampling=sampling, key=key, on_round=on_round)
+                              sampling=sampling, key=key, on_round=on_round, reserve_new_tokens=reserve)
             rounds = np.maximum(np.asarray(out.num_tokens) - 1, 0)
         else:
             out = generate(self.pair.params, self.pair.cfg, self.method.drafter, self.method.params, tokens, lengths,
                            max_new_tokens, sampling=sampling, key=key, eos_ids=eos_ids, on_round=on_round,
-                           check_trees=check_trees)
+                           check_trees=check_trees, reserve_new_tokens=reserve)
             rounds = np.asarray(out.stats.num_rounds)
             if self.carry_over and isinstance(self.method.drafter, CarriesOver):
                 self.method = dataclasses.replace(

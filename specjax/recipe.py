@@ -67,7 +67,8 @@ class DeviceProfile:
         the plan scales the H100's by bandwidth).
       step_s: measured seconds per DFlash training step of the SmolLM2 recipe at `step_layers` drafter layers
         and `step_batch` sequences (None: estimated from FLOP/s); other sizes scale it by their products.
-      step_layers, step_batch: the measured step's drafter layers and batch.
+      step_layers: the drafter layers of the measured step.
+      step_batch: the sequences of the measured step.
       source: where the figures come from.
     """
 

@@ -257,7 +257,7 @@ def build(subject, target: Target, draft_params=None):
     if isinstance(subject, str):
         if set(registry.needs_of(subject)) - _available(target):
             return None
-        m = registry.method(subject, target.cfg, draft=target.draft, **target.readers)
+        m = registry.method(subject, target.cfg, draft=target.draft, target_params=target.params, **target.readers)
         if m.is_ar:
             raise ValueError("'ar' has no drafter to test")
         return m.drafter, m.params

@@ -29,7 +29,9 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 # through the environment. SPECJAX_XLA_CACHE=off disables it; the cache key covers jax,
 # jaxlib, the backend and the program, so a stale entry is never reused.
 _XLA_CACHE = os.environ.get("SPECJAX_XLA_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "specjax-xla"))
-if _XLA_CACHE != "off":
+if _XLA_CACHE == "off":  # and not specjax's own user cache either (`specjax.data.compile_cache.enable`)
+    os.environ["SPECJAX_COMPILE_CACHE"] = "0"
+else:
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _XLA_CACHE)
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
     jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])

@@ -4,29 +4,39 @@ before any model loads.
 
 `MISUSE` is the table: (the arguments, the text the error must contain). ``{tmp}`` is a scratch
 directory holding ``bare/`` (config.json only), ``ckpt/`` (config.json + tokenizer.json, no
-weights) and ``junk/`` (a config.json that is not JSON). The CLI runs in process through
-`specjax.cli.main`, so the module takes seconds.
+weights), ``junk/`` (a config.json that is not JSON) and ``dflash/`` / ``eagle3/`` (a zoo drafter's
+config.json only). The CLI runs in process through `specjax.cli.main`, so the module takes seconds.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 
 import pytest
 
 from specjax import __version__, zoo
+from specjax.bench import harness
+from specjax.cli import generate as cli_generate
 from specjax.cli import main
-from specjax.drafters.registry import forms
+from specjax.cli.common import UsageError, check_drafter_kinds
+from specjax.drafters.registry import READERS, forms
 from specjax.train.__main__ import parser as train_parser
 
 MISUSE = [
     (["generate", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
     (["generate", "--temperature", "-1"], "--temperature must be a finite number >= 0 (0 = greedy), got -1.0"),
     (["generate", "--temperature", "nan"], "--temperature must be a finite number >= 0 (0 = greedy), got nan"),
-    (["generate", "--max-new-tokens", "100000", "--method", "ar", "--prompt", "The"], "exceed the model's 2048"),
     (["generate", "--method", "chain4", "--dflash", "{tmp}/ckpt", "--prompt", "The"],
      "--dflash given but method 'chain4' does not draft with it"),
+    (["generate", "--method", "ddtree-8", "--dflash", "{tmp}/eagle3", "--prompt", "The"],
+     "--dflash {tmp}/eagle3 holds an EAGLE-3 drafter, not the DFlash drafter --dflash takes: pass it as --eagle3"),
+    (["generate", "--method", "eagle3", "--eagle3", "{tmp}/ckpt", "--prompt", "The"],
+     "--eagle3 {tmp}/ckpt holds a gpt_neox language model, not the EAGLE-3 drafter --eagle3 takes"),
+    (["generate", "--checkpoint", "{tmp}/ckpt", "--draft", "{tmp}/dflash", "--method", "chain4"],
+     "--draft {tmp}/dflash holds a DFlash drafter, not the draft LM --draft takes: pass it as --dflash"),
+    (["generate", "--method", "ar", "--check-trees"], "--check-trees checks the trees a speculative method proposes"),
     (["generate", "--checkpoint", "smollm2"], "unknown model 'smollm2'"),
     (["generate", "--prompt", ""], "--prompt is empty: give the text to continue"),
     (["generate", "--prompt", "   "], "--prompt is empty"),
@@ -47,7 +57,7 @@ MISUSE = [
     (["generate", "--checkpoint", "{tmp}/ckpt", "--method", "chain4"], "method 'chain4' needs a draft LM"),
     (["generate", "--checkpoint", "{tmp}/ckpt", "--draft", "{tmp}/nowhere", "--method", "chain4"],
      "--draft {tmp}/nowhere: no such directory"),
-    (["generate", "--checkpoint", "{tmp}/ckpt", "--dflash", "{tmp}/bare", "--method", "ddtree-8"],
+    (["generate", "--checkpoint", "{tmp}/ckpt", "--dflash", "{tmp}/dflash", "--method", "ddtree-8"],
      "cannot run 'ddtree-8' on {tmp}/ckpt: no model.safetensors"),  # a bad checkpoint: after loading began
     (["generate", "--checkpoint", "{tmp}/ckpt", "--method", "ar"],
      "cannot run 'ar' on {tmp}/ckpt: no model.safetensors"),
@@ -73,7 +83,34 @@ MISUSE = [
     (["bench", "--checkpoint", "{tmp}/ckpt", "--methods", "ar,ddtree-8"], "method 'ddtree-8' needs a DFlash drafter"),
     (["bench", "--model", "smollm2-135m", "--methods", "ar,chain4"], "method 'chain4' needs a draft LM"),
     (["bench", "--checkpoint", "{tmp}/bare"], "has no tokenizer.json"),
+    (["bench", "--methods", "ar,chain4", "--dflash", "{tmp}/dflash"],
+     "--dflash given but --methods 'ar,chain4' does not draft with it"),
+    (["bench", "--random", "--eagle3", "{tmp}/eagle3"], "--eagle3 given but --random"),
+    (["bench", "--methods", "ar,ddtree-8", "--dflash", "{tmp}/eagle3"],
+     "--dflash {tmp}/eagle3 holds an EAGLE-3 drafter, not the DFlash drafter --dflash takes"),
+    (["bench", "--random", "--methods", "ar", "--check-trees"], "--check-trees checks the trees speculative methods"),
     (["bench-device", "--shapes", "nope"], "unknown shape 'nope'"),
+]
+
+
+# A numeric flag too large for the model (its positions, a 64-bit seed): one line naming the flag, exit 2, checked
+# before anything compiles (the loop's own check names no flag; a seed past 64 bits was an OverflowError traceback).
+OVERFLOW = [
+    (["generate", "--max-new-tokens", "100000", "--method", "ar", "--prompt", "The"],
+     "--max-new-tokens 100000: the prompt's 2 tokens + 100000 new = 100002 positions exceed zoo's 2048 "
+     "(max_position_embeddings): give --max-new-tokens <= 2046"),
+    (["generate", "--max-new-tokens", "2047", "--method", "chain4", "--prompt", "The"], "--max-new-tokens 2047:"),
+    (["generate", "--seed", str(2**64), "--temperature", "1", "--method", "ar", "--prompt", "The"],
+     f"--seed must fit 64 bits (-2**63 <= seed < 2**63), got {2**64}"),
+    (["bench", "--random", "--max-new-tokens", "100000"],
+     "--max-new-tokens 100000: prompts 64 tokens wide (random tokens) + 100000 new = 100064 positions exceed "
+     "random-neox-6x256's 2048 (max_position_embeddings): give --max-new-tokens <= 1984 or a smaller --prompt-len"),
+    (["bench", "--random", "--prompt-len", "3000"], "--prompt-len 3000: prompts 3000 tokens wide (random tokens) "
+     "leave no room for a new token in random-neox-6x256's 2048 positions"),
+    (["bench", "--prompt", "The", "--prompts", "1", "--warmup", "0", "--max-new-tokens", "2047"],
+     "--max-new-tokens 2047: prompts 2 tokens wide (--prompt) + 2047 new = 2049 positions exceed tiny-neox-target's "
+     "2048 (max_position_embeddings): give --max-new-tokens <= 2046"),
+    (["bench", "--prompt", "The", "--prompts", "3"], "--prompts 3: --prompt has 1 prompt; ask for at most 1"),
 ]
 
 
@@ -85,6 +122,9 @@ def tmp(tmp_path_factory):
         (root / name).mkdir()
         for f in files:
             shutil.copy(source / f, root / name / f)
+    for kind in ("dflash", "eagle3"):  # a drafter's config.json without its weights: its kind is all it tells
+        (root / kind).mkdir()
+        shutil.copy(zoo.path(f"tiny-neox-{kind}") / "config.json", root / kind / "config.json")
     (root / "junk").mkdir()
     (root / "junk" / "config.json").write_text("{not json")
     shutil.copy(source / "tokenizer.json", root / "junk" / "tokenizer.json")
@@ -100,6 +140,60 @@ def test_misuse_is_one_polite_line_and_exit_2(argv, says, tmp, capsys):
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"specjax {argv[0]}: error: " if argv else "specjax: error: "), last
     assert says.format(tmp=tmp) in last, f"{says.format(tmp=tmp)!r} not in {last!r}"
+
+
+@pytest.mark.parametrize("argv, says", OVERFLOW, ids=[" ".join(a) for a, _ in OVERFLOW])
+def test_too_large_numbers_are_one_line_naming_the_flag_and_exit_2(argv, says, capsys):
+    assert main(argv + (["--no-progress"] if argv[0] == "bench" else [])) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"specjax {argv[0]}: error: ") and says in err, f"{says!r} not in {err!r}"
+
+
+def test_every_zoo_drafter_passes_the_kind_check_of_its_own_flag():
+    """The kind check reads a directory's kind from its config's model_type: a reader kind whose drafters report
+    another model_type would refuse every right directory."""
+    def flags(**given):
+        return argparse.Namespace(**{"draft": None, **dict.fromkeys(READERS), **given})
+
+    for kind in READERS:
+        check_drafter_kinds(flags(**{kind: str(zoo.path(f"tiny-neox-{kind}"))}))
+    check_drafter_kinds(flags(draft=str(zoo.path("tiny-neox-draft"))))
+    with pytest.raises(UsageError, match="holds a gpt_neox language model, not the DFlash drafter"):
+        check_drafter_kinds(flags(dflash=str(zoo.path("tiny-neox-draft"))))
+
+
+class _Reached(Exception):
+    """Raised by a stand-in loop once it has recorded its arguments."""
+
+
+def test_check_trees_reaches_the_loop_of_generate_and_bench(monkeypatch, capsys):
+    """generate runs the checked loop for real; bench's first speculative call records its check_trees and stops
+    there (the harness path, no second compile)."""
+    seen: list = []
+
+    def checked(*args, **kw):
+        seen.append(kw.get("check_trees"))
+        return real(*args, **kw)
+
+    real = cli_generate.generate
+    monkeypatch.setattr(cli_generate, "generate", checked)
+    monkeypatch.setattr(cli_generate, "TIMED_RUNS", 1)
+    assert main(["generate", "--method", "chain2", "--prompt", "The", "--max-new-tokens", "4", "--json",
+                 "--check-trees"]) == 0
+    assert json.loads(capsys.readouterr().out)["speculative"]["vs_ar"] == "identical"
+    assert seen and all(seen), seen  # the compiling call and the timed one
+
+    def reached(*args, **kw):
+        seen.append(kw.get("check_trees"))
+        raise _Reached
+
+    seen.clear()
+    monkeypatch.setattr(harness, "generate", reached)
+    with pytest.raises(_Reached):
+        main(["bench", "--methods", "chain2,ar", "--prompt", "The", "--warmup", "0", "--max-new-tokens", "4",
+              "--no-ttft", "--no-progress", "--check-trees"])
+    assert seen == [True], seen
 
 
 # `python -m specjax.train`: (argv, the text its one error line must contain); {tmp}: the scratch directory,

@@ -1,5 +1,6 @@
 """One method registry (issue 37 item 1): every method is declared by its drafter module, and the
-README's table, the CLI's help and the unknown-method error are the registry's, so they agree.
+README's table (written by `make methods-table`), the CLI's help and the unknown-method error are the
+registry's, so they agree. Methods from outside the package: tests/test_register.py.
 
 Also: every spec reads back to itself (its canonical name is a spec too), `specjax.method` builds
 a runnable drafter from Python, nothing parses method names back out of strings, and the README's
@@ -33,9 +34,27 @@ def readme_table() -> str:
 
 
 def test_readme_method_table_is_the_registry():
-    assert readme_table() == registry.markdown_table(), (
-        "README's method table differs from the registry: paste the output of "
-        "`python -m specjax methods` between the <!-- methods --> markers")
+    table = registry.markdown_table(own=True)
+    assert readme_table() == table, (
+        "README.md's method table is stale: run `make methods-table`, or put exactly this between its "
+        "<!-- methods: ... --> and <!-- /methods --> lines:\n\n" + table)
+    assert registry.with_method_table(README) == README
+
+
+def test_make_methods_table_rewrites_a_stale_table(tmp_path, capsys):
+    """`make methods-table` = `specjax methods --readme README.md`: the stale lines between the markers
+    become the registry's table, the rest of the file stays as it was."""
+    assert "methods-table:" in (ROOT / "Makefile").read_text()
+    assert "$(PY) -m specjax methods --readme README.md" in (ROOT / "Makefile").read_text()
+    stale = README.replace("| `ar` |", "| `ar` (old) |").replace("| `tr` |", "| `tr2` |")
+    path = tmp_path / "README.md"
+    path.write_text(stale)
+    assert main(["methods", "--readme", str(path)]) == 0
+    assert path.read_text() == README and "method table rewritten" in capsys.readouterr().out
+    assert main(["methods", "--readme", str(path)]) == 0 and "already up to date" in capsys.readouterr().out
+    path.write_text("no markers here\n")
+    assert main(["methods", "--readme", str(path)]) == 2
+    assert "has no <!-- methods:" in capsys.readouterr().err
 
 
 def test_cli_help_and_unknown_method_error_list_every_method(capsys):

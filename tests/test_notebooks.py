@@ -6,6 +6,8 @@ notebooks/README.md). Helper `.py` files without a jupytext header are ignored, 
 empty notebooks/ directory collects no tests at all.
 
 - `test_notebook_pairing_in_sync` (fast): the `.ipynb` exists and its code cells equal the `.py`'s.
+- `test_runner_writes_executed_copies_to_out_and_leaves_the_notebook_alone` (a few seconds: one kernel on a
+  one-cell notebook): the script's default mode writes to `--out` only.
 - `test_notebook_executes` (slow): every cell runs in a fresh kernel of *this* interpreter
   (sys.executable, whatever `python3` kernelspecs are installed elsewhere), cwd notebooks/,
   with SPECJAX_PROFILE=ci (SPECJAX_NOTEBOOK_PROFILE=<profile> picks another, e.g. cpu-smollm2),
@@ -15,11 +17,14 @@ empty notebooks/ directory collects no tests at all.
   check (one counted prompt, one dataset, short generations, two-point sweeps, shapes shared
   between cells so that few programs compile); it is a smoke test, its numbers are not results.
 
-Run as a script (`make notebooks`), this module instead executes every notebook in place:
-`jupytext --sync`, then execute the `.ipynb` and write it back with its outputs. Its default
-profile is `cpu-smollm2` (SmolLM2-135M-Instruct and its zoo drafters; the DynaTree notebook, which
-has no SmolLM2 draft LM, says so and runs `cpu-tiny`), the one whose outputs are committed.
-    python tests/test_notebooks.py [--profile cpu-smollm2] [notebooks/<name>.py ...]
+Run as a script, this module executes every notebook (or those named) with profile `cpu-smollm2`
+(SmolLM2-135M-Instruct and its zoo drafters; the DynaTree notebook, which has no SmolLM2 draft LM,
+says so and runs `cpu-tiny`) unless --profile says otherwise. By default nothing committed is
+touched: each executed copy goes to `--out DIR/<name>.executed.ipynb` with the notebook's outputs
+(figures, JSON) in DIR (default notebooks/results/, gitignored). `--in-place` (`make notebooks`,
+the committed outputs) instead runs `jupytext --sync` and writes each `notebooks/<name>.ipynb`
+back with its outputs.
+    python tests/test_notebooks.py [--profile cpu-tiny] [--out DIR | --in-place] [notebooks/<name>.py ...]
 """
 
 from __future__ import annotations
@@ -221,22 +226,64 @@ def test_notebook_executes(notebook: Path, tmp_path: Path):
     otherwise) in a child process (`--check`): the kernel client's zmq and tornado threads
     never enter the test process, which goes on compiling XLA programs."""
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--profile", TEST_PROFILE,
-                           "--check", str(tmp_path), str(notebook)],
+                           "--out", str(tmp_path), "--timeout", str(CELL_TIMEOUT), str(notebook)],
                           capture_output=True, text=True, timeout=CELL_TIMEOUT * 4)
     if proc.returncode != 0:
         pytest.fail(f"{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}\n(profile {TEST_PROFILE}; executed copy: "
                     f"{tmp_path / (notebook.stem + '.executed.ipynb')})", pytrace=False)
 
 
-def check_notebook(notebook: Path, out_dir: Path, profile: str = TEST_PROFILE) -> int:
+_TINY_NOTEBOOK = """# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %%
+import os
+from pathlib import Path
+
+Path(os.environ["SPECJAX_NOTEBOOK_OUT"], "ran.txt").write_text(os.environ["SPECJAX_PROFILE"])
+print("profile", os.environ["SPECJAX_PROFILE"])
+"""
+
+
+def test_runner_writes_executed_copies_to_out_and_leaves_the_notebook_alone(tmp_path: Path):
+    """`python tests/test_notebooks.py` without --in-place: the executed copy and the outputs go to --out; no
+    .ipynb appears beside the .py (--in-place's jupytext --sync would write one)."""
+    import nbformat
+
+    notebook = tmp_path / "tiny.py"
+    notebook.write_text(_TINY_NOTEBOOK)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--profile", "ci", "--out", str(out),
+                           "--timeout", "120", str(notebook)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (out / "ran.txt").read_text() == "ci"
+    executed = nbformat.read(out / "tiny.executed.ipynb", as_version=4)
+    assert "profile ci" in executed.cells[0].outputs[0]["text"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "tiny.py"]
+
+
+def check_notebook(notebook: Path, out_dir: Path, profile: str = TEST_PROFILE, timeout: int = CELL_TIMEOUT) -> int:
     """Execute `notebook` (SPECJAX_PROFILE=`profile`, outputs under `out_dir`) without touching
     its files; the executed copy goes to `out_dir`. Returns 1 with the failing cell on stderr."""
     import jupytext
     import nbformat
 
     nb = jupytext.read(notebook)
+    out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        execute_notebook(nb, env=notebook_env(profile, out_dir), name=_rel(notebook), notebook_py=notebook)
+        execute_notebook(nb, env=notebook_env(profile, out_dir), name=_rel(notebook), notebook_py=notebook,
+                         timeout=timeout)
     except NotebookCellError as e:
         print(e, file=sys.stderr)
         return 1
@@ -254,22 +301,33 @@ def main(argv: list[str] | None = None) -> int:
     import nbformat
     from jupytext.cli import jupytext as jupytext_cli
 
-    parser = argparse.ArgumentParser(description="Sync and execute the jupytext notebooks in place.")
+    parser = argparse.ArgumentParser(description="Execute the jupytext notebooks: executed copies to --out DIR, "
+                                                 "or (--in-place) back into the committed notebooks/<name>.ipynb.")
     parser.add_argument("--profile", default=None,
-                        help=f"SPECJAX_PROFILE for the notebooks (default: $SPECJAX_PROFILE, else {DEFAULT_PROFILE}; "
-                             f"with --check: {TEST_PROFILE}, as the test)")
+                        help=f"SPECJAX_PROFILE for the notebooks (default: $SPECJAX_PROFILE, else {DEFAULT_PROFILE})")
     parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks/<name>.py (default: all)")
-    parser.add_argument("--check", type=Path, metavar="OUT_DIR",
-                        help="only execute, writing outputs and the executed copy to OUT_DIR (nothing in notebooks/)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--out", type=Path, metavar="DIR", default=NOTEBOOK_DIR / "results",
+                       help="write each executed copy as DIR/<name>.executed.ipynb and the notebook's outputs "
+                            "(SPECJAX_NOTEBOOK_OUT) to DIR; nothing in notebooks/ is touched (default: "
+                            "notebooks/results/, gitignored)")
+    where.add_argument("--in-place", action="store_true",
+                       help="`jupytext --sync`, then write each executed notebook back to notebooks/<name>.ipynb "
+                            "with its outputs (`make notebooks`: the committed outputs)")
+    parser.add_argument("--timeout", type=int, default=MAKE_CELL_TIMEOUT,
+                        help="per-cell limit in seconds (default: $SPECJAX_NOTEBOOK_TIMEOUT, else 3600)")
     args = parser.parse_args(argv)
-    if args.check:
-        profile = args.profile or TEST_PROFILE
-        return max([check_notebook(p.resolve(), args.check, profile) for p in args.notebooks] or [0])
     args.profile = args.profile or os.environ.get("SPECJAX_PROFILE", DEFAULT_PROFILE)
     notebooks = [p.resolve() for p in args.notebooks] or discover_notebooks()
     if not notebooks:
         print(f"no jupytext notebooks in {_rel(NOTEBOOK_DIR)}/")
         return 0
+    if not args.in_place:
+        status = 0
+        for notebook in notebooks:
+            print(f"executing {_rel(notebook)} (SPECJAX_PROFILE={args.profile}) into {_rel(args.out)}/", flush=True)
+            status = max(status, check_notebook(notebook, args.out.resolve(), args.profile, args.timeout))
+        return status
     failed = []
     for notebook in notebooks:
         rel, ipynb = _rel(notebook), notebook.with_suffix(".ipynb")
@@ -282,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"executing {_rel(ipynb)} (SPECJAX_PROFILE={args.profile})", flush=True)
         try:
             execute_notebook(nb, env=notebook_env(args.profile, mpl_backend=INLINE_BACKEND), name=rel,
-                             notebook_py=notebook, timeout=MAKE_CELL_TIMEOUT)
+                             notebook_py=notebook, timeout=args.timeout)
         except NotebookCellError as e:
             print(e, file=sys.stderr)
             failed.append(rel)

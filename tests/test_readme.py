@@ -28,8 +28,10 @@ def reuse_blocks() -> list[str]:
 
 def test_reuse_snippets_run():
     blocks = reuse_blocks()
-    # three reuse cases, then the property-testing example (run by tests/test_testing_kit.py)
-    assert len(blocks) == 4 and "testing.assert_greedy_lossless" in blocks[3], "three reuse cases, then the kit"
+    # three reuse cases, then the property-testing example (run by tests/test_testing_kit.py), then your own
+    # method by name (run by tests/test_register.py)
+    assert len(blocks) == 5 and "testing.assert_greedy_lossless" in blocks[3], "three reuse cases, then the kit"
+    assert "specjax.load_methods" in blocks[4], "then your own method, by name"
     namespace: dict = {"__name__": "readme"}
     for i, block in enumerate(blocks[:3]):
         exec(compile(block, f"docs/reusing.md block {i + 1}", "exec"), namespace)  # noqa: S102

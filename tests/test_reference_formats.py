@@ -38,7 +38,7 @@ from specjax.models import eagle3_net as E3N
 from specjax.models.dflash import DFlashConfig
 from specjax.models.domino import DominoConfig
 from specjax.models.eagle3 import Eagle3Config
-from specjax.models.loading import read_safetensors, write_safetensors
+from specjax.models.loading import ReferenceLayoutWarning, read_safetensors, write_safetensors
 from specjax.models.model import embed_tokens
 from tests.tiny_models import perturbed
 
@@ -179,7 +179,6 @@ def test_specjax_saves_exactly_the_reference_layout_and_loads_it_back(tmp_path):
 
 def test_reference_layout_errors_name_the_problem(tmp_path):
     for drop, name in ((("dflash_config", "mask_token_id"), "dflash_config.mask_token_id"),
-                       (("dflash_config", "target_layer_ids"), "dflash_config.target_layer_ids"),
                        (("num_target_layers",), "num_target_layers"), (("hidden_size",), "hidden_size")):
         hf = reference_config()
         hf["dflash_config"] = dict(hf["dflash_config"])
@@ -203,15 +202,20 @@ def test_reference_layout_errors_name_the_problem(tmp_path):
     with pytest.raises(CheckpointError, match=r"missing tensors: \['layers.1.self_attn.k_norm.weight'\].*embed_tokens"):
         load_checkpoint(write_reference(tmp_path / "keys", tensors=tensors))
     cfg, params = load_checkpoint(write_reference(tmp_path / "ok"))
-    with pytest.raises(ValueError, match="no draft vocabulary"):
-        save_checkpoint(tmp_path / "save_dv", cfg, {**params, "draft_vocab": {"ids": np.arange(4, dtype=np.int32)}},
-                        layout="reference")
+    # without target_layer_ids, z-lab's DFlashDraftModel builds them: round(1 + i (L - 4) / (N_d - 1)) -> [1, 1]
+    hf = reference_config(dflash_config={"mask_token_id": 3})
+    assert load_checkpoint(write_reference(tmp_path / "noids", hf))[0].target_layer_ids == (1, 1)
+    with pytest.warns(ReferenceLayoutWarning, match="no draft vocabulary"):  # the layout has none: left out
+        with_ids = {**params, "draft_vocab": {"ids": np.arange(4, dtype=np.int32)}}
+        out = save_checkpoint(tmp_path / "save_dv", cfg, with_ids, layout="reference")
+    assert set(read_safetensors(out / "model.safetensors")) == reference_keys(N_DRAFT)
+    assert_trees_equal(load_checkpoint(out)[1], params)
     with pytest.raises(ValueError, match="last layer"):  # a tap of the last layer must be read after the norm
         save_checkpoint(tmp_path / "save_last", dataclasses.replace(cfg, target_layer_ids=(0, 3), norm_last_layer=False),
                         params, layout="reference")
     with pytest.raises(ValueError, match="has none"):
         save_checkpoint(tmp_path / "save_t", TARGET, init_params(TARGET, jax.random.key(0)), layout="reference")
-    assert not any((tmp_path / d).exists() for d in ("save_dv", "save_last", "save_t"))
+    assert not any((tmp_path / d).exists() for d in ("save_last", "save_t"))
 
 
 def test_reference_loaded_drafter_decodes_losslessly(tmp_path):
@@ -503,10 +507,24 @@ def test_specjax_eagle3_own_head_saves_to_the_reference_layout(tmp_path):
     assert_trees_equal(own2, own)
 
 
+def test_reference_eagle3_without_taps_takes_them_from_the_target(tmp_path):
+    """EAGLE's own form (architectures ["LlamaForCausalLM"], no eagle_config, the target's embedding stored):
+    the taps are the target's layers 1, L // 2 - 1, L - 4, given the target; without it the error says so."""
+    hf = {k: v for k, v in eagle_reference_config(architectures=["LlamaForCausalLM"]).items() if k != "eagle_config"}
+    d = write_reference(tmp_path / "eagle", hf, eagle_reference_tensors())
+    with pytest.raises(UnsupportedConfigError, match=r"eagle_aux_hidden_state_layer_ids.*target_cfg=TARGET_CFG"):
+        load_checkpoint(d)
+    cfg, params = load_checkpoint(d, target_cfg=T8)
+    want_cfg, want = load_checkpoint(write_reference(tmp_path / "ref", eagle_reference_config(),
+                                                     eagle_reference_tensors()))
+    assert cfg == want_cfg and cfg.target_layer_ids == tuple(EAGLE_IDS)  # T8: 8 layers -> (1, 3, 4)
+    assert_trees_equal(params, want)
+    with pytest.raises(ValueError, match="layer ids"):  # checked against the target it is loaded for
+        load_checkpoint(write_reference(tmp_path / "ref2", eagle_reference_config(), eagle_reference_tensors()),
+                        target_cfg=dataclasses.replace(T8, num_layers=4))
+
+
 def test_reference_eagle3_errors_name_the_problem(tmp_path):
-    with pytest.raises(UnsupportedConfigError, match="eagle_aux_hidden_state_layer_ids"):
-        load_checkpoint(write_reference(tmp_path / "noids", {k: v for k, v in eagle_reference_config().items()
-                                                              if k != "eagle_config"}, eagle_reference_tensors()))
     with pytest.raises(CheckpointError, match=r"missing required key\(s\) \['draft_vocab_size', 'intermediate_size'\]"):
         hf = eagle_reference_config()
         del hf["intermediate_size"], hf["draft_vocab_size"]

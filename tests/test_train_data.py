@@ -10,32 +10,52 @@ import pytest
 from specjax.data.prompts import (gsm8k_prompts, humaneval_prompts, math500_prompts, mbpp_prompts, mtbench_prompts,
                                   normalise, sharegpt_prompts, wiki_prompts)
 from specjax.data.train_sources import DEFAULT_WEIGHTS, read_prompt_order, training_prompts, write_prompt_order
+from specjax.train import data as train_data
 from specjax.train.data import DataRecipe, generate_shards, load_shards, load_target
 
 COMMITTED = pathlib.Path(__file__).parent.parent / "specjax" / "zoo" / "data" / "smollm2-135m-instruct"
 pytestmark = pytest.mark.registry  # the prompt sources and evaluation sets are registry assets
 
 
-def _stable(manifest: dict) -> dict:
-    """The manifest without what depends on the machine's speed."""
-    drop = {"seconds", "response_tokens_per_s", "machine"}
-    engine = (lambda e: {k: v for k, v in e.items() if k != "pool_tokens_per_s"})  # noqa: E731
-    return {**{k: v for k, v in manifest.items() if k not in ("shards", "totals")},
-            "shards": [{**{k: v for k, v in s.items() if k not in drop}, "engine": engine(s["engine"])}
-                       for s in manifest["shards"]]}
+def _by_prompt(directory: pathlib.Path) -> dict[int, tuple[list[int], float]]:
+    """prompt index -> (its sequence, its temperature), over every shard of a data directory."""
+    manifest, out = json.loads((directory / "manifest.json").read_text()), {}
+    for shard in manifest["shards"]:
+        with np.load(directory / shard["file"]) as z:
+            for k, i in enumerate(z["prompt_index"]):
+                out[int(i)] = (z["tokens"][z["offsets"][k]:z["offsets"][k + 1]].tolist(), float(z["temperature"][k]))
+    return out
 
 
 @pytest.mark.parametrize("engine", ["continuous", "batched"])
-def test_generation_resumes_where_it_stopped_and_refuses_another_recipe(tmp_path, engine):
+def test_generation_resumes_where_it_stopped_and_refuses_another_recipe(tmp_path, engine, monkeypatch):
+    """A run stops within one answer of its target (its last shard ends early at a prompt index: the cursor) and
+    its progress bar ends on the manifest's total; a run stopped at 60 tokens and continued to 150 holds the same
+    sequences, prompt for prompt, as one run to 150."""
+    bars = []
+
+    class Bar(train_data.tqdm):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            bars.append(self)
+
+    monkeypatch.setattr(train_data, "tqdm", Bar)
     cfg, params, enc, _ = load_target("zoo")
     recipe = DataRecipe(target="zoo", max_new_tokens=8, max_prompt_tokens=24, batch_size=8, chat=False)
-    kw = dict(shard_batches=1, progress=False, engine=engine)
-    whole = generate_shards((cfg, params), enc, recipe, tmp_path / "a", response_tokens=150, **kw)
-    generate_shards((cfg, params), enc, recipe, tmp_path / "b", response_tokens=60, **kw)
-    resumed = generate_shards((cfg, params), enc, recipe, tmp_path / "b", response_tokens=150, **kw)  # at the cursor
-    assert len(whole["shards"]) >= 3 and _stable(resumed) == _stable(whole)
-    for s in whole["shards"]:
-        assert (tmp_path / "a" / s["file"]).read_bytes() == (tmp_path / "b" / s["file"]).read_bytes()
+    kw = dict(shard_batches=1, progress=True, engine=engine)
+    runs = [("a", 150), ("b", 60), ("b", 150)]  # b: stopped at 60, then continued at the cursor
+    for directory, tokens in runs:
+        manifest = generate_shards((cfg, params), enc, recipe, tmp_path / directory, response_tokens=tokens, **kw)
+        total = manifest["totals"]["response_tokens"]
+        assert tokens <= total < tokens + recipe.max_new_tokens, (tokens, total)  # within one answer of it
+        assert bars[-1].n == total, (bars[-1].n, total)  # the bar's number is the summary's
+        ranges = [s["prompt_range"] for s in manifest["shards"]]
+        assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        assert ranges[-1][1] == manifest["cursor"]
+    whole, resumed = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("a", "b"))
+    assert len(whole["shards"]) >= 3 and whole["cursor"] == resumed["cursor"]
+    assert whole["totals"]["response_tokens"] == resumed["totals"]["response_tokens"]
+    assert _by_prompt(tmp_path / "a") == _by_prompt(tmp_path / "b")
     data = load_shards(tmp_path / "b")
     assert len(data) == whole["totals"]["sequences"]
     responses = np.diff(data.offsets) - data.prompt_lengths

@@ -4,11 +4,14 @@ command line is made from their dataclasses, and a resumed run keeps its recipe 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
+import io
 import json
 import pkgutil
 import sys
 import textwrap
+import time
 
 import jax
 import jax.numpy as jnp
@@ -20,10 +23,13 @@ from specjax import zoo
 from specjax.cli import train as train_cli
 from specjax.models import init_params
 from specjax.models.dflash_net import target_outer
+from specjax.train import dflash as train_dflash
+from specjax.train import loop as train_loop
 from specjax.train.loop import TrainSet, make_optimizer, online_steps
 from specjax.train import run as run_module
 from specjax.train.run import RUN_FILE, TRAINERS, TrainPlan, check_resume
 from specjax.train.trainer import check_values
+from tests.train_fixtures import DRAFTER, TARGET, TARGET_PARAMS, trainset
 
 
 def test_every_training_module_with_a_trainer_record_is_collected():
@@ -180,3 +186,67 @@ def test_bfloat16_drafter_products_stay_within_their_rounding_bound_and_keep_flo
     d32 = np.concatenate([np.ravel(a - b) for a, b in zip(jax.tree.leaves(p32), jax.tree.leaves(dparams))])
     d16 = np.concatenate([np.ravel(a - b) for a, b in zip(jax.tree.leaves(p16), jax.tree.leaves(dparams))])
     assert np.linalg.norm(d16 - d32) <= 0.05 * np.linalg.norm(d32)
+
+
+def _tiny_data(directory, rows: int = 12, length: int = 24, prompt: int = 5, vocab: int = 8192):
+    """A data directory as `python -m specjax.train data` writes it (manifest + one shard), of random
+    sequences of the zoo target's vocabulary: what a run reads, without the registry's prompts."""
+    directory.mkdir()
+    tokens = np.random.default_rng(0).integers(1, vocab, rows * length).astype(np.uint16)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, tokens=tokens, offsets=np.arange(0, rows * length + 1, length, dtype=np.int64),
+                        prompt_lengths=np.full(rows, prompt, np.int32), temperature=np.zeros(rows, np.float32),
+                        prompt_index=np.arange(rows, dtype=np.int32))
+    (directory / "shard-00000.npz").write_bytes(buf.getvalue())
+    response = rows * (length - prompt)
+    manifest = {"recipe": {"target": "zoo"}, "target": {"name": "zoo", "params_sha256": "-"}, "cursor": rows,
+                "skipped_prompts": 0, "totals": {"sequences": rows, "response_tokens": response},
+                "shards": [{"file": "shard-00000.npz", "sha256": hashlib.sha256(buf.getvalue()).hexdigest(),
+                            "sequences": rows, "prompt_range": [0, rows], "response_tokens": response}]}
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    return directory
+
+
+def test_a_resumed_runs_export_records_every_command_of_the_run(tmp_path):
+    """A DFlash run on the zoo target stopped after one step (`stop_after`), then resumed to its end: the
+    drafter exported by the resumed call names both commands in recipe.json, in order (run.json's)."""
+    t = TRAINERS["dflash"]
+    arch, tc = t.arch(block_size=4), t.train_config(steps=2, batch_size=2, anchors=2, log_every=100, ckpt_every=1)
+    plan = TrainPlan(data=str(_tiny_data(tmp_path / "data")), out=str(tmp_path / "run"), target="zoo", seq_len=24,
+                     valid_rows=2, features="online")
+    first = "python -m specjax.train dflash ... --stop-after 1"
+    second = "python -m specjax.train dflash ... --resume --export DIR"
+    run_module.run("dflash", dataclasses.replace(plan, stop_after=1, command=first), arch, tc)
+    run_module.run("dflash", dataclasses.replace(plan, resume=True, export=str(tmp_path / "export"), command=second),
+                   arch, tc)
+    recipe = json.loads((tmp_path / "export" / "recipe.json").read_text())
+    assert [c["command"] for c in recipe["commands"]] == [first, second]
+    assert recipe["command"] == second and recipe["compute"]["steps"] == 2
+
+
+def test_the_progress_bar_times_the_steps_after_the_first_compiling_one(tmp_path, monkeypatch):
+    """`train`'s bar (its rate, so its ETA) starts its clock once the first step, which compiles, has returned,
+    at that step's count: the first step's compile no longer stretches the ETA."""
+    bars, returned = [], []
+
+    class Bar(train_loop.tqdm):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            bars.append(self)
+
+    def factory(*args, **kw):
+        step, evaluate = train_dflash.make_step(*args, **kw)
+
+        def timed(*a):
+            out = step(*a)
+            returned.append(time.time())
+            return out
+        return timed, evaluate
+
+    monkeypatch.setattr(train_loop, "tqdm", Bar)
+    tc = train_dflash.DFlashTrainConfig(steps=10, batch_size=4, anchors=4, log_every=100, ckpt_every=100)
+    train_loop.train((TARGET, target_outer(TARGET_PARAMS)), DRAFTER, trainset(DRAFTER.target_layer_ids), tc, tmp_path,
+                     step_factory=factory, progress=True, stop_after=2)  # 2 steps, no evaluation to compile
+    (bar,) = bars
+    assert len(returned) == 2 and returned[0] <= bar.start_t < returned[1], (returned, bar.start_t)
+    assert bar.initial == 1 and bar.n == 2

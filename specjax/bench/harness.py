@@ -269,8 +269,10 @@ class _Runner:
     with `carry_over` (retrieval tables persist across requests: hot start) continues from the
     state the previous call left; `draft_params` is what the next call starts from."""
 
-    def __init__(self, method: Method, target, draft, sampling: Sampling, eos_ids: tuple[int, ...], seed: int = 0):
+    def __init__(self, method: Method, target, draft, sampling: Sampling, eos_ids: tuple[int, ...], seed: int = 0,
+                 check_trees: bool = False):
         self.method, self.target, self.sampling, self.eos_ids = method, target, sampling, eos_ids
+        self.check_trees = check_trees
         self.draft_params = None if method.is_ar else (
             method.params if method.params is not None else draft[1])
         self.key = None if sampling.greedy else jax.random.key(seed)
@@ -289,7 +291,8 @@ class _Runner:
                                key=self._next_key(), reserve_new_tokens=reserve)
         drafter = self.method.drafter
         out = generate(params, cfg, drafter, self.draft_params, tokens, lengths, n, sampling=self.sampling,
-                       key=self._next_key(), eos_ids=self.eos_ids, reserve_new_tokens=reserve)
+                       key=self._next_key(), eos_ids=self.eos_ids, reserve_new_tokens=reserve,
+                       check_trees=self.check_trees)
         if isinstance(drafter, CarriesOver):
             self.draft_params = drafter.carry_over(self.draft_params, out.draft_state)
         return out
@@ -356,7 +359,7 @@ def _measure(runners, calls, max_new_tokens: int, warmup: int, ttft: bool, progr
 def run_benchmark(target, draft, prompts: list[list[int]], methods: list[Method | str], *, max_new_tokens: int,
                   prompt_width: int | None = None, warmup: int = 1, sampling: Sampling = GREEDY,
                   eos_ids: tuple[int, ...] = (), progress: bool = True, ttft: bool = True,
-                  batch: int = 1, seed: int = 0) -> list[MethodResult]:
+                  batch: int = 1, seed: int = 0, check_trees: bool = False) -> list[MethodResult]:
     """Benchmark `methods` (Method objects or specs, see `specjax.bench.methods`) on `prompts`.
 
     target / draft: (cfg, params) pairs (draft may be None for AR only); prompts: token id
@@ -364,14 +367,15 @@ def run_benchmark(target, draft, prompts: list[list[int]], methods: list[Method 
     (consecutive prompts; len(prompts) and `warmup` must be multiples of it). The protocol
     and the metrics are in the module docstring; `ttft=False` skips the TTFT calls (and
     their compiles): TTFT / TPOT are then None. `seed`: the PRNG seed of a sampling run (each
-    method draws every call with its own key split from it). Returns one MethodResult per method, in order.
+    method draws every call with its own key split from it). `check_trees`: validate every proposed tree in the
+    loop (`specjax.decode.generate`'s; the timings include the checks). Returns one MethodResult per method, in order.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     methods = resolve_methods(methods, draft)
     rows = prepare_prompts(prompts, prompt_width)
     check_batches(len(rows), warmup, batch)
-    runners = [(m, _Runner(m, target, draft, sampling, tuple(eos_ids), seed)) for m in methods]
+    runners = [(m, _Runner(m, target, draft, sampling, tuple(eos_ids), seed, check_trees)) for m in methods]
     runs = _measure(runners, group_batches(rows, batch), max_new_tokens, warmup // batch, ttft, progress)
 
     ar = next((m.name for m in methods if m.is_ar), None)

@@ -58,6 +58,8 @@ class BenchPlan:
       round_split: time each speculative method's round and its parts on the first counted prompt.
       json: per-dataset JSON path (with several datasets, the stem gets ".<dataset>").
       csv: per-dataset CSV path, likewise.
+      check_trees: validate every tree the speculative methods propose inside the loop (`specjax.decode.generate`'s
+        `check_trees`; the timings include the checks).
     """
 
     methods: tuple[str, ...]
@@ -76,6 +78,7 @@ class BenchPlan:
     round_split: bool = False
     json: str | None = None
     csv: str | None = None
+    check_trees: bool = False
 
     def check(self) -> None:
         """Raise ValueError naming the first bad field (nothing loaded, nothing compiled)."""
@@ -201,7 +204,7 @@ def _one(plan: BenchPlan, models: BenchModels, methods, prompts, source, samplin
     eos = tuple(models.target[0].eos_token_ids) if plan.stop_at_eos else ()
     results = harness.run_benchmark(models.target, models.draft, prompts, methods, max_new_tokens=plan.max_new_tokens,
                                     prompt_width=width, warmup=plan.warmup, progress=plan.progress, ttft=plan.ttft,
-                                    sampling=sampling, batch=plan.batch, eos_ids=eos)
+                                    sampling=sampling, batch=plan.batch, eos_ids=eos, check_trees=plan.check_trees)
     config = {"methods": [m.name for m in methods], "prompts": source, "num_prompts": plan.num_prompts,
               "warmup": plan.warmup, "counted_prompts": plan.num_prompts - plan.warmup,
               "max_new_tokens": plan.max_new_tokens, "prompt_width": width,
@@ -245,7 +248,7 @@ def run_suite(plan: BenchPlan, models: BenchModels, *, layout: str = "stacked", 
     plan.check()
     sampling = Sampling(plan.temperature)
     methods = harness.resolve_methods(list(plan.methods), models.draft, target_cfg=models.target[0],
-                                      **models.readers)
+                                      target_params=models.target[1], **models.readers)  # to `parse_method`
     extra = describe_readers(models.readers, {k for m in methods for k in m.needs}) or None
     env = harness.environment(models.target_name, models.draft_name, models.target[1], extra)
     datasets = ("--prompt",) if plan.prompts else plan.datasets

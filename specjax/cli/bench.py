@@ -7,10 +7,11 @@ import jax
 
 from specjax.bench import device
 from specjax.bench.suite import BenchPlan, bench_models, run_suite
-from specjax.cli.common import (LOAD_ERRORS, UsageError, check_method, check_sampling, model_name, reader_dirs,
+from specjax.cli.common import (LOAD_ERRORS, UsageError, check_drafter_kinds, check_method, check_sampling,
+                                check_unused_drafters, load_methods_from, methods_from_flag, model_name, reader_dirs,
                                 source_flags)
-from specjax.data.datasets import DATASETS
-from specjax.drafters.registry import needs_of, split_methods
+from specjax.data.datasets import DATASETS, dataset_texts
+from specjax.drafters.registry import needs_of, parse, split_methods
 from specjax.pipeline import check_source
 
 __all__ = ["add_parsers"]
@@ -44,11 +45,16 @@ def add_parsers(sub) -> None:
     models.add_argument("--random", action="store_true",
                         help="random tiny models and random token prompts of --prompt-len tokens")
     source_flags(bench, models)
+    methods_from_flag(bench)
     bench.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     bench.add_argument("--stop-at-eos", action="store_true", help="stop rows at the target's EOS (default: never)")
     bench.add_argument("--self-draft", action="store_true", help="draft = target (every draft token is accepted)")
     bench.add_argument("--no-ttft", action="store_true", help="skip the TTFT calls (and their compiles)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bench.add_argument("--check-trees", action="store_true",
+                       help="validate every tree the speculative methods propose inside the loop (specjax.tree's "
+                            "rules): a broken one stops the run naming its row, round, node and rule; the timings "
+                            "include the checks (default: off)")
     bench.set_defaults(run=run_bench)
 
     dev = sub.add_parser("bench-device", help="device costs on random weights: AR vs the bandwidth bound, verify vs T, "
@@ -73,6 +79,7 @@ def add_parsers(sub) -> None:
 
 def plan_of(args) -> BenchPlan:
     """The `BenchPlan` of `specjax bench`'s flags, checked (UsageError naming the flag)."""
+    load_methods_from(args)
     check_sampling(args)
     try:
         methods = tuple(split_methods(args.methods))
@@ -100,7 +107,7 @@ def plan_of(args) -> BenchPlan:
                      warmup=args.warmup, batch=args.batch, max_new_tokens=args.max_new_tokens,
                      prompt_len=args.prompt_len, temperature=args.temperature, stop_at_eos=args.stop_at_eos,
                      ttft=not args.no_ttft, progress=not args.no_progress, round_split=args.round_split,
-                     json=args.json, csv=args.csv)
+                     json=args.json, csv=args.csv, check_trees=args.check_trees)
     try:
         plan.check()
     except ValueError as e:  # what is left: the batch grouping
@@ -110,15 +117,46 @@ def plan_of(args) -> BenchPlan:
             available = check_source(model_name(args), args.draft, **reader_dirs(args))
         except ValueError as e:
             raise UsageError(str(e)) from None
-        for spec in methods:
-            check_method(spec, available)
+        needs = {k for spec in methods for k in check_method(spec, available)}
+        check_unused_drafters(tuple(needs), args, f"--methods {args.methods!r}")
+        check_drafter_kinds(args)
     else:
         for spec in methods:
             try:
                 needs_of(spec)
             except ValueError as e:
                 raise UsageError(str(e)) from None
+        check_unused_drafters((), args, "--random (random tiny models, no trained drafter)")
+    if args.check_trees and all(parse(spec).spec.name == "ar" for spec in methods):
+        raise UsageError(f"--check-trees checks the trees speculative methods propose; --methods {args.methods!r} "
+                         f"proposes none: drop the flag or add a speculative method")
     return plan
+
+
+def _check_fits(plan: BenchPlan, models) -> None:
+    """What the loaded models bound, before anything compiles: --prompts within each prompt set, and the padded
+    prompt width (min(--prompt-len, the longest prompt), as `run_suite` pads) + --max-new-tokens within the
+    target's positions (`max_position_embeddings`); UsageError naming the flag."""
+    limit = getattr(models.target[0], "max_position_embeddings", None)
+    for dataset in ("--prompt",) if plan.prompts else plan.datasets:
+        if models.encode is None:  # random models: random prompts of exactly --prompt-len tokens
+            dataset, width = "random tokens", plan.prompt_len
+        else:
+            texts = list(plan.prompts) if plan.prompts else dataset_texts(dataset, plan.split, chat=models.chat)
+            if len(texts) < plan.num_prompts:
+                raise UsageError(f"--prompts {plan.num_prompts}: {dataset} has {len(texts)} "
+                                 f"prompt{'s' * (len(texts) != 1)}; ask for at most {len(texts)}")
+            width = min(plan.prompt_len, max(len(models.encode(t)) for t in texts[:plan.num_prompts]))
+        if limit is None or width + plan.max_new_tokens <= limit:
+            continue
+        if width >= limit:  # width <= --prompt-len: a smaller one cuts every prompt
+            raise UsageError(f"--prompt-len {plan.prompt_len}: prompts {width} tokens wide ({dataset}) leave no room "
+                             f"for a new token in {models.target_name}'s {limit} positions (max_position_embeddings): "
+                             f"give --prompt-len < {limit}")
+        raise UsageError(f"--max-new-tokens {plan.max_new_tokens}: prompts {width} tokens wide ({dataset}) + "
+                         f"{plan.max_new_tokens} new = {width + plan.max_new_tokens} positions exceed "
+                         f"{models.target_name}'s {limit} (max_position_embeddings): give --max-new-tokens <= "
+                         f"{limit - width}" + (" or a smaller --prompt-len" if width == plan.prompt_len else ""))
 
 
 def run_bench(args) -> int:
@@ -128,6 +166,7 @@ def run_bench(args) -> int:
                               self_draft=args.self_draft, **reader_dirs(args))
     except LOAD_ERRORS as e:
         raise UsageError(f"cannot load {model_name(args)}: {e}") from None
+    _check_fits(plan, models)
     try:
         suite = run_suite(plan, models, layout=args.layout)
     except ValueError as e:

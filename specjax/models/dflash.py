@@ -32,6 +32,9 @@ layer). For the target's *last* layer the reference reads HF `hidden_states[-1]`
 the target's final norm; `norm_last_layer` (set by `from_reference`) does the same here: the
 drafter passes that tap through the target's final norm (`specjax.models.dflash_net.drafter_features`,
 used in decoding and in training), so a reference drafter that taps the last layer runs as trained.
+A drafter trained on that tap raw (norm_last_layer False) has no reference form: the norm discards each
+token's scale, which its context depends on, so no change of weights converts it (`to_reference` says so).
+Without `dflash_config.target_layer_ids` a reference config taps z-lab's rule (`default_target_layer_ids`).
 The pure forward functions live with the drafter (`specjax.drafters.dflash`).
 """
 
@@ -204,7 +207,7 @@ class DFlashConfig(TargetBound):
         if not isinstance(dc, dict):
             raise ValueError(f"{where}: 'dflash_config' must be a JSON object, got {dc!r}")
         check_types(hf, where)  # "shift_label": "false" is not False; true is not a layer count
-        required = [f"dflash_config.{k}" for k in ("target_layer_ids", "mask_token_id") if k not in dc]
+        required = ["dflash_config.mask_token_id"] if "mask_token_id" not in dc else []
         required += [k for k in ("num_target_layers", "vocab_size", "hidden_size", "num_hidden_layers",
                                  "num_attention_heads", "intermediate_size") if k not in hf]
         if required:
@@ -227,7 +230,12 @@ class DFlashConfig(TargetBound):
         if "block_size" in dc and "block_size" in hf and dc["block_size"] != hf["block_size"]:
             raise ValueError(f"{where}: block_size {hf['block_size']} and dflash_config.block_size "
                              f"{dc['block_size']} differ")
-        ids, num_target = dc["target_layer_ids"], hf["num_target_layers"]
+        num_target = hf["num_target_layers"]
+        # z-lab/dflash dflash/model.py (DFlashDraftModel.__init__): without target_layer_ids, its own
+        # build_target_layer_ids(num_target_layers, num_hidden_layers), which is `default_target_layer_ids`
+        ids = dc.get("target_layer_ids")
+        if ids is None and isinstance(num_target, int) and isinstance(hf["num_hidden_layers"], int):
+            ids = list(default_target_layer_ids(num_target, hf["num_hidden_layers"]))
         if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
             raise ValueError(f"{where}: dflash_config.target_layer_ids must be a list of integers, got {ids!r}")
         rest = {k: v for k, v in hf.items() if k not in _REFERENCE_ONLY_KEYS}
@@ -250,10 +258,17 @@ class DFlashConfig(TargetBound):
         if self.target_num_layers is None:
             raise ValueError("the DFlash reference layout records the target's layer count (num_target_layers): "
                              "set target_num_layers")
-        if self.target_num_layers - 1 in self.target_layer_ids and not self.norm_last_layer:
-            raise ValueError(f"target_layer_ids {list(self.target_layer_ids)} tap the target's last layer; the "
-                             f"reference reads it after the final norm, this drafter (norm_last_layer False) before: "
-                             f"it would run differently")
+        last = self.target_num_layers - 1
+        if last in self.target_layer_ids and not self.norm_last_layer:
+            below = ",".join(str(i) for i in sorted({min(i, last - 1) for i in self.target_layer_ids}))
+            raise ValueError(
+                f"target_layer_ids {list(self.target_layer_ids)} tap the target's last layer ({last}) raw "
+                f"(norm_last_layer False); the {self.kind} reference reads that layer only after the target's final "
+                f"norm (HF hidden_states[-1]). No exact conversion exists: the final norm discards each token's scale "
+                f"(a LayerNorm also its mean), on which this drafter's context hidden_norm(fc(features)) depends, so "
+                f"no change of weights reproduces it. Nearest correct path: retrain on taps below the last layer "
+                f"(python -m specjax.train {self.model_type} --target-layers {below} ...), which saves to this layout; "
+                f"this drafter itself runs from specjax's layout (save_checkpoint(..., layout=\"specjax\"))")
         n = self.num_layers
         return {
             "architectures": [REFERENCE_ARCHITECTURE], "auto_map": dict(REFERENCE_AUTO_MAP), "model_type": "qwen3",

@@ -127,7 +127,11 @@ class DominoConfig(dflash.DFlashConfig):
         if list(archs) not in ([REFERENCE_ARCHITECTURE], [dflash.REFERENCE_ARCHITECTURE]):
             raise UnsupportedConfigError(f"{where}: architectures {archs!r} are not supported (only "
                                          f"[{REFERENCE_ARCHITECTURE!r}])")
-        dflash_hf = {**hf, "architectures": [dflash.REFERENCE_ARCHITECTURE]}  # the backbone's checks
+        # SpecForge's published template (configs/qwen3-8b-domino.json) also carries a top-level `emb_dim`; its model
+        # (specforge/modeling/draft/domino.py, DominoDraftModel._init_draft_head) reads only dflash_config["emb_dim"],
+        # so the top-level copy is ignored here too (typed by check_types above), whatever its value.
+        dflash_hf = {**{k: v for k, v in hf.items() if k not in _REFERENCE_IGNORED_KEYS},
+                     "architectures": [dflash.REFERENCE_ARCHITECTURE]}  # the backbone's checks
         fields = cls._reference_fields(dflash_hf, where, _REFERENCE_HEAD_KEYS)
         return cls(**fields, gru_hidden=dc["gru_hidden_dim"], head_rank=dc["emb_dim"],  # typed by check_types
                    shift_label=dc.get("shift_label", False), pure_prefix_len=dc.get("pure_draft_prefix_len", 0))
@@ -142,6 +146,7 @@ class DominoConfig(dflash.DFlashConfig):
 
 REFERENCE_ARCHITECTURE = "DominoDraftModel"
 _REFERENCE_HEAD_KEYS = ("projector_type", "emb_dim", "gru_hidden_dim", "shift_label", "pure_draft_prefix_len")
+_REFERENCE_IGNORED_KEYS = ("emb_dim",)  # top-level copies the reference never reads (from_reference)
 
 
 def is_reference_config(hf: dict[str, Any]) -> bool:

@@ -37,7 +37,9 @@ with the reference's tensor names (`fc.weight`, `midlayer.self_attn.q_proj.weigh
 strict loader's (`specjax.models.load_checkpoint`); `check_target` names every mismatch.
 The reference's own layout (a Llama config.json with `draft_vocab_size`, tensors `d2t` / `t2d`)
 loads too (`Eagle3Config.from_reference`, recognised by `is_reference_config`) and
-`save_checkpoint(..., layout="reference")` writes it (`Eagle3Config.to_reference`).
+`save_checkpoint(..., layout="reference")` writes it (`Eagle3Config.to_reference`). A published config
+without `eagle_config` leaves the taps to the target, as both references do (`reference_target_layer_ids`,
+`with_target_taps`; `load_checkpoint(DIR, target_cfg=)`).
 The pure forward functions live with the drafter (`specjax.drafters.eagle3`).
 """
 
@@ -194,34 +196,45 @@ class Eagle3Config(TargetBound):
 
     @classmethod
     def from_reference(cls, hf: dict[str, Any]) -> "Eagle3Config":
-        """The config of a checkpoint in the reference's layout (SpecForge / EAGLE `LlamaForCausalLMEagle3`: a
-        Llama config.json with `draft_vocab_size`; `head_dim` defaults to hidden / heads and `rope_theta` to
-        10000 when absent, as the reference reads them). The tapped layers are
-        `eagle_config.eagle_aux_hidden_state_layer_ids` (outputs of layer i, as specjax counts); the target's
-        layer count and type are not recorded (None: not checked). A missing key raises ValueError naming
-        every one; a setting specjax does not implement raises UnsupportedConfigError; a field of the wrong
-        JSON type raises ConfigTypeError naming it."""
+        """The config of a checkpoint in the reference's layout (SpecForge `LlamaForCausalLMEagle3`, or
+        SafeAILab/EAGLE's training config, architectures ["LlamaForCausalLM"]: a Llama config.json with
+        `draft_vocab_size`; the rest is read as a Llama config whatever its model_type says, as both references
+        read it; `head_dim` defaults to hidden / heads and `rope_theta` to 10000 when absent, as the reference
+        reads them; keys its draft model never reads are ignored). The tapped layers are
+        `eagle_config.eagle_aux_hidden_state_layer_ids` (outputs of layer i, as specjax counts); a config without
+        them leaves them to the target (`with_target_taps`, `load_checkpoint(..., target_cfg=)`); the target's
+        layer count and type are not recorded (None: not checked). A missing key raises ValueError naming every
+        one; a setting specjax does not implement raises UnsupportedConfigError; a field of the wrong JSON type
+        raises ConfigTypeError naming it."""
         check_types(hf, REFERENCE_WHERE)
         required = [k for k in ("vocab_size", "draft_vocab_size", "hidden_size", "num_attention_heads",
                                 "intermediate_size") if k not in hf]
         if required:
             raise ValueError(f"{REFERENCE_WHERE}: config.json is missing required key(s) {required}")
-        if hf.get("model_type") != "llama":
-            raise UnsupportedConfigError(f"{REFERENCE_WHERE}: model_type {hf.get('model_type')!r}, expected 'llama' "
-                                         f"(other EAGLE-3 variants, e.g. with q/k norms, are not supported)")
-        archs = hf.get("architectures", [REFERENCE_ARCHITECTURE])
-        if list(archs) != [REFERENCE_ARCHITECTURE]:
+        archs = list(hf.get("architectures") or [REFERENCE_ARCHITECTURE])
+        if archs not in ([REFERENCE_ARCHITECTURE], [EAGLE_TRAIN_ARCHITECTURE]):
             raise UnsupportedConfigError(f"{REFERENCE_WHERE}: architectures {archs!r} are not supported (only "
-                                         f"[{REFERENCE_ARCHITECTURE!r}])")
+                                         f"[{REFERENCE_ARCHITECTURE!r}] or EAGLE's [{EAGLE_TRAIN_ARCHITECTURE!r}])")
+        if archs == [EAGLE_TRAIN_ARCHITECTURE] and hf.get("head_dim", hf["hidden_size"] // hf["num_attention_heads"]) \
+                != hf["hidden_size"] // hf["num_attention_heads"]:  # EAGLE's cnets.py: head_dim = hidden // heads
+            raise UnsupportedConfigError(f"{REFERENCE_WHERE}: head_dim {hf['head_dim']} (EAGLE's drafter ignores "
+                                         f"it and uses hidden_size // num_attention_heads)")
+        changed = sorted(k for k, neutral in _REFERENCE_NEUTRAL.items() if hf.get(k) not in neutral)
+        if changed:
+            raise UnsupportedConfigError(f"{REFERENCE_WHERE}: {changed} set (EAGLE-3 variants specjax does not "
+                                         f"implement: fc_norm adds an RMSNorm per tapped layer; norm_output false "
+                                         f"skips the final norm)")
         ec = hf.get("eagle_config") or {}
         if not isinstance(ec, dict):
             raise ValueError(f"{REFERENCE_WHERE}: 'eagle_config' must be a JSON object, got {ec!r}")
         ids = ec.get("eagle_aux_hidden_state_layer_ids")
         if ids is None:
             raise UnsupportedConfigError(
-                f"{REFERENCE_WHERE}: config.json does not say which target layers the drafter reads; add "
-                f"\"eagle_config\": {{\"eagle_aux_hidden_state_layer_ids\": [1, L // 2 - 1, L - 4]}} (the reference's "
-                f"default for an L-layer target: outputs of those layers, 0-based)")
+                f"{REFERENCE_WHERE}: config.json does not say which target layers the drafter reads (no "
+                f"eagle_config.eagle_aux_hidden_state_layer_ids); the reference then takes the outputs of layers "
+                f"[1, L // 2 - 1, L - 4] of its L-layer target: load it with "
+                f"specjax.models.load_checkpoint(DIR, target_cfg=TARGET_CFG), or add \"eagle_config\": "
+                f"{{\"eagle_aux_hidden_state_layer_ids\": [1, L // 2 - 1, L - 4]}} to config.json")
         if not isinstance(ids, list) or len(ids) != 3 or not all(isinstance(i, int) for i in ids):
             raise ValueError(f"{REFERENCE_WHERE}: eagle_config.eagle_aux_hidden_state_layer_ids must be a list of "
                              f"three integers (the reference's fc reads 3 * hidden_size), got {ids!r}")
@@ -235,8 +248,9 @@ class Eagle3Config(TargetBound):
         if hf.get("num_hidden_layers", 1) != 1:
             raise UnsupportedConfigError(f"{REFERENCE_WHERE}: num_hidden_layers {hf['num_hidden_layers']} (EAGLE-3 is "
                                          f"one decoder layer)")
-        rest = {k: v for k, v in hf.items() if k not in _REFERENCE_ONLY_KEYS}
-        layer = llama.LlamaConfig.from_hf({**rest, "num_hidden_layers": 1})  # strictly: rope, biases, sliding windows
+        rest = {k: v for k, v in hf.items() if k not in _REFERENCE_ONLY_KEYS + _REFERENCE_IGNORED_KEYS}
+        # strictly: rope, biases, the rest; read as Llama's whatever model_type says (the reference's LlamaConfig)
+        layer = llama.LlamaConfig.from_hf({**rest, "model_type": "llama", "num_hidden_layers": 1})
         if layer.qkv_bias or layer.o_bias or layer.mlp_bias or layer.hidden_act != "silu":
             raise UnsupportedConfigError(f"{REFERENCE_WHERE}: a layer with biases or hidden_act {layer.hidden_act!r} "
                                          f"(specjax's EAGLE-3 layer: no biases, SwiGLU)")
@@ -255,8 +269,8 @@ class Eagle3Config(TargetBound):
         type are not recorded there). Raises ValueError for a drafter the layout cannot hold."""
         if not self.own_head:
             raise ValueError("the EAGLE-3 reference layout stores the drafter's own lm_head: this drafter uses the "
-                             "target's (draft_vocab_size None); convert it with specjax.drafters.eagle3."
-                             "with_own_head(params, cfg, target_params, target_cfg) first")
+                             "target's (draft_vocab_size None); convert it with specjax.models.eagle3_net."
+                             "with_own_head(params, cfg, target_params, target_cfg) first (the same logits)")
         if self.num_features != 3:
             raise ValueError(f"the EAGLE-3 reference layout reads exactly three target layers (fc: 3 * hidden_size), "
                              f"this drafter reads {list(self.target_layer_ids)}")
@@ -273,13 +287,51 @@ class Eagle3Config(TargetBound):
         }
 
 
-# The reference layout (SpecForge / EAGLE): its draft class, the keys specjax reads itself before parsing the
-# Llama rest, and the rotary table length written (the reference extends its table past it when needed).
+# The reference layout (SpecForge / EAGLE): its draft class (SpecForge's; EAGLE's own training config names the
+# plain Llama class), the keys specjax reads itself before parsing the Llama rest, the keys the reference's draft
+# model never reads (SpecForge specforge/modeling/draft/llama3_eagle.py, LlamaForCausalLMEagle3 and its
+# LlamaAttention: no sliding window, no MoE, no target type; published configs copied from their target's carry
+# them), the variants' keys accepted at their neutral values, and the rotary table length written (the reference
+# extends its table past it when needed).
 REFERENCE_ARCHITECTURE = "LlamaForCausalLMEagle3"
+EAGLE_TRAIN_ARCHITECTURE = "LlamaForCausalLM"  # SafeAILab/EAGLE eagle/traineagle3/config.json
 REFERENCE_WHERE = "EAGLE-3 reference layout (SpecForge / EAGLE LlamaForCausalLMEagle3)"
 REFERENCE_MAX_POSITIONS = 2048
 REFERENCE_TENSORS = ("d2t", "t2d")  # int64[K] offsets, bool[V] membership: the draft vocabulary's maps
-_REFERENCE_ONLY_KEYS = ("draft_vocab_size", "eagle_config", "architectures", "target_hidden_size", "num_hidden_layers")
+_REFERENCE_ONLY_KEYS = ("draft_vocab_size", "eagle_config", "architectures", "target_hidden_size", "num_hidden_layers",
+                        "fc_norm", "norm_output")
+_REFERENCE_IGNORED_KEYS = ("use_sliding_window", "sliding_window", "max_window_layers", "layer_types",
+                           "decoder_sparse_step", "target_model_type")
+_REFERENCE_NEUTRAL = {"fc_norm": (None, False), "norm_output": (None, True)}
+
+
+def reference_target_layer_ids(target_num_layers: int) -> tuple[int, int, int]:
+    """The taps both references take when a config.json names none: the outputs of layers 1, L // 2 - 1, L - 4
+    (0-based) of an L-layer target, whatever L (no tiny-target fallback, unlike `default_target_layer_ids`).
+
+    SafeAILab/EAGLE eagle/model/modeling_llama_kv.py (LlamaModel.forward) appends the hidden state *entering*
+    layers idx == 2, L // 2 and L - 3, i.e. the outputs of layers 1, L // 2 - 1, L - 4. SpecForge
+    specforge/algorithms/model_providers.py (resolve_eagle_capture_layers) falls back to [1, L // 2 - 1, L - 4]
+    counted as *outputs*: its capture hook (sglang set_eagle3_layers_to_capture) adds 1 and records the input of
+    that layer. The same three layers. Raises ValueError for L < 4 (L - 4 would be negative)."""
+    if target_num_layers < 4:
+        raise ValueError(f"the EAGLE-3 reference's default taps [1, L // 2 - 1, L - 4] need a target of >= 4 layers, "
+                         f"got {target_num_layers}")
+    return (1, target_num_layers // 2 - 1, target_num_layers - 4)
+
+
+def with_target_taps(hf: dict[str, Any], target_num_layers: int) -> dict[str, Any]:
+    """A reference-layout config.json dict whose taps are left to the target (no
+    `eagle_config.eagle_aux_hidden_state_layer_ids`, as SpecForge's llama3-8B-eagle3.json and EAGLE's own
+    training config) with them filled in as the reference takes them from a `target_num_layers`-layer target
+    (`reference_target_layer_ids`); any other dict unchanged. Pure: `hf` is not modified."""
+    ec = hf.get("eagle_config") if isinstance(hf, dict) else None
+    if not is_reference_config(hf) or (isinstance(ec, dict) and ec.get("eagle_aux_hidden_state_layer_ids") is not None):
+        return hf
+    if ec is not None and not isinstance(ec, dict):
+        return hf  # from_reference names the malformed entry
+    taps = list(reference_target_layer_ids(target_num_layers))
+    return {**hf, "eagle_config": {**(ec or {}), "eagle_aux_hidden_state_layer_ids": taps}}
 
 
 def is_reference_config(hf: dict[str, Any]) -> bool:

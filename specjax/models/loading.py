@@ -18,7 +18,10 @@ recognised by its config keys (`reference_layout`): z-lab/dflash's DFlash (a Qwe
 with `dflash_config`; the same tensor names), SpecForge's Domino (DFlash's + the head's
 `dflash_config` entries; head tensors `prefix_gru.*`, `embed_proj.{0,2}.weight`), SpecForge /
 EAGLE's EAGLE-3 (a Llama config.json with `draft_vocab_size`; `lm_head.weight` [K, E] and the
-draft vocabulary as `d2t` int64[K] offsets + `t2d` bool[V] instead of `draft_vocab.ids`).
+draft vocabulary as `d2t` int64[K] offsets + `t2d` bool[V] instead of `draft_vocab.ids`). DFlash's and
+Domino's layouts hold no draft vocabulary: a save leaves it out with a `ReferenceLayoutWarning`. A
+reference config that leaves a fact to the target (EAGLE-3's taps without `eagle_config`) takes it from
+`load_checkpoint(..., target_cfg=)`.
 
 Drafters that project with their target's LM head (DFlash, Domino, EAGLE-3: `TargetBound`
 configs) may carry a reduced draft vocabulary, params["draft_vocab"]["ids"] int32[K]
@@ -35,6 +38,7 @@ import os
 import re
 import types
 import typing
+import warnings
 from pathlib import Path
 
 import jax
@@ -214,19 +218,32 @@ def _set(tree: dict, path: tuple[str, ...], value) -> None:
     tree[path[-1]] = value
 
 
-def load_config(directory: str | os.PathLike) -> ModelConfig:
-    """The strict `ModelConfig` of a checkpoint directory's config.json (unknown settings raise)."""
+def load_config(directory: str | os.PathLike, target_cfg: ModelConfig | None = None) -> ModelConfig:
+    """The strict `ModelConfig` of a checkpoint directory's config.json (unknown settings raise).
+
+    target_cfg: the config of the target a drafter's checkpoint is used with, or None. A reference layout
+    that leaves a fact to its target takes it from there, as its reference code does (EAGLE-3 without
+    `eagle_config`: the taps, `specjax.models.eagle3.with_target_taps`), and the drafter is checked against
+    it (`check_target`, ValueError naming every mismatch). Given for a checkpoint that is not a drafter
+    reading a target, it raises ValueError."""
     path = Path(directory) / "config.json"
     if not path.exists():
         raise CheckpointError(f"no config.json in {directory}")
-    return _config_at(path)
+    cfg = _config_at(path, target_cfg)
+    if target_cfg is not None:
+        if not isinstance(cfg, TargetBound):
+            raise ValueError(f"{path}: target_cfg is for a drafter that reads a target (DFlash, Domino, EAGLE-3); "
+                             f"this is a {cfg.model_type} model")
+        cfg.check_target(target_cfg)
+    return cfg
 
 
-def _config_at(path: Path) -> ModelConfig:
-    """The strict config of the config.json file `path` (its name may be a save's temporary one)."""
+def _config_at(path: Path, target_cfg: ModelConfig | None = None) -> ModelConfig:
+    """The strict config of the config.json file `path` (its name may be a save's temporary one); `target_cfg`:
+    `load_config`'s."""
     hf = _read_json(path)
     try:
-        cfg = config_from_hf(hf)
+        cfg = config_from_hf(hf if target_cfg is None else eagle3.with_target_taps(hf, target_cfg.num_layers))
     except UnsupportedConfigError as e:
         raise UnsupportedConfigError(f"{path}: {e}") from None
     except ConfigTypeError as e:  # names the field: the file is all it lacks
@@ -346,10 +363,13 @@ def params_from_tensors(cfg: ModelConfig, tensors: dict[str, np.ndarray], dtype=
     return params
 
 
-def load_checkpoint(directory: str | os.PathLike, dtype=jnp.float32, allow_pickle: bool = False):
-    """Load a HF checkpoint directory. Returns (cfg, params) with params cast to `dtype`."""
+def load_checkpoint(directory: str | os.PathLike, dtype=jnp.float32, allow_pickle: bool = False,
+                    target_cfg: ModelConfig | None = None):
+    """Load a HF checkpoint directory. Returns (cfg, params) with params cast to `dtype`. target_cfg: for a
+    drafter, the config of the target it is used with (`load_config`: a reference layout's facts left to the
+    target, e.g. EAGLE-3's taps without `eagle_config`, come from it, and the drafter is checked against it)."""
     directory = Path(directory)
-    cfg = load_config(directory)
+    cfg = load_config(directory, target_cfg)
     layout = "reference" if reference_layout(_read_json(directory / "config.json")) else "specjax"
     return cfg, params_from_tensors(cfg, read_tensors(directory, allow_pickle), dtype, _weights_source(directory),
                                     layout)
@@ -399,7 +419,8 @@ def save_checkpoint(directory: str | os.PathLike, cfg: ModelConfig, params: dict
     layout: "specjax" (`cfg.to_hf()`) or "reference", for a DFlash, Domino or EAGLE-3 drafter: the layout
       its reference code writes and loads with strict=True (exactly its tensor keys; `cfg.to_reference()`):
       z-lab/dflash `DFlashDraftModel` and SpecForge `DominoDraftModel` (Qwen3 config.json with
-      `dflash_config`; no draft vocabulary), SpecForge / EAGLE `LlamaForCausalLMEagle3` (Llama config.json,
+      `dflash_config`; no draft vocabulary: a drafter's ids are left out, with a `ReferenceLayoutWarning`),
+      SpecForge / EAGLE `LlamaForCausalLMEagle3` (Llama config.json,
       the own `lm_head` and `d2t` / `t2d`; without `embed_tokens.weight`, which the reference takes from the
       target, as SpecForge's own saved checkpoints)."""
     if layout not in ("specjax", "reference"):
@@ -408,10 +429,9 @@ def save_checkpoint(directory: str | os.PathLike, cfg: ModelConfig, params: dict
         if not isinstance(cfg, (DFlashConfig, Eagle3Config)):
             raise ValueError(f"layout='reference' is a DFlash, Domino or EAGLE-3 drafter's reference layout; a "
                              f"{type(cfg).__name__} has none")
-        if "draft_vocab" in params and isinstance(cfg, DFlashConfig):
-            raise ValueError(f"the {cfg.kind} reference layout has no draft vocabulary tensor: save the "
-                             f"full-vocabulary drafter (params without 'draft_vocab')")
         hf = cfg.to_reference()  # raises first: nothing is written for a drafter the layout cannot hold
+        if "draft_vocab" in params and isinstance(cfg, DFlashConfig):
+            params = _without_draft_vocab(cfg, params)
     directory = Path(directory)
     if dtype is not None:
         _check_save_dtype(np.dtype(dtype), "dtype")
@@ -429,6 +449,21 @@ def save_checkpoint(directory: str | os.PathLike, cfg: ModelConfig, params: dict
                             "config.json": (json.dumps(hf, indent=2) + "\n").encode()},
                 verify=lambda staged: _verify_saved(staged, tensors, hf), stale=_stale_weight_files(directory))
     return directory
+
+
+def _without_draft_vocab(cfg: DFlashConfig, params: dict) -> dict:
+    """A DFlash / Domino drafter's params for the reference layout, which has no draft vocabulary: the ids
+    dropped, with a warning saying what that changes and how to restore it."""
+    k = int(np.asarray(params["draft_vocab"]["ids"]).size)
+    warnings.warn(f"the {cfg.kind} reference layout has no draft vocabulary (the reference projects with the "
+                  f"target's whole LM head): saved without this drafter's {k} ids, so the saved drafter drafts over "
+                  f"all {cfg.vocab_size} tokens (the same logits on those {k}); to restrict it again after loading: "
+                  f"specjax.models.draft_vocab.with_draft_vocab(params, ids)", ReferenceLayoutWarning, stacklevel=3)
+    return {key: v for key, v in params.items() if key != "draft_vocab"}
+
+
+class ReferenceLayoutWarning(UserWarning):
+    """A save to a reference layout left out something the layout cannot hold (the message says what)."""
 
 
 # Dtypes a saved weight may have: the ones `params_from_tensors` reads back (real floating point that

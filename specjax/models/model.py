@@ -414,8 +414,21 @@ def check_params(cfg: ModelConfig, params, owner: str) -> None:
                       sorted(set(want) - set(got)), sorted(set(got) - set(want)), bad, "unexpected params")
 
 
+def early_exit(cfg: ModelConfig, params: dict, layers: int) -> tuple[ModelConfig, dict]:
+    """A draft LM made of the target itself: its first `layers` layers, then its own final norm and LM head
+    (an early exit, as self-speculative decoding drafts; no training, the target's tokenizer and vocabulary).
+    Returns (cfg with num_layers = layers, params sharing the target's arrays; stacked layout). A draft step
+    reads layers/L of the layer weights plus the whole head."""
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers < cfg.num_layers:
+        raise ValueError(f"an early-exit draft keeps 1 to {cfg.num_layers - 1} of the target's {cfg.num_layers} "
+                         f"layers, got {layers!r}")
+    stacked = stack_layers(params) if is_unstacked(params) else params
+    return (dataclasses.replace(cfg, num_layers=layers),
+            {**outer_params(params), "layers": jax.tree.map(lambda x: x[:layers], stacked["layers"])})
+
+
 __all__ = [
-    "ModelConfig", "KVCache", "init_cache", "commit", "config_from_hf", "init_params", "param_shapes",
+    "early_exit", "ModelConfig", "KVCache", "init_cache", "commit", "config_from_hf", "init_params", "param_shapes",
     "forward", "forward_tapped", "forward_jit", "prefill", "prefill_tapped", "causal_mask",
     "pad_prompts", "family", "embed_tokens", "final_norm", "project_to_vocab", "layer_features",
     "check_feature_layers", "check_params", "prefill_unchecked", "unstack_layers", "stack_layers", "is_unstacked",

@@ -24,7 +24,9 @@ On disk (`out/`):
 
 A shard (the next `shard_batches * batch_size` prompts) and then the manifest are written
 atomically once all its prompts are answered, so an interrupted run loses at most the shards in
-flight; re-running the same command continues at the
+flight; the last shard of a run ends early, at the first prompt whose answer brings the directory
+to `--tokens` (its prompts before that one all answered: the cursor stays a prompt index), so a run
+stops within one answer of its target. Re-running the same command continues at the
 manifest's cursor (a different recipe in the same directory is refused). Shards are small
 (int32, compressed): commit them; nobody has to generate them twice.
 """
@@ -196,7 +198,10 @@ def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | p
                     chunk: int = 16, prompt_order: str | pathlib.Path | None = None,
                     deadline: float | None = None) -> dict:
     """Generate until the directory holds >= `response_tokens` response tokens (or the prompts run out);
-    returns the manifest. target: (cfg, params); enc: the target's `PromptEncoder`.
+    returns the manifest. target: (cfg, params); enc: the target's `PromptEncoder`. The last shard ends
+    at the first prompt (in order) whose answer reaches `response_tokens`, so the directory ends with
+    fewer than `response_tokens + max_new_tokens`; the progress bar counts the tokens of that prefix,
+    what the manifest's totals will hold.
 
     A shard is the next `shard_batches * batch_size` prompts of the order. engine "continuous"
     (`specjax.train.continuous`: a pool of batch_size rows refilled as rows finish, prompts of the
@@ -225,10 +230,16 @@ def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | p
     have = _totals(manifest)["response_tokens"]
     if have >= response_tokens or manifest["cursor"] >= len(order):
         return manifest
-    bar = tqdm(total=response_tokens, initial=min(have, response_tokens), unit="tok", disable=not progress,
-               desc="response tokens", smoothing=0.1)
+    bar = tqdm(total=response_tokens, initial=have, unit="tok", disable=not progress, desc="response tokens",
+               smoothing=0.1)
+    start = have
+
+    def show(tokens: int) -> None:  # `tokens`: the run's answered prefix so far, what its shards will hold
+        bar.update(max(start + tokens - bar.n, 0))
+
     make = _continuous_shards if engine == "continuous" else _batched_shards
-    shards = make(cfg, params, enc, recipe, order, manifest["cursor"], shard_batches * recipe.batch_size, bar, chunk)
+    shards = make(cfg, params, enc, recipe, order, manifest["cursor"], shard_batches * recipe.batch_size, chunk,
+                  response_tokens - have, show)
     for shard in shards:
         _write_shard(out, manifest, order, shard)
         have = manifest["totals"]["response_tokens"]
@@ -236,6 +247,7 @@ def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | p
         if have >= response_tokens or (deadline is not None and time.time() >= deadline):
             break
     shards.close()
+    bar.n = have  # what was written (a time box drops the answered prompts of the shard in flight)
     bar.close()
     return manifest
 
@@ -271,17 +283,31 @@ class _Shard:
     engine: dict
 
 
-def _batched_shards(cfg, params, enc, recipe, order, cursor, per_shard, bar, chunk):
-    """The "batched" engine: `generate_ar` over batches of similar prompt lengths."""
+def _answered_prefix(start: int, end: int, front: int, tokens: int, encoded: dict, answers: dict, written: int,
+                     budget: int) -> tuple[int, int, bool]:
+    """Advance `front` (prompts [start, front) answered or skipped, `tokens` response tokens among them) over the
+    answered prompts after it, stopping at `end` or at the first answer that brings `written + tokens` to
+    `budget`: (front, tokens, whether the budget is reached)."""
+    while front < end and front in encoded and (not encoded[front] or front in answers):
+        tokens += len(answers[front]) if encoded[front] else 0
+        front += 1
+        if written + tokens >= budget:
+            return front, tokens, True
+    return front, tokens, False
+
+
+def _batched_shards(cfg, params, enc, recipe, order, cursor, per_shard, chunk, budget, show):
+    """The "batched" engine: `generate_ar` over batches of similar prompt lengths. A shard's batches are
+    sorted by length, so the answered prefix of the last shard (`_answered_prefix`) may need most of it."""
     every = sampled_every(recipe)
-    start = cursor
+    start, written = cursor, 0
     while start < len(order):
         n = min(per_shard, len(order) - start)
         chunk_ids = list(range(start, start + n))
         encoded = {i: encode_prompt(enc, order[i].text, recipe.max_prompt_tokens) for i in chunk_ids}
         kept = sorted((i for i in chunk_ids if encoded[i]), key=lambda i: len(encoded[i]))  # less padded prefill
         t0 = time.time()
-        rows = []
+        rows, answers, front, tokens, enough = [], {}, start, 0, False
         for b0 in range(0, len(kept), recipe.batch_size):
             batch = kept[b0:b0 + recipe.batch_size]
             batch_no = (start // recipe.batch_size) + b0 // recipe.batch_size
@@ -294,14 +320,25 @@ def _batched_shards(cfg, params, enc, recipe, order, cursor, per_shard, bar, chu
                               cache_slots=toks.shape[1] + recipe.max_new_tokens)
             gen, num = np.asarray(res.tokens), np.asarray(res.num_tokens)
             rows += [(i, encoded[i], gen[r, :num[r]].tolist(), 1.0 if sampled else 0.0) for r, i in enumerate(batch)]
-            bar.update(int(num.sum()))
+            answers.update((i, gen[r, :num[r]]) for r, i in enumerate(batch))
+            front, tokens, enough = _answered_prefix(start, start + n, front, tokens, encoded, answers, written,
+                                                     budget)
+            show(written + tokens)
+            if enough:
+                break
+        if enough:  # the run's last shard: its answered prefix reaches the target
+            rows, n = [row for row in rows if row[0] < front], front - start
         yield _Shard(start, n, rows, time.time() - t0, {"name": "batched", "batch_size": recipe.batch_size})
-        start += n
+        if enough:
+            return
+        start, written = start + n, written + tokens
 
 
-def _continuous_shards(cfg, params, enc, recipe, order, cursor, per_shard, bar, chunk):
+def _continuous_shards(cfg, params, enc, recipe, order, cursor, per_shard, chunk, budget, show):
     """The "continuous" engine (`specjax.train.continuous.stream`); a shard is yielded once every
-    prompt of it has finished (the pool already works on the next shard's prompts)."""
+    prompt of it has finished (the pool already works on the next shard's prompts), or, the run's
+    last, once its answered prefix reaches the target (`_answered_prefix`; the answers in flight after
+    it are dropped, as an interrupted run's: a prompt's answer does not depend on the pool)."""
     every = sampled_every(recipe)
     encoded: dict[int, list[int] | None] = {}
 
@@ -314,36 +351,46 @@ def _continuous_shards(cfg, params, enc, recipe, order, cursor, per_shard, bar, 
     finished: dict[int, list[int]] = {}
     start, t0 = cursor, time.time()
     picked = [0]  # response tokens the pool picked since the last shard (in-flight rows included)
+    written, front, tokens = 0, cursor, 0  # the yielded shards' response tokens; the answered prefix after them
 
     def on_tokens(n: int) -> None:
         picked[0] += n
-        bar.update(n)
-
-    def complete(start):
-        end = min(start + per_shard, len(order))
-        return all(i in encoded and (not encoded[i] or i in finished) for i in range(start, end))
 
     results = stream(params, cfg, prompts(), batch_size=recipe.batch_size, max_new_tokens=recipe.max_new_tokens,
                      max_prompt_tokens=recipe.max_prompt_tokens, eos_ids=tuple(cfg.eos_token_ids), seed=recipe.seed,
                      chunk=chunk, on_tokens=on_tokens)
 
-    def ready():  # the shards whose every prompt has finished, oldest first
-        nonlocal start, t0
-        while start < len(order) and complete(start):
-            n = min(per_shard, len(order) - start)
-            kept = [i for i in range(start, start + n) if encoded[i]]
-            rows = [(i, encoded[i], finished.pop(i), 1.0 if every and i % every == every - 1 else 0.0) for i in kept]
-            now = time.time()
-            # the pool's own speed: every token it picked meanwhile, this shard's or the next one's
-            engine = {"name": "continuous", "batch_size": recipe.batch_size, "chunk": chunk,
-                      "sampler": "inverse_cdf",
-                      "pool_tokens_per_s": round(picked[0] / max(now - t0, 1e-9), 1)}
-            yield _Shard(start, n, rows, now - t0, engine)
-            start, t0, picked[0] = start + n, now, 0
+    def shard(n: int) -> _Shard:
+        nonlocal start, t0, written, front, tokens
+        kept = [i for i in range(start, start + n) if encoded[i]]
+        rows = [(i, encoded[i], finished.pop(i), 1.0 if every and i % every == every - 1 else 0.0) for i in kept]
+        now = time.time()
+        # the pool's own speed: every token it picked meanwhile, this shard's or the next one's
+        engine = {"name": "continuous", "batch_size": recipe.batch_size, "chunk": chunk, "sampler": "inverse_cdf",
+                  "pool_tokens_per_s": round(picked[0] / max(now - t0, 1e-9), 1)}
+        out = _Shard(start, n, rows, now - t0, engine)
+        start, t0, picked[0] = start + n, now, 0
+        written, front, tokens = written + sum(len(r[2]) for r in rows), start, 0
+        return out
+
+    def ready():  # the shards whose every prompt has finished, oldest first; True after the run's last
+        nonlocal front, tokens
+        while start < len(order):
+            end = min(start + per_shard, len(order))
+            front, tokens, enough = _answered_prefix(start, end, front, tokens, encoded, finished, written, budget)
+            show(written + tokens)
+            if enough or front == end:  # the target reached, or every prompt of the shard answered (or skipped)
+                yield shard(front - start)
+                if enough:
+                    return True
+            else:
+                return False
+        return False
 
     for i, response in results:
         finished[i] = response
-        yield from ready()
+        if (yield from ready()):
+            return
     yield from ready()  # a last shard whose prompts were all skipped (too long) finishes with no answer
 
 

@@ -379,6 +379,10 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
         dparams, opt_state, loss, metrics = step_fn(dparams, opt_state, touter, batch, vocab, key, jnp.int32(s))
         recent = (recent + [loss])[-tc.log_every:]  # device scalars: read back at a log step, not every step
         bar.update(1)
+        if s == start:  # the first step compiled (jit compiles in the call): rate, ETA and elapsed count from here
+            bar.reset()
+            bar.n = bar.last_print_n = bar.initial = start + 1
+            bar.refresh()
         done = s + 1
         s = done
         if fit and fitted is None and done in (start + 1, start + 1 + FIT_TIMED_STEPS):
