@@ -148,6 +148,11 @@ LONGEST_FIRST = (
     "test_graft.py",  # 88
     "test_eagle3.py",  # 87
     "test_equality.py",  # 74
+    # added 2026-11-26 (session r), estimated from warm --durations x ~1.3 (not a compile report):
+    "test_conformance.py",  # ~70
+    "test_recipe.py",  # ~70 (the one-minute recipe)
+    "test_multiprocess.py",  # ~65
+    "test_testing_kit.py",  # ~55
     "test_cli.py",  # 70
     "test_notebooks.py::test_notebook_executes[domino]",  # 58
     "test_decode.py",  # 54
@@ -163,6 +168,11 @@ LONGEST_FIRST = (
     "test_cache_and_tree_attention.py",  # 28
     "test_decode_sampling.py",  # 27
     "test_device_bench.py",  # 21
+    "test_register.py",  # ~30 (estimated, session r)
+    "test_reference_formats.py",  # ~30 (estimated, session r)
+    "test_train_run.py",  # ~30 (estimated, session r)
+    "test_notebooks.py::test_notebook_executes[quickstart]",  # ~25 (estimated, session r)
+    "test_pipeline_compiles.py",  # ~22 (estimated, session r)
     "test_assets.py",  # 19
 )
 

@@ -14,7 +14,6 @@ import pathlib
 import re
 import sys
 
-import jax
 import pytest
 
 import specjax
@@ -239,4 +238,3 @@ def test_the_readme_block_runs_a_drafter_object_and_a_registered_method():
     code = re.search(r"```python\n(from specjax import Method, MethodSpec.*?)```", readme, re.S).group(1)
     exec(compile(code, "README.md (Pipeline(pair, Method(...)))", "exec"), {"__name__": "readme_block"})  # noqa: S102
     assert registry.parse("pld-16").spec.help == "prompt lookup of 16 tokens"
-    jax.clear_caches()
