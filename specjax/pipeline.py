@@ -166,12 +166,15 @@ def default_method(available) -> str:
 EARLY_EXIT = "early-exit:"  # a draft source: the target's first K layers (`check_source`)
 
 
-def _load_from(where, dtype, target_cfg=None):
-    """(cfg, params) of a draft LM or a trained drafter; target_cfg: the target a drafter reads (a reference
-    layout's facts left to the target, e.g. EAGLE-3's taps without `eagle_config`, come from it)."""
+def _load_from(kind: str, where, dtype, target):
+    """(cfg, params) of the draft LM (kind "draft") or a trained drafter of a reader kind. target: the
+    target's (cfg, params): an early-exit draft is made of them, and a drafter's reference-layout facts left
+    to the target (e.g. EAGLE-3's taps without `eagle_config`) come from its config."""
+    if isinstance(where, str) and where.startswith(EARLY_EXIT):
+        return early_exit(*target, int(where[len(EARLY_EXIT):]))
     if isinstance(where, str) and where.startswith("zoo:"):
         return zoo.load_drafter(where[4:], dtype) if where[4:] in zoo.DRAFTERS else zoo.load(where[4:], dtype)[:2]
-    return load_checkpoint(where, dtype, target_cfg=target_cfg)
+    return load_checkpoint(where, dtype, target_cfg=None if kind == "draft" else target[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,9 +253,7 @@ def load_pair(model: str = "zoo", needs: Sequence[str] = ("draft", *READERS), *,
     where = check_source(model, draft, **readers)
     entry = model_entry(model)
     cfg, params, tok = entry.load(dtype)
-    loaded = {k: (early_exit(cfg, params, int(where[k][len(EARLY_EXIT):]))
-                  if k == "draft" and str(where[k]).startswith(EARLY_EXIT)
-                  else _load_from(where[k], dtype, None if k == "draft" else cfg)) for k in needs if k in where}
+    loaded = {k: _load_from(k, where[k], dtype, (cfg, params)) for k in needs if k in where}
     return Pair(model, cfg, with_layout(params, layout), tok, entry.prefix, loaded.pop("draft", None), loaded)
 
 

@@ -55,6 +55,7 @@ from specjax.models.draft_vocab import split_draft_vocab, with_draft_vocab
 from specjax.models.model import layer_features
 from specjax.sharding import replicate, shard_params
 from specjax.train.data import TokenShards, load_shards
+from specjax.train.trainer import for_compute
 from specjax.train.features import FeatureCache, compute_features, data_sha256, open_feature_cache
 
 __all__ = ["DrafterTrainConfig", "TrainSet", "make_optimizer", "online_steps", "train", "export", "save_state",
@@ -311,7 +312,9 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
 
     `fit_steps` (with a `deadline`, a fresh run): the schedule's length `tc.steps` is replaced, once, by what
     the time left buys at the step time measured over `FIT_TIMED_STEPS` compiled steps (the first, compiling
-    step excluded; one more compile of the step with the fitted schedule is paid for out of the time left),
+    step excluded; a held-out evaluation falling inside the window counts too, so the estimate errs long and
+    a run ends early rather than late; one more compile of the step with the fitted schedule is paid for out
+    of the time left),
     so a time-boxed run ends its cosine decay at the deadline instead of being cut mid-schedule. The fitted
     length is kept in the checkpoint's train_config; a resumed run continues to it.
 
@@ -323,9 +326,9 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "ckpt"
     if resume and ckpt.exists():  # a fitted schedule's length is the checkpoint's, not the config's
-        saved_steps = json.loads((ckpt / "state.json").read_text()).get("train_config", {}).get("steps", tc.steps)
-        if saved_steps != tc.steps and json.loads((ckpt / "state.json").read_text()).get("fitted"):
-            tc = dataclasses.replace(tc, steps=saved_steps)
+        saved = json.loads((ckpt / "state.json").read_text())
+        if saved.get("fitted"):
+            tc = dataclasses.replace(tc, steps=saved["train_config"]["steps"])
     fit = fit_steps and deadline is not None and not (resume and ckpt.exists())
     opt, schedule = make_optimizer(tc)
     dparams = init_params(dcfg, jax.random.key(tc.seed), jnp.float32)
@@ -351,11 +354,18 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
         vocab = None if vocab is None else replicate(vocab, mesh)
     n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams)))
     dtype_arg = {} if compute_dtype is None else {"compute_dtype": compute_dtype}  # a kind without it still runs
-    step_fn, eval_fn = step_factory(dcfg, tcfg, opt, tc, **dtype_arg)
+
+    def steps_for(opt, tc):
+        """The kind's jitted (step, evaluate) for this optimiser, computing the features when online."""
+        step_fn, eval_fn = step_factory(dcfg, tcfg, opt, tc, **dtype_arg)
+        return online_steps(step_fn, eval_fn, tcfg, trainset.layers) if online else (step_fn, eval_fn)
+
+    step_fn, eval_fn = steps_for(opt, tc)
+    # the frozen params cast once, not in every step (the step's own cast is then a no-op)
+    touter = for_compute(touter, compute_dtype)
     if online:
-        if target_dtype is not None:  # cast once, not in every step (half the memory in bfloat16, too)
+        if target_dtype is not None:  # half the memory in bfloat16, too
             target_params = jax.tree.map(lambda x: x.astype(target_dtype), target_params)
-        step_fn, eval_fn = online_steps(step_fn, eval_fn, tcfg, trainset.layers)
         touter = (touter, target_params)
     valid = trainset.valid_batch()
     end = tc.steps if stop_after is None else min(tc.steps, start + stop_after)
@@ -395,9 +405,7 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
                 fitted = max(done + 1, done + int(0.97 * left / step_s))
                 tc = dataclasses.replace(tc, steps=fitted)
                 opt, schedule = make_optimizer(tc)  # the same state layout: the count carries on
-                step_fn, eval_fn = step_factory(dcfg, tcfg, opt, tc, **dtype_arg)
-                if online:
-                    step_fn, eval_fn = online_steps(step_fn, eval_fn, tcfg, trainset.layers)
+                step_fn, eval_fn = steps_for(opt, tc)
                 end = fitted if stop_after is None else min(fitted, start + stop_after)
                 bar.total = fitted
                 say(f"fitted the schedule to the deadline: {step_s * 1e3:.1f} ms a step after the first compile "

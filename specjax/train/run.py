@@ -54,16 +54,9 @@ RUN_FILE = "run.json"
 FEATURE_MODES = ("auto", "cache", "online")
 
 
-def target_dtype(mode: str):
-    """The online features' forward dtype: bfloat16 or float32 as asked; "auto": bfloat16 off a CPU."""
-    if mode == "auto":
-        mode = "float32" if jax.default_backend() == "cpu" else "bfloat16"
-    return jnp.bfloat16 if mode == "bfloat16" else None
-
-
-def drafter_dtype(mode: str):
-    """The drafter's products in a training step: bfloat16 or float32 as asked; "auto": bfloat16 off a CPU
-    (master weights and optimizer state stay float32 either way)."""
+def step_dtype(mode: str):
+    """A training step's product dtype (`TrainPlan.target_dtype`, `drafter_dtype`): jnp.bfloat16, or None for
+    float32, as asked; "auto": bfloat16 off a CPU (where XLA converts bfloat16 products slowly)."""
     if mode == "auto":
         mode = "float32" if jax.default_backend() == "cpu" else "bfloat16"
     return jnp.bfloat16 if mode == "bfloat16" else None
@@ -308,8 +301,8 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     mesh = None if plan.mesh is None else make_mesh(data=plan.mesh[0], model=plan.mesh[1])
     dparams, log = train((tcfg, touter), dcfg, trainset, tc, plan.out, step_factory=trainer.make_step, vocab=vocab,
                          resume=plan.resume, stop_after=plan.stop_after, mesh=mesh, init=init, deadline=deadline,
-                         target_params=tparams if online else None, target_dtype=target_dtype(plan.target_dtype),
-                         fit_steps=plan.fit_steps, compute_dtype=drafter_dtype(plan.drafter_dtype))
+                         target_params=tparams if online else None, target_dtype=step_dtype(plan.target_dtype),
+                         fit_steps=plan.fit_steps, compute_dtype=step_dtype(plan.drafter_dtype))
     if not plan.export or not is_main():  # process 0 exports
         barrier("specjax-export")
         return {"params": dparams, "log": log, "export": None}
@@ -320,13 +313,13 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
         "data": {"directory": plan.data, "sha256": dsha, **shards.manifest.get("totals", {}),
                  "recipe": shards.manifest.get("recipe")},
         "features": {"cache": cache or "computed in each step (online)", "layers": list(layers),
-                     "target_dtype": None if not online else jnp.dtype(target_dtype(plan.target_dtype)
+                     "target_dtype": None if not online else jnp.dtype(step_dtype(plan.target_dtype)
                                                                        or jnp.float32).name},
         "draft_vocab": {"k": plan.draft_vocab or tcfg.vocab_size, "from_init": init_ids is not None,
                         "covers_response_tokens": round(float(
                             responses[np.asarray(vocab.ids)].sum() / responses.sum()), 4) if vocab is not None else 1.0},
         "train_config": {**dataclasses.asdict(tc), "steps": state["train_config"]["steps"]},
-        "drafter_products": jnp.dtype(drafter_dtype(plan.drafter_dtype) or jnp.float32).name,
+        "drafter_products": jnp.dtype(step_dtype(plan.drafter_dtype) or jnp.float32).name,
         "schedule_fitted_to_minutes": plan.minutes if state.get("fitted") else None, "arch": dataclasses.asdict(arch), "drafter": dcfg.to_hf(),
         "mask_token": {"id": int(mask_id), "count_in_data": int(counts[mask_id])},
         "params": int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams))),
