@@ -27,21 +27,22 @@
 # **On SmolLM2.** The other paper notebooks run on SmolLM2-135M-Instruct (`cpu-smollm2`); DynaTree
 # drafts with a separate small LM that shares the target's tokenizer (the paper: Pythia-70M for
 # Pythia-2.8B, 1/40 of its size), and the offline registry holds no smaller model with SmolLM2's
-# 49,152-token vocabulary. The nearest draft at hand is SmolLM2's own first layers under its final
-# norm and LM head (`--draft early-exit:K`, `specjax.models.model.early_exit`, profile
-# `cpu-smollm2-early-exit`), untrained: measured on 4 Wikipedia openings, 64 new tokens
-# (`specjax bench --model smollm2-135m --draft early-exit:K --dataset wiki --methods
-# ar,chain4,dynatree-zoo --prompts 5 --warmup 1 --max-new-tokens 64`), its tokens are accepted 1.4 %
-# (K = 6) and 2.8 % (K = 12) of the time, τ 1.05-1.11, and a draft step reads the whole 28M-parameter
-# head (a third of a target step): every speculative method runs at 0.2-0.36x AR, so the orderings the
-# paper is about cannot show. A draft LM distilled on SmolLM2's answers is the missing piece (not done);
-# `cpu-smollm2` here says so and runs `cpu-tiny`.
+# 49,152-token vocabulary. `cpu-smollm2` uses the zoo's `smollm2-135m-draft`: a 4-layer x 192 LM
+# (11M parameters, 1/12 of the target) distilled on the target's own answers (`python -m specjax.train
+# draft-lm`, `specjax/zoo/TRAINING.md`). Measured outside this notebook (docs/results.md, "DynaTree on
+# SmolLM2": 10 prompts each of GSM8K / HumanEval / wiki, 128 new tokens, one run): chain4 0.89x AR (τ
+# 1.77), DynaTree with the paper's knobs 0.74x (τ 1.71), the fixed 5x2 tree 0.32x (τ 2.16): the fixed tree
+# falls behind as in the paper, DynaTree does not beat the chain with this draft on this CPU (its trees stay
+# at ~2.6 nodes). The untrained alternative, SmolLM2's own first layers under its final norm and LM head
+# (`--draft early-exit:K`, profile `cpu-smollm2-early-exit`), is accepted 1.4 % (K = 6) and 2.8 % (K = 12)
+# of the time (0.2-0.36x AR). The committed `dynatree.ipynb` outputs are still the `cpu-tiny` run (this
+# profile has not been run through the whole notebook yet).
 #
 # **Profiles.** `cpu-tiny` (default; the committed outputs) uses the embedded pair
 # (`specjax.zoo`: a 4.9M-parameter GPT-NeoX target and a 1.1M draft trained by specjax on
 # Wikipedia + ShareGPT), a handful of held-out Wikipedia openings and short generations, on
-# whatever device JAX finds; `cpu-smollm2-early-exit` the same sizes on SmolLM2-135M-Instruct with
-# its untrained early-exit draft (above). `gpu` uses longer prompts and generations, and real checkpoints
+# whatever device JAX finds; `cpu-smollm2` the same sizes on SmolLM2-135M-Instruct with its distilled
+# draft LM, `cpu-smollm2-early-exit` with its untrained early-exit draft (above). `gpu` uses longer prompts and generations, and real checkpoints
 # when `SPECJAX_TARGET` / `SPECJAX_DRAFT` point to HF-layout directories (e.g. Pythia-2.8B
 # and Pythia-70M, the paper's pair). `ci` is the test suite's smoke run
 # (`tests/test_notebooks.py`): the embedded pair, one counted prompt and no warm-up, 24 new
@@ -85,11 +86,9 @@ PROFILES = {
                 prompt_lengths=(100, 200, 800), sweep_prompts=4, sweep_depths=(3, 4, 5, 6, 7, 8),
                 sweep_branching=(2, 3, 4), sweep_taus=(0.01, 0.02, 0.03, 0.05, 0.1)),
 }
+PROFILES["cpu-smollm2"] = PROFILES["cpu-tiny"]  # the same sizes: SmolLM2 and its distilled draft LM (above)
 PROFILES["cpu-smollm2-early-exit"] = PROFILES["cpu-tiny"]  # the same sizes: SmolLM2, drafted by its first layers
 EARLY_EXIT_LAYERS = 6  # the early-exit draft of cpu-smollm2-early-exit (see "On SmolLM2" above)
-if PROFILE == "cpu-smollm2":  # `make notebooks`' default for every notebook: no usable SmolLM2 draft LM (above)
-    print("profile cpu-smollm2: DynaTree has no trained draft LM with SmolLM2's tokenizer; running cpu-tiny instead")
-    PROFILE = "cpu-tiny"
 if PROFILE not in PROFILES:
     raise ValueError(f"unknown profile {PROFILE!r}: one of {', '.join(PROFILES)}")
 P = PROFILES[PROFILE]
@@ -104,6 +103,9 @@ if os.environ.get("SPECJAX_TARGET"):
         raise ValueError("SPECJAX_TARGET is set but SPECJAX_DRAFT is not: give both checkpoint directories")
     pair = load_pair(os.environ["SPECJAX_TARGET"], ("draft",), draft=os.environ["SPECJAX_DRAFT"])
     names = (os.environ["SPECJAX_TARGET"], os.environ["SPECJAX_DRAFT"])
+elif PROFILE == "cpu-smollm2":
+    pair = load_pair("smollm2-135m", ("draft",))  # the zoo's draft LM, smollm2-135m-draft
+    names = ("smollm2-135m-instruct", "smollm2-135m-draft")
 elif PROFILE == "cpu-smollm2-early-exit":
     pair = load_pair("smollm2-135m", ("draft",), draft=f"early-exit:{EARLY_EXIT_LAYERS}")
     names = ("smollm2-135m-instruct", f"smollm2-135m-instruct, first {EARLY_EXIT_LAYERS} layers (early exit)")

@@ -93,6 +93,8 @@ MODELS = {m.name: m for m in (
     NamedModel("zoo", _load_zoo_target, "tiny-neox", "tiny-neox-target", "tiny-neox-draft", "tiny-neox-draft",
                (zoo.EOS_ID,), _zoo_prompt),
     NamedModel("smollm2-135m", _load_smollm2, "smollm2-135m", "smollm2-135m-instruct (Q4_1 GGUF)",
+               "smollm2-135m-draft (11M, distilled)" if zoo.has("smollm2-135m-draft") else None,
+               "smollm2-135m-draft" if zoo.has("smollm2-135m-draft") else None,
                default_prompt=lambda: "The capital of France is", dataset_chat=True, held_out="gsm8k"),
 )}
 
@@ -173,7 +175,7 @@ def _load_from(kind: str, where, dtype, target):
     if isinstance(where, str) and where.startswith(EARLY_EXIT):
         return early_exit(*target, int(where[len(EARLY_EXIT):]))
     if isinstance(where, str) and where.startswith("zoo:"):
-        return zoo.load_drafter(where[4:], dtype) if where[4:] in zoo.DRAFTERS else zoo.load(where[4:], dtype)[:2]
+        return zoo.load_drafter(where[4:], dtype)
     return load_checkpoint(where, dtype, target_cfg=None if kind == "draft" else target[0])
 
 

@@ -9,7 +9,8 @@ Phases, each with its share of the budget (`RecipeConfig.shares`), each stopped 
 1. **data**: the target's answers to the training prompts (`specjax.train.data.generate_shards`,
    the continuous engine), continuing the data directory's manifest (`--data`; default DIR/data); it
    stops after the first shard that ends past its deadline.
-2. **train**: each drafter kind in turn (`specjax.train.run.run`, DFlash by default) for its share, the
+2. **train**: each drafter kind in turn (`specjax.train.run.run`, DFlash by default; `--kinds
+   dflash,eagle3,draft-lm` adds an EAGLE-3 drafter and a draft LM for chains and DynaTree) for its share, the
    schedule sized from the plan's step-time estimate and cut by a deadline at a checkpoint; a second
    run with the same DIR resumes it (same recipe) towards the planned steps.
 3. **export**: the last good weights with `recipe.json` (data, compute, every command, checksums), and
@@ -48,7 +49,11 @@ from specjax.pipeline import MODELS, model_entry
 from specjax.train.data import DataRecipe, generate_shards, load_target, read_manifest_file
 from specjax.train.run import TRAINERS, TrainPlan, run
 
-__all__ = ["DEVICE_PROFILES", "DeviceProfile", "RecipeConfig", "plan", "run_recipe"]
+__all__ = ["DEVICE_PROFILES", "DeviceProfile", "MEASURED", "RecipeConfig", "plan", "run_recipe"]
+
+# The methods the measure phase runs for each trained kind: DFlash under DDTree, EAGLE-3 and Domino as
+# themselves, a draft LM as a chain and under DynaTree (the paper's comparison).
+MEASURED = {"dflash": ("ddtree-8",), "eagle3": ("eagle3",), "domino": ("domino",), "draft-lm": ("chain4", "dynatree")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +74,8 @@ class DeviceProfile:
         and `step_batch` sequences (None: estimated from FLOP/s); other sizes scale it by their products.
       step_layers: the drafter layers of the measured step.
       step_batch: the sequences of the measured step.
+      data_compile_s: seconds the data engine's first shard spends compiling its programs (measured; the plan
+        expects tokens only from the time after them).
       source: where the figures come from.
     """
 
@@ -83,20 +90,23 @@ class DeviceProfile:
     step_s: float | None = None
     step_layers: int = 1
     step_batch: int = 8
+    data_compile_s: float = 0.0
     source: str = ""
 
 
 DEVICE_PROFILES = {
-    "cpu-2": DeviceProfile("cpu", "2 x86-64 cores", "cpu", 24, 35.7, 0.2, 128, 97.0, 1.0, 1, 8,
-                           "measured here: data engine 97 response tok/s alone (pool 128), a one-layer SmolLM2 DFlash "
-                           "step 1.0 s (zoo/TRAINING.md), bandwidth 35.7 GB/s (bench-device)"),
-    "h100": DeviceProfile("gpu", "NVIDIA H100 80GB HBM3", "H100", 80, 3350, 989, 512, 16_400.0, 0.0388, 3, 32,
+    "cpu-2": DeviceProfile("cpu", "2 x86-64 cores", "cpu", 24, 35.7, 0.2, 128, 97.0, 1.0, 1, 8, 90.0,
+                           "measured here: data engine 97 response tok/s alone (pool 128) after ~90 s of compiles, a "
+                           "one-layer SmolLM2 DFlash step 1.0 s (zoo/TRAINING.md), bandwidth 35.7 GB/s (bench-device)"),
+    "h100": DeviceProfile("gpu", "NVIDIA H100 80GB HBM3", "H100", 80, 3350, 989, 512, 16_400.0, 0.0388, 3, 32, 165.0,
                           "measured 2026-11-26 (docs/results.md): the data engine 14.8-16.6k response tok/s (pool 512, "
-                          "float32, after its compiles); a 3-layer SmolLM2 DFlash step of 32 sequences with online "
-                          "bfloat16 target features 38.8 ms; bandwidth and FLOP/s published"),
-    "h200": DeviceProfile("gpu", "NVIDIA H200", "H200", 141, 4800, 989, 512, None, 0.0388, 3, 32,
-                          "published bandwidth and FLOP/s; the data rate scaled from the H100's by bandwidth, the "
-                          "training step the H100's (the same FLOP/s; not measured on an H200)"),
+                          "float32), after 165 s of compiles in its first shard (171.8 s for 111,161 tokens, the "
+                          "programs compiled as they came; --precompile compiles them in threads: not measured yet); "
+                          "a 3-layer SmolLM2 DFlash step of 32 sequences with online bfloat16 target features "
+                          "38.8 ms; bandwidth and FLOP/s published"),
+    "h200": DeviceProfile("gpu", "NVIDIA H200", "H200", 141, 4800, 989, 512, None, 0.0388, 3, 32, 165.0,
+                          "published bandwidth and FLOP/s; the data rate scaled from the H100's by bandwidth, its "
+                          "compiles and the training step the H100's (not measured on an H200)"),
 }
 
 
@@ -231,8 +241,10 @@ def plan(cfg: RecipeConfig) -> dict:
     if rate is None:
         rate = DEVICE_PROFILES["h100"].data_tokens_per_s * dev.bandwidth_gbs / DEVICE_PROFILES["h100"].bandwidth_gbs
         rate_source = "the H100's measured rate scaled by bandwidth"
+    compile_s = dev.data_compile_s
     if tcfg.hidden_size < 512:  # a tiny target: the engine is dispatch-bound, ~20x SmolLM2's rate on a CPU
         rate, rate_source = rate * 20, rate_source + ", x20 for a tiny target (estimate)"
+        compile_s = min(compile_s, 10.0)  # the zoo pair's first shard compiled in 8-9 s on this CPU
     drafter = _drafter_params(tcfg, d["arch"])
     t = d["train"]
     tokens_per_step = t["batch_size"] * t["anchors"] * d["arch"]["block_size"]
@@ -260,7 +272,7 @@ def plan(cfg: RecipeConfig) -> dict:
         "budget_s": {"data": round(data_s), "train": round(train_s), "measure": round(measure_s)},
         "data": {**d["data"], "pool": pool, "memory_gib": round((pool * kv_per_row + weights) / 2 ** 30, 2),
                  "response_tokens_per_s": round(rate), "rate_source": rate_source,
-                 "expected_response_tokens": int(rate * data_s)},
+                 "compile_s": compile_s, "expected_response_tokens": int(rate * max(0.0, data_s - compile_s))},
         "train": {"kinds": list(cfg.kinds), "arch": d["arch"], **t, "seq_len": d["seq_len"], "valid_rows": d["valid_rows"],
                   "draft_vocab": d["draft_vocab"], "drafter_params": drafter,
                   "memory_gib": round((16 * drafter + features + weights) / 2 ** 30, 2),
@@ -293,7 +305,8 @@ def run_recipe(cfg: RecipeConfig, log=print) -> dict:
     before = (existing or {}).get("totals", {}).get("response_tokens", 0)
     t0 = time.time()
     manifest = generate_shards((tcfg, tparams), enc, recipe, data_dir, response_tokens=before + 10 ** 12,
-                               shard_batches=1, progress=False, deadline=data_end, prompt_order=cfg.prompt_order)
+                               shard_batches=1, progress=False, deadline=data_end, prompt_order=cfg.prompt_order,
+                               precompile="auto")  # every program compiled before the first shard on an accelerator
     made = manifest["totals"]["response_tokens"] - before
     report["phases"]["data"] = {"directory": str(data_dir), "response_tokens_before": before, "response_tokens_made": made,
                                 "seconds": round(time.time() - t0, 1), "shards": len(manifest["shards"]),
@@ -338,8 +351,10 @@ def run_recipe(cfg: RecipeConfig, log=print) -> dict:
 
     # 4. measure against AR on the target's held-out evaluation prompts
     t0 = time.time()
-    methods = ["ar"] + [m for k, m in (("dflash", "ddtree-8"), ("eagle3", "eagle3"), ("domino", "domino")) if k in exports]
-    models = bench_models(cfg.target, **{k: str(v) for k, v in exports.items()})
+    methods = ["ar"] + [m for k, ms in MEASURED.items() if k in exports for m in ms]
+    draft = exports.get("draft-lm")  # a draft LM drafts by itself; the other kinds read the target
+    models = bench_models(cfg.target, draft=None if draft is None else str(draft),
+                          **{k: str(v) for k, v in exports.items() if k != "draft-lm"})
     entry = model_entry(cfg.target)
     suite = run_suite(BenchPlan(methods=tuple(methods), datasets=(entry.held_out,), num_prompts=cfg.measure_prompts + 1,
                                 warmup=1, max_new_tokens=64, prompt_len=64, progress=False, ttft=False),

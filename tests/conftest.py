@@ -157,6 +157,7 @@ LONGEST_FIRST = (
     "test_notebooks.py::test_notebook_executes[domino]",  # 58
     "test_decode.py",  # 54
     "test_dflash.py",  # 49
+    "test_train_draft_lm.py",  # ~35 (estimated, session s)
     "test_verify.py",  # 41
     "test_gguf.py",  # 41
     "test_dynatree.py",  # 39

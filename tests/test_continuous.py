@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from specjax import zoo
+from specjax.bench.timing import compile_totals
 from specjax.decode import generate_ar
 from specjax.models import pad_prompts
-from specjax.train.continuous import pick_rows, refill_sizes, stream
+from specjax.train.continuous import pick_rows, precompile_wanted, prompt_widths, refill_sizes, stream
 
 MAX_NEW, MAX_PROMPT = 12, 16
 
@@ -26,13 +27,13 @@ def _prompts(n: int, seed: int = 0):
     return [rng.integers(3, 8000, size=int(rng.integers(2, MAX_PROMPT + 1))).tolist() for _ in range(n)]
 
 
-def _run(target, prompts, sampled, batch_size, chunk=4):
+def _run(target, prompts, sampled, batch_size, chunk=4, **kw):
     cfg, params = target
     items = [(i, p, s) for i, (p, s) in enumerate(zip(prompts, sampled))]
     order = []
     out = {}
     for i, resp in stream(params, cfg, items, batch_size=batch_size, max_new_tokens=MAX_NEW,
-                          max_prompt_tokens=MAX_PROMPT, eos_ids=(zoo.EOS_ID,), seed=7, chunk=chunk):
+                          max_prompt_tokens=MAX_PROMPT, eos_ids=(zoo.EOS_ID,), seed=7, chunk=chunk, **kw):
         out[i] = resp
         order.append(i)
     return out, order
@@ -128,3 +129,43 @@ def test_refills_pad_to_a_few_row_counts_from_a_sixteenth_of_the_pool():
         assert all(s & (s - 1) == 0 for s in sizes[:-1])
         assert sizes[0] <= max(1, b // 16) and (b < 32 or sizes[0] * 32 > b)
     assert refill_sizes(512) == (32, 64, 128, 256, 512) and refill_sizes(128) == (8, 16, 32, 64, 128)
+
+
+def test_compiling_ahead_gives_the_same_answers_bit_for_bit(target, capsys):
+    """precompile="on" (every refill bucket and the decode chunk compiled first, in threads, then called as
+    executables) and "off" (jitted on first use) answer every prompt, greedy and sampled, with the same tokens
+    in the same order; only "on" says it compiled (2 row counts x 1 width + the decode chunk = 3 programs)."""
+    prompts = _prompts(6, seed=2)
+    sampled = [i % 2 == 0 for i in range(6)]
+    ahead, ahead_order = _run(target, prompts, sampled, batch_size=2, width_step=MAX_PROMPT, precompile="on")
+    said = capsys.readouterr().err
+    lazy, lazy_order = _run(target, prompts, sampled, batch_size=2, width_step=MAX_PROMPT, precompile="off")
+    assert ahead == lazy and ahead_order == lazy_order and sorted(ahead) == list(range(6))
+    assert "continuous: compiled 3 programs in " in said and "compiled" not in capsys.readouterr().err
+    with pytest.raises(ValueError, match="precompile must be one of auto, on, off, got 'yes'"):
+        stream(target[1], target[0], [], batch_size=2, max_new_tokens=4, max_prompt_tokens=8, eos_ids=(zoo.EOS_ID,),
+               precompile="yes")  # refused at the call, before any prompt is read
+    assert precompile_wanted("auto", "cpu") is False and precompile_wanted("auto", "gpu") is True
+
+
+def test_with_precompile_on_nothing_compiles_while_the_pool_streams(target, capsys):
+    """Counted with jax's compile events (`compile_totals`, a persistent-cache load included) from the moment
+    `stream` reads its first prompt (its programs compiled by then) to its last answer: none. The shapes
+    (pool of 3, widths 8 and 16, 3-step chunks) are this test's own, so a refill or chunk shape the
+    precompile missed would compile here."""
+    cfg, params = target
+    prompts = _prompts(8, seed=3)
+    counts = []
+
+    def items():
+        counts.append(compile_totals())
+        yield from ((i, p, i % 3 == 0) for i, p in enumerate(prompts))
+
+    out = dict(stream(params, cfg, items(), batch_size=3, max_new_tokens=MAX_NEW, max_prompt_tokens=MAX_PROMPT,
+                      eos_ids=(zoo.EOS_ID,), seed=7, chunk=3, width_step=8, precompile="on"))
+    after = compile_totals()
+    assert sorted(out) == list(range(8)) and any(len(p) <= 8 for p in prompts) and any(len(p) > 8 for p in prompts)
+    assert (after["compiles"], after["cache_hits"]) == (counts[0]["compiles"], counts[0]["cache_hits"])
+    assert prompt_widths(MAX_PROMPT, 8) == (8, 16) and refill_sizes(3) == (1, 2, 3)
+    assert "continuous: compiled 7 programs in " in capsys.readouterr().err  # 3 row counts x 2 widths + the chunk
+    assert prompt_widths(192, 32) == (32, 64, 96, 128, 160, 192) and prompt_widths(20, 8) == (8, 16, 20)

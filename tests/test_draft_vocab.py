@@ -20,9 +20,12 @@ from hypothesis import strategies as st
 from specjax import zoo
 from specjax.models import draft_vocab as DV
 from specjax.decode import generate, generate_ar
+from specjax.drafters.chain import ChainDrafter
 from specjax.drafters.ddtree import DDTreeDrafter
+from specjax.drafters.draft_lm import draft_forward
 from specjax.drafters.dflash import DFlashDrafter
 from specjax.drafters.domino import DominoDrafter
+from specjax.drafters.dynatree import DynaTreeDrafter
 from specjax.drafters.eagle3 import eagle3_drafter
 from specjax.drafters.protocol import PromptContext
 from specjax.models import (CheckpointError, GPTNeoXConfig, LlamaConfig, init_cache, init_params, load_checkpoint,
@@ -34,7 +37,7 @@ from specjax.models.domino_net import rollout, teacher_forced_logits
 from specjax.models.eagle3 import Eagle3Config
 from specjax.models.eagle3_net import logits_of
 from specjax.models.loading import DRAFT_VOCAB_TENSOR, read_safetensors, write_safetensors
-from specjax.models.model import project_to_vocab
+from specjax.models.model import forward, project_to_vocab
 from specjax.sampling import Sampling
 from specjax.tree import chain_tree
 from tests.fixtures import PROMPT, TARGET, TARGET_PARAMS, VOCAB, assert_lossless, exact_law, g_test
@@ -223,16 +226,29 @@ def test_checkpoints_round_trip_the_ids(kind, tmp_path):
         load_checkpoint(tmp_path / "d")
 
 
-def test_targets_neither_save_nor_load_a_draft_vocabulary(tmp_path):
-    params = init_params(TARGET, jax.random.key(0))
-    with pytest.raises(ValueError, match="no shared LM head to restrict"):
-        save_checkpoint(tmp_path / "t", TARGET, DV.with_draft_vocab(params, [0]))
-    save_checkpoint(tmp_path / "t", TARGET, params)
-    tensors = dict(read_safetensors(tmp_path / "t" / "model.safetensors"))
-    tensors[DRAFT_VOCAB_TENSOR] = np.zeros(1, np.int32)
-    write_safetensors(tmp_path / "t" / "model.safetensors", tensors)
-    with pytest.raises(CheckpointError, match=r"unexpected tensors.*draft_vocab\.ids"):
-        load_checkpoint(tmp_path / "t")
+@pytest.mark.parametrize("cfg", [TARGET, LlamaConfig(vocab_size=VOCAB, hidden_size=16, num_layers=2, num_heads=2,
+                                                     num_kv_heads=1, head_dim=8, intermediate_size=32,
+                                                     tie_word_embeddings=True)], ids=["neox", "llama-tied"])
+def test_a_draft_lm_saves_loads_and_drafts_over_its_draft_vocabulary(tmp_path, cfg):
+    """A causal LM drafting with its own head (`python -m specjax.train draft-lm --draft-vocab K`) keeps its
+    ids through a checkpoint; `draft_forward` equals the full forward on those K columns (rtol 1e-5: the
+    same contraction over fewer columns) and is EXCLUDED_LOGIT elsewhere; used as a target (plain
+    `forward`) the ids change nothing."""
+    params = perturbed(init_params(cfg, jax.random.key(0)), 1, 0.5)
+    ids = [0, 2, 3]
+    save_checkpoint(tmp_path / "d", cfg, DV.with_draft_vocab(params, ids, VOCAB))
+    cfg2, loaded = load_checkpoint(tmp_path / "d")
+    assert cfg2 == cfg and DV.draft_vocab_ids(loaded).tolist() == ids
+    tokens = jnp.asarray([[1, 2, 3, 0]], jnp.int32)
+    positions = jnp.arange(4, dtype=jnp.int32)[None]
+    mask = jnp.tril(jnp.ones((4, 4), bool))[None]
+    full, _ = forward(params, cfg, tokens, positions, mask, init_cache(cfg, 1, 8))
+    restricted, _ = draft_forward(loaded, cfg, tokens, positions, mask, init_cache(cfg, 1, 8))
+    as_target, _ = forward(loaded, cfg, tokens, positions, mask, init_cache(cfg, 1, 8))
+    np.testing.assert_allclose(np.asarray(restricted)[..., ids], np.asarray(full)[..., ids], rtol=1e-5, atol=1e-6)
+    others = np.setdiff1d(np.arange(VOCAB), ids)
+    assert np.all(np.asarray(restricted)[..., others] == DV.EXCLUDED_LOGIT)
+    np.testing.assert_allclose(np.asarray(as_target), np.asarray(full), rtol=1e-5, atol=1e-6)
 
 
 # ============================================================================ greedy losslessness (the zoo pair)
@@ -285,7 +301,11 @@ def zoo_setting():
 
 
 def zoo_drafter(kind, tcfg):
-    """(drafter, params) of the zoo's DFlash (chain or under DDTree), Domino or EAGLE-3 (tree)."""
+    """(drafter, params) of the zoo's DFlash (chain or under DDTree), Domino, EAGLE-3 (tree), or its draft LM
+    (a chain of 4, or DynaTree)."""
+    if kind in ("chain", "dynatree"):
+        cfg, params, _ = zoo.load("tiny-neox-draft")
+        return (ChainDrafter(cfg, 4) if kind == "chain" else DynaTreeDrafter(cfg, d0=3, d_max=5, n_max=16)), params
     name = {"dflash": "tiny-neox-dflash", "ddtree": "tiny-neox-dflash", "domino": "tiny-neox-domino",
             "eagle3": "tiny-neox-eagle3"}[kind]
     cfg, params = zoo.load_drafter(name)
@@ -294,7 +314,7 @@ def zoo_drafter(kind, tcfg):
     return make(), params
 
 
-@pytest.mark.parametrize("kind", ["dflash", "ddtree", "domino", "eagle3"])
+@pytest.mark.parametrize("kind", ["dflash", "ddtree", "domino", "eagle3", "chain", "dynatree"])
 def test_greedy_lossless_and_never_proposes_an_excluded_token(kind):
     tcfg, tparams, prompts, tokens, lengths, ar, ids, excluded = zoo_setting()
     assert excluded, "the draft vocabulary must exclude tokens AR emits"

@@ -40,7 +40,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
-DEFAULT_PROFILE = "cpu-smollm2"  # `make notebooks`: the committed outputs (dynatree: cpu-tiny, it says why)
+DEFAULT_PROFILE = "cpu-smollm2"  # `make notebooks`: the committed outputs (dynatree: its SmolLM2 draft LM, smollm2-135m-draft)
 # What `test_notebook_executes` runs: the notebooks' smoke-test profile.
 TEST_PROFILE = os.environ.get("SPECJAX_NOTEBOOK_PROFILE", "ci")
 # Per-cell limit in seconds (nbclient's `timeout`); a whole notebook may take longer. `make notebooks`

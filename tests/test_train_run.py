@@ -37,7 +37,7 @@ def test_every_training_module_with_a_trainer_record_is_collected():
                 for m in pkgutil.iter_modules(train_package.__path__)
                 if not m.name.startswith("_") and m.name != "run"
                 and hasattr(importlib.import_module(f"specjax.train.{m.name}"), "TRAINER")}
-    assert declared == set(TRAINERS) == {"dflash", "domino", "eagle3"}
+    assert declared == set(TRAINERS) == {"dflash", "domino", "draft-lm", "eagle3"}
     for kind, t in TRAINERS.items():
         assert t.kind == kind and dataclasses.is_dataclass(t.arch) and dataclasses.is_dataclass(t.train_config)
 
@@ -62,10 +62,20 @@ def test_a_new_kind_in_its_own_module_is_collected_and_gets_its_command(tmp_path
     monkeypatch.setattr(train_package, "__path__", [*train_package.__path__, str(tmp_path)])
     monkeypatch.delitem(sys.modules, "specjax.train.toy_kind", raising=False)
     found = run_module._collect()
-    assert set(found) == {"dflash", "domino", "eagle3", "toy"} and found["toy"].help == "a toy drafter"
+    assert set(found) == {"dflash", "domino", "draft-lm", "eagle3", "toy"} and found["toy"].help == "a toy drafter"
     monkeypatch.setattr(train_cli, "TRAINERS", found)
     args = train_cli.parser().parse_args(["toy", "--data", "D", "--out", "O", "--width", "5", "--tied", "--lr", "0.5"])
     assert (args.width, args.tied, args.lr, args.gamma) == (5, True, 0.5, 7.0)
+
+
+def test_every_training_flag_says_what_it_does():
+    """Each kind's training-config and architecture flags get their help from the docstrings' "Fields:"
+    entries (a subclass's, else its base's) or `arch_field`: none falls back to a bare field name."""
+    for kind, t in TRAINERS.items():
+        docs = train_cli.field_docs(t.train_config)
+        assert set(docs) >= {f.name for f in dataclasses.fields(t.train_config)}, kind
+        assert docs["lr"].startswith("peak learning rate") and "\n" not in docs["clip"]
+        assert all(f.metadata.get("help") for f in dataclasses.fields(t.arch)), kind
 
 
 def test_values_are_checked_by_type_and_range_naming_the_field():

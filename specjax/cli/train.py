@@ -4,6 +4,7 @@
     python -m specjax.train features --target smollm2-135m --data DATA --layers 2,14,27  # optional: prebuild
     python -m specjax.train dflash   --target smollm2-135m --data DATA --out RUN --export DIR [--resume]
     python -m specjax.train eagle3   ...        python -m specjax.train domino ...      # every trained kind
+    python -m specjax.train draft-lm --target smollm2-135m --data DATA --out RUN --export DIR  # a draft LM
     python -m specjax.train lm       --model target --tokenizer TOK.json --out RUN       # a zoo language model
     python -m specjax.train eval     --target DIR --draft DIR                           # held-out LM report
     python -m specjax.train tokenizer --out TOK.json                                    # the zoo's BPE tokenizer
@@ -22,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import math
+import re
 import sys
 import time
 
@@ -34,6 +37,7 @@ from specjax.cli.common import UsageError
 from specjax.data import compile_cache
 from specjax.data.train_sources import write_prompt_order
 from specjax.train import data
+from specjax.train.continuous import PRECOMPILE_CHOICES
 from specjax.train.data import (ENGINES, DataRecipe, generate_shards, load_shards, load_target, parse_weights)
 from specjax.train.features import build_feature_cache
 from specjax.train.lm import PRESETS, TrainConfig, report, train
@@ -66,14 +70,35 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def field_docs(cls) -> dict[str, str]:
+    """{field: its text} from the "Fields:" sections of the docstrings of `cls` and its bases (a subclass's
+    text wins), each entry `name: text` one indent deeper than "Fields:", continued on deeper lines."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        lines, current, indent = inspect.cleandoc(klass.__doc__ or "").splitlines(), None, None
+        for line in lines[next((i + 1 for i, x in enumerate(lines) if x.strip().startswith("Fields")), len(lines)):]:
+            depth = len(line) - len(line.lstrip())
+            match = re.match(r"(\w+): (.*)", line.strip())
+            if match and (indent is None or depth == indent):
+                indent, current = depth, match.group(1)
+                docs[current] = match.group(2)
+            elif current and line.strip() and depth > (indent or 0):
+                docs[current] += " " + line.strip()
+            elif line.strip():
+                break  # the section ended
+    return docs
+
+
 def _dataclass_flags(ap, cls, skip=()) -> None:
     """One flag per field of dataclass `cls`: bools are switches, else typed by `metadata["parse"]` or the
-    default's type; the help says the default."""
+    default's type; the help is the field's `arch_field` help or its docstring entry (`field_docs`) and says
+    the default."""
+    docs = field_docs(cls)
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         default = f.default
-        doc = f.metadata.get("help", f"{cls.__name__} field {f.name}")
+        doc = f.metadata.get("help") or docs.get(f.name, f"{cls.__name__} field {f.name}")
         if isinstance(default, bool):
             ap.add_argument(_flag(f.name), action="store_true", help=doc)
             continue
@@ -112,6 +137,9 @@ def _data_flags(ap) -> None:
                     "refilled at once (needs EOS ids); batched: generate_ar per batch (default: %(default)s)")
     ap.add_argument("--chunk", type=_number(int), default=16, help="continuous engine: decode steps between refills "
                     "(default: %(default)s)")
+    ap.add_argument("--precompile", choices=PRECOMPILE_CHOICES, default="auto", help="continuous engine: compile "
+                    "every refill shape and the decode chunk before the first shard, concurrently (on), or each when "
+                    "first needed (off); auto: on unless jax runs on the CPU (default: %(default)s)")
     ap.add_argument("--shard-batches", type=_number(int), default=4, help="batches per shard: the unit of "
                     "resumption (default: %(default)s)")
     ap.add_argument("--prompt-order", default=None, metavar="FILE", help="read the prompt order from FILE (made "
@@ -152,7 +180,7 @@ def _data(args) -> int:
                         sampled_fraction=args.sampled_fraction, chat=enc.chat)
     manifest = generate_shards((cfg, params), enc, recipe, args.out, response_tokens=args.tokens,
                                shard_batches=args.shard_batches, engine=args.engine, chunk=args.chunk,
-                               prompt_order=args.prompt_order, deadline=deadline)
+                               prompt_order=args.prompt_order, deadline=deadline, precompile=args.precompile)
     print(json.dumps(manifest["totals"]))
     return 0
 

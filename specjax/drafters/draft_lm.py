@@ -15,7 +15,13 @@ cache follows the target's committed sequence:
   * `commit_path` — after verification the accepted nodes that were forwarded are
     gathered into place (`cache.commit`); rollback is that gather, never a re-forward.
 
-Shapes: B batch, N tree budget, V vocab.
+A draft LM may carry a reduced draft vocabulary (params["draft_vocab"]["ids"], K ids: a draft LM
+trained with `python -m specjax.train draft-lm --draft-vocab K`): `draft_forward` then projects onto
+those K rows of its own head only (E x K instead of E x V per drafted node) and every other token gets
+`EXCLUDED_LOGIT`, as the target-bound drafters do (`specjax.models.draft_vocab`); verification still
+uses the target's full distribution.
+
+Shapes: B batch, N tree budget, V vocab, K draft vocabulary.
 """
 
 from __future__ import annotations
@@ -27,14 +33,15 @@ from flax import struct
 
 from specjax.inputs import require_config
 from specjax.models.cache import KVCache, commit, init_cache
+from specjax.models.draft_vocab import draft_head, split_draft_vocab, vocab_logits, weights_dtype
 from specjax.models.gpt_neox import GPTNeoXConfig
 from specjax.models.llama import LlamaConfig
-from specjax.models.model import ModelConfig, check_params, forward, prefill_unchecked
+from specjax.models.model import ModelConfig, check_params, final_norm, forward, forward_tapped, prefill_unchecked
 from specjax.tree import Tree
 from specjax.verify import WalkResult
 
 __all__ = ["DraftLMDrafter", "DraftLMState", "StaticTreeShape", "catch_up", "check_compatible", "commit_path",
-           "draft_cache_slots", "expand_level", "init_state", "region_mask", "settle_path"]
+           "draft_cache_slots", "draft_forward", "expand_level", "init_state", "region_mask", "settle_path"]
 
 
 @struct.dataclass
@@ -71,6 +78,23 @@ def check_compatible(draft_cfg: ModelConfig, target_cfg: ModelConfig) -> None:
         )
 
 
+GATHERED_HEAD = "head"  # params["draft_vocab"][GATHERED_HEAD]: the K head columns [E, K], gathered once per generation
+
+
+def draft_forward(params: dict, cfg: ModelConfig, tokens, positions, block_mask, cache: KVCache,
+                  region_offset: int | jax.Array = 0) -> tuple[jax.Array, KVCache]:
+    """`specjax.models.model.forward` of a draft LM: (logits f32[B, T, V], cache). With a draft vocabulary
+    (params["draft_vocab"]["ids"] int32[K]) only its K rows of the draft LM's own head are computed
+    (`vocab_logits` on the final-normed last layer), every other column EXCLUDED_LOGIT."""
+    model, ids = split_draft_vocab(params)
+    if ids is None:
+        return forward(model, cfg, tokens, positions, block_mask, cache, region_offset)
+    _, cache, last = forward_tapped(model, cfg, tokens, positions, block_mask, cache, (cfg.num_layers - 1,),
+                                    region_offset, with_logits=False)
+    head = params["draft_vocab"].get(GATHERED_HEAD)  # gathered once by `init_state`, else here
+    return vocab_logits(model, cfg, final_norm(model, cfg, last[:, :, 0]), ids, head), cache
+
+
 def draft_cache_slots(prompt_width: int, max_new_tokens: int, budget: int) -> int:
     """Slots the draft cache needs (T + M + N).
 
@@ -89,10 +113,12 @@ def init_state(draft_cfg, params, tokens, prompt_lengths, num_slots: int, budget
     tree, the walk's max depth when retrieved paths are grafted)."""
     check_params(draft_cfg, params, "the draft LM")  # while tracing: before anything compiles
     b = tokens.shape[0]
-    dtype = jax.tree.leaves(params)[0].dtype
-    cache = init_cache(draft_cfg, b, num_slots, dtype)
-    _, _, cache = prefill_unchecked(params, draft_cfg, tokens, prompt_lengths, cache,
-                                     matmul_precision=None)  # inherits the loop's policy
+    cache = init_cache(draft_cfg, b, num_slots, weights_dtype(params))  # not the draft vocabulary's int32 ids
+    model, ids = split_draft_vocab(params)
+    _, _, cache = prefill_unchecked(model, draft_cfg, tokens, prompt_lengths, cache,
+                                    matmul_precision=None)  # inherits the loop's policy
+    if ids is not None:  # gather the K head columns once, not in every draft forward (`draft_forward`)
+        params = {**params, "draft_vocab": {"ids": ids, GATHERED_HEAD: draft_head(model, draft_cfg, ids)}}
     return DraftLMState(params=params, cache=cache, pending_tokens=jnp.zeros((b, max_pending), jnp.int32),
                         num_pending=jnp.zeros((b,), jnp.int32), forwarded=jnp.zeros((b, budget), bool))
 
@@ -109,7 +135,7 @@ def catch_up(draft_cfg, state: DraftLMState, root: jax.Array, active: jax.Array)
     tokens = jnp.where(j < npend, padded, root[:, None])  # [B, P+1]: pending, the root, then dummies
     positions = state.cache.lengths[:, None] + j
     mask = jnp.broadcast_to(jnp.tril(jnp.ones((p + 1, p + 1), bool)), (b, p + 1, p + 1))
-    logits, cache = forward(state.params, draft_cfg, tokens, positions, mask, state.cache)
+    logits, cache = draft_forward(state.params, draft_cfg, tokens, positions, mask, state.cache)
     n = jnp.where(active, 1 + state.num_pending, 0)
     cache = commit(cache, jnp.broadcast_to(j, (b, p + 1)), n)
     root_logits = jnp.take_along_axis(logits, state.num_pending[:, None, None], axis=1)[:, 0]
@@ -162,7 +188,8 @@ def expand_level(draft_cfg, state: DraftLMState, tokens: jax.Array, depth: int |
     b, w = tokens.shape
     # The root was committed by catch_up, so it sits at position lengths - 1.
     positions = jnp.broadcast_to(state.cache.lengths[:, None] - 1 + depth, (b, w)).astype(jnp.int32)
-    logits, cache = forward(state.params, draft_cfg, tokens, positions, mask_rows, state.cache, region_offset=offset)
+    logits, cache = draft_forward(state.params, draft_cfg, tokens, positions, mask_rows, state.cache,
+                                  region_offset=offset)
     return logits, state.replace(cache=cache)
 
 

@@ -40,10 +40,10 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.drafters.draft_lm import DraftLMState, catch_up, check_compatible, init_state, settle_path
+from specjax.drafters.draft_lm import DraftLMState, catch_up, check_compatible, draft_forward, init_state, settle_path
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.drafters.spec import Build, MethodSpec, fields_from
-from specjax.models.model import ModelConfig, forward
+from specjax.models.model import ModelConfig
 from specjax.tree import Tree, normalize
 
 __all__ = [
@@ -326,8 +326,8 @@ class DraftLMStepper:
         b, w = tokens.shape
         # The root was committed by catch_up, so it sits at position lengths - 1.
         positions = jnp.broadcast_to(state.cache.lengths[:, None] - 1 + depth, (b, w)).astype(jnp.int32)
-        logits, cache = forward(state.params, self.draft_cfg, tokens, positions, mask, state.cache,
-                                region_offset=region_offset)
+        logits, cache = draft_forward(state.params, self.draft_cfg, tokens, positions, mask, state.cache,
+                                      region_offset=region_offset)
         return logits, carried, state.replace(cache=cache)
 
     def observe(self, state: DraftLMState, verified: Verified, node_slots) -> DraftLMState:

@@ -24,9 +24,10 @@ reference config that leaves a fact to the target (EAGLE-3's taps without `eagle
 `load_checkpoint(..., target_cfg=)`.
 
 Drafters that project with their target's LM head (DFlash, Domino, EAGLE-3: `TargetBound`
-configs) may carry a reduced draft vocabulary, params["draft_vocab"]["ids"] int32[K]
+configs), and draft LMs (a causal LM drafting with its own head, e.g. `python -m specjax.train
+draft-lm`), may carry a reduced draft vocabulary, params["draft_vocab"]["ids"] int32[K]
 (`specjax.models.draft_vocab`); it is saved as the optional int32 tensor `draft_vocab.ids` and
-loaded back when present (absent: the full vocabulary).
+loaded back when present (absent: the full vocabulary). A causal LM used as a target ignores it.
 """
 
 from __future__ import annotations
@@ -303,7 +304,7 @@ def params_from_tensors(cfg: ModelConfig, tensors: dict[str, np.ndarray], dtype=
     shapes = param_shapes(cfg, dtype)
     remaining = dict(tensors)
     where = f"{source}: " if source is not None else ""
-    draft_ids = remaining.pop(DRAFT_VOCAB_TENSOR, None) if isinstance(cfg, TargetBound) and layout == "specjax" else None
+    draft_ids = remaining.pop(DRAFT_VOCAB_TENSOR, None) if layout == "specjax" else None
     missing, bad_shapes, bad_dtypes, params = [], [], [], {}
     if layout == "reference" and isinstance(cfg, domino.DominoConfig):
         remaining = domino.from_reference_names(remaining)
@@ -399,10 +400,7 @@ def tensors_from_params(cfg: ModelConfig, params: dict, dtype=None, layout: str 
             t2d[ids] = True
             out["d2t"], out["t2d"] = ids.astype(np.int64) - np.arange(ids.size, dtype=np.int64), t2d
         return out
-    if "draft_vocab" in params:  # int32 whatever `dtype`
-        if not isinstance(cfg, TargetBound):
-            raise ValueError(f"params carry a draft vocabulary, but a {cfg.model_type} model has no shared LM head to "
-                             f"restrict (only DFlash, Domino and EAGLE-3 drafters do)")
+    if "draft_vocab" in params:  # int32 whatever `dtype`; a causal LM's restricts its own head where it drafts
         out[DRAFT_VOCAB_TENSOR] = check_draft_vocab_ids(params["draft_vocab"]["ids"], cfg.vocab_size)
     return out
 

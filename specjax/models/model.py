@@ -276,8 +276,10 @@ def is_unstacked(params: dict) -> bool:
 
 
 def outer_params(params: dict) -> dict:
-    """Everything but the layers (and their per-layer copies): the embedding, final norm and head."""
-    return {k: v for k, v in params.items() if k not in ("layers", LAYER_COPIES)}
+    """Everything but the layers (and their per-layer copies) and a draft LM's draft vocabulary (its int ids,
+    read by the draft LM's drafters only: `specjax.drafters.draft_lm.draft_forward`): the embedding, final
+    norm and head."""
+    return {k: v for k, v in params.items() if k not in ("layers", LAYER_COPIES, "draft_vocab")}
 
 
 def num_params(params: dict) -> int:

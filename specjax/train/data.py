@@ -53,7 +53,7 @@ from specjax.decode import generate_ar
 from specjax.models import pad_prompts
 from specjax.pipeline import load_pair
 from specjax.sampling import Sampling
-from specjax.train.continuous import stream
+from specjax.train.continuous import precompile_wanted, stream
 
 __all__ = ["DataRecipe", "PromptEncoder", "TokenShards", "params_sha256", "encode_prompt", "load_target", "sampled_every",
            "generate_shards", "load_shards", "parse_weights", "read_manifest_file"]
@@ -196,7 +196,7 @@ ENGINES = ("continuous", "batched")
 def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | pathlib.Path, *, response_tokens: int,
                     shard_batches: int = 4, progress: bool = True, engine: str = "continuous",
                     chunk: int = 16, prompt_order: str | pathlib.Path | None = None,
-                    deadline: float | None = None) -> dict:
+                    deadline: float | None = None, precompile: str = "auto") -> dict:
     """Generate until the directory holds >= `response_tokens` response tokens (or the prompts run out);
     returns the manifest. target: (cfg, params); enc: the target's `PromptEncoder`. The last shard ends
     at the first prompt (in order) whose answer reaches `response_tokens`, so the directory ends with
@@ -212,13 +212,17 @@ def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | p
     prompt_order: a file of `write_prompt_order` (the same weights and seed) read instead of the
     registry's sources: the same prompts, on a machine that cannot reach the registry.
     deadline: a `time.time()` after which no new shard is started: it returns after the first shard that
-    ends past it (the shards in flight are dropped, as an interrupted run's are)."""
+    ends past it (the shards in flight are dropped, as an interrupted run's are).
+    precompile: the continuous engine compiles all its programs before the first shard ("on"), each
+    when first needed ("off"), or "auto": on unless jax runs on the CPU (`specjax.train.continuous.stream`);
+    the shards are the same either way."""
     cfg, params = target
     if recipe.chat != enc.chat:
         raise ValueError(f"the recipe says chat={recipe.chat} but the prompt encoder "
                          f"{'applies' if enc.chat else 'has no'} chat template: make them agree")
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    precompile_wanted(precompile)  # an unknown value raises ValueError here, before any prompt is read
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     manifest = _read_manifest(out, recipe, params_sha256(params))
@@ -237,9 +241,9 @@ def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | p
     def show(tokens: int) -> None:  # `tokens`: the run's answered prefix so far, what its shards will hold
         bar.update(max(start + tokens - bar.n, 0))
 
-    make = _continuous_shards if engine == "continuous" else _batched_shards
-    shards = make(cfg, params, enc, recipe, order, manifest["cursor"], shard_batches * recipe.batch_size, chunk,
-                  response_tokens - have, show)
+    args = (cfg, params, enc, recipe, order, manifest["cursor"], shard_batches * recipe.batch_size, chunk,
+            response_tokens - have, show)
+    shards = _continuous_shards(*args, precompile=precompile) if engine == "continuous" else _batched_shards(*args)
     for shard in shards:
         _write_shard(out, manifest, order, shard)
         have = manifest["totals"]["response_tokens"]
@@ -334,8 +338,9 @@ def _batched_shards(cfg, params, enc, recipe, order, cursor, per_shard, chunk, b
         start, written = start + n, written + tokens
 
 
-def _continuous_shards(cfg, params, enc, recipe, order, cursor, per_shard, chunk, budget, show):
-    """The "continuous" engine (`specjax.train.continuous.stream`); a shard is yielded once every
+def _continuous_shards(cfg, params, enc, recipe, order, cursor, per_shard, chunk, budget, show, precompile="auto"):
+    """The "continuous" engine (`specjax.train.continuous.stream`, compiling ahead per `precompile`, its
+    programs' compile time counted in the first shard's seconds); a shard is yielded once every
     prompt of it has finished (the pool already works on the next shard's prompts), or, the run's
     last, once its answered prefix reaches the target (`_answered_prefix`; the answers in flight after
     it are dropped, as an interrupted run's: a prompt's answer does not depend on the pool)."""
@@ -358,7 +363,7 @@ def _continuous_shards(cfg, params, enc, recipe, order, cursor, per_shard, chunk
 
     results = stream(params, cfg, prompts(), batch_size=recipe.batch_size, max_new_tokens=recipe.max_new_tokens,
                      max_prompt_tokens=recipe.max_prompt_tokens, eos_ids=tuple(cfg.eos_token_ids), seed=recipe.seed,
-                     chunk=chunk, on_tokens=on_tokens)
+                     chunk=chunk, on_tokens=on_tokens, precompile=precompile)
 
     def shard(n: int) -> _Shard:
         nonlocal start, t0, written, front, tokens

@@ -29,7 +29,6 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from specjax.decode import generate_ar
 from specjax.drafters.dflash import DFlashDrafter
@@ -38,7 +37,7 @@ from specjax.models.dflash import DFlashConfig
 from specjax.models.dflash_net import anchored_hidden
 from specjax.sampling import Sampling
 from specjax.train.loop import DrafterTrainConfig
-from specjax.train.trainer import Trainer, arch_field, for_compute, int_tuple
+from specjax.train.trainer import Trainer, arch_field, for_compute, int_tuple, optimizer_steps
 from specjax.train.vocab import labels_in_vocab, subset_logits
 
 
@@ -184,13 +183,7 @@ def make_step(dcfg, tcfg, opt, tc: DFlashTrainConfig, compute_dtype=None):
         return block_loss(p, dcfg, touter, tcfg, feats, batch["tokens"], batch["loss_mask"], anchors, valid,
                           tc.gamma, vocab)
 
-    @jax.jit
-    def step(dparams, opt_state, touter, batch, vocab, key, step_index):
-        (value, metrics), grads = jax.value_and_grad(loss_at, has_aux=True)(dparams, touter, batch, vocab, key)
-        updates, opt_state = opt.update(grads, opt_state, dparams)
-        return optax.apply_updates(dparams, updates), opt_state, value, metrics
-
-    return step, jax.jit(loss_at)
+    return optimizer_steps(loss_at, opt)
 
 
 def init_norm_from_target(touter: dict):

@@ -28,7 +28,6 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from specjax.models.draft_vocab import draft_head
 from specjax.drafters.eagle3 import eagle3_drafter
@@ -36,7 +35,7 @@ from specjax.models.eagle3 import Eagle3Config
 from specjax.models.eagle3_net import own_head_logits, unrolled_hidden
 from specjax.models.model import final_norm, merge_module
 from specjax.train.loop import DrafterTrainConfig
-from specjax.train.trainer import Trainer, arch_field, for_compute, int_tuple
+from specjax.train.trainer import Trainer, arch_field, for_compute, int_tuple, optimizer_steps
 from specjax.train.vocab import subset_logits
 
 
@@ -131,13 +130,7 @@ def make_step(dcfg: Eagle3Config, tcfg, opt, tc: Eagle3TrainConfig, compute_dtyp
         return ttt_loss(p, dcfg, touter, tcfg, feats[:, :, :n], jax.lax.stop_gradient(target_logits),
                         batch["tokens"], batch["loss_mask"], tc.ttt_steps, tc.step_decay, vocab)
 
-    @jax.jit
-    def step(dparams, opt_state, touter, batch, vocab, key, step_index):
-        (value, metrics), grads = jax.value_and_grad(loss_at, has_aux=True)(dparams, touter, batch, vocab, key)
-        updates, opt_state = opt.update(grads, opt_state, dparams)
-        return optax.apply_updates(dparams, updates), opt_state, value, metrics
-
-    return step, jax.jit(loss_at)
+    return optimizer_steps(loss_at, opt)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,7 +30,6 @@ import os
 import pathlib
 import time
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm

@@ -160,8 +160,8 @@ class TrainSet:
         offsets = np.concatenate([[0], np.cumsum(last)]).astype(np.int64)
         shards = TokenShards(tokens=flat, offsets=offsets, prompt_lengths=first.astype(np.int32),
                              temperature=np.zeros(len(tokens), np.float32), manifest={"shards": []})
-        return cls(shards, compute_features(target, shards, tuple(sorted(set(layers)))), tuple(layers),
-                   tokens.shape[1], valid_rows)
+        features = compute_features(target, shards, tuple(sorted(set(layers)))) if layers else None  # a draft LM: none
+        return cls(shards, features, tuple(layers), tokens.shape[1], valid_rows)
 
     @property
     def num_train(self) -> int:
@@ -321,7 +321,8 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
     `compute_dtype` (e.g. bfloat16 on an accelerator): the dtype of the step's products (the kind's
     `make_step(..., compute_dtype=)`); master weights and optimizer state stay float32."""
     tcfg, touter = target
-    dcfg.check_target(tcfg)
+    if hasattr(dcfg, "check_target"):  # a drafter reading the target (a draft LM was checked when built)
+        dcfg.check_target(tcfg)
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "ckpt"
@@ -344,7 +345,7 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
             raise ValueError(f"{ckpt} was trained with another draft vocabulary; resume with the same --draft-vocab")
     elif init is not None:
         dparams = init(dparams)
-    online = trainset.features is None
+    online = trainset.features is None and bool(trainset.layers)  # a draft LM's batches need no features
     if online and target_params is None:
         raise ValueError("a TrainSet without a feature cache computes its features in the step: pass target_params")
     if mesh is not None:

@@ -274,10 +274,10 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     dcfg = trainer.build_config(arch, tcfg, mask_id, plan.draft_vocab)
     layers = trainer.layers(dcfg, tcfg)
     first = shards.manifest["shards"][0]["sha256"][:12] if shards.manifest["shards"] else "empty"  # grows with the data
-    online = features_online(plan.features)
-    cache = None if online else (plan.cache or str(cache_root() / "features" /
-                                                   f"{plan.target.replace('/', '_')}-{tsha[:12]}-{first}"))
-    if online:
+    online = features_online(plan.features) and bool(layers)
+    cache = None if online or not layers else (plan.cache or str(cache_root() / "features" /
+                                                                 f"{plan.target.replace('/', '_')}-{tsha[:12]}-{first}"))
+    if online or not layers:  # no layers (a draft LM): tokens only, nothing to compute or cache
         trainset = TrainSet.online(plan.data, layers, seq_len=plan.seq_len, valid_rows=plan.valid_rows)
     else:
         if is_main():  # one process writes the cache (a directory every process reads), the others wait for it
@@ -312,7 +312,8 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
         "target": {"name": plan.target, "params_sha256": tsha},
         "data": {"directory": plan.data, "sha256": dsha, **shards.manifest.get("totals", {}),
                  "recipe": shards.manifest.get("recipe")},
-        "features": {"cache": cache or "computed in each step (online)", "layers": list(layers),
+        "features": {"cache": cache or ("computed in each step (online)" if layers else "none: tokens only"),
+                     "layers": list(layers),
                      "target_dtype": None if not online else jnp.dtype(step_dtype(plan.target_dtype)
                                                                        or jnp.float32).name},
         "draft_vocab": {"k": plan.draft_vocab or tcfg.vocab_size, "from_init": init_ids is not None,
@@ -321,7 +322,8 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
         "train_config": {**dataclasses.asdict(tc), "steps": state["train_config"]["steps"]},
         "drafter_products": jnp.dtype(step_dtype(plan.drafter_dtype) or jnp.float32).name,
         "schedule_fitted_to_minutes": plan.minutes if state.get("fitted") else None, "arch": dataclasses.asdict(arch), "drafter": dcfg.to_hf(),
-        "mask_token": {"id": int(mask_id), "count_in_data": int(counts[mask_id])},
+        "mask_token": ({"id": int(mask_id), "count_in_data": int(counts[mask_id])} if trainer.uses_mask_token
+                       else None),
         "params": int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams))),
         "compute": {"train_seconds": state["seconds"], "steps": state["step"], "machine": machine(),
                     "this_call_seconds": round(time.time() - t_start, 1)},

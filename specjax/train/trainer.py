@@ -19,8 +19,9 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import optax
 
-__all__ = ["Trainer", "arch_field", "check_values", "for_compute", "int_tuple"]
+__all__ = ["Trainer", "arch_field", "check_values", "for_compute", "int_tuple", "optimizer_steps"]
 
 
 def for_compute(tree, dtype):
@@ -30,6 +31,19 @@ def for_compute(tree, dtype):
     if dtype is None:
         return tree
     return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+
+
+def optimizer_steps(loss_at: Callable, opt):
+    """(step, evaluate) with `specjax.train.loop.train`'s contract from a kind's loss
+    `loss_at(params, touter, batch, vocab, key) -> (loss, metrics)`: step = one jitted update of `opt` by the
+    loss's gradient (the step index is unused), evaluate = the loss, jitted."""
+    @jax.jit
+    def step(dparams, opt_state, touter, batch, vocab, key, step_index):
+        (value, metrics), grads = jax.value_and_grad(loss_at, has_aux=True)(dparams, touter, batch, vocab, key)
+        updates, opt_state = opt.update(grads, opt_state, dparams)
+        return optax.apply_updates(dparams, updates), opt_state, value, metrics
+
+    return step, jax.jit(loss_at)
 
 
 def arch_field(default, help: str, parse: Callable[[str], object] | None = None):
@@ -78,7 +92,8 @@ class Trainer:
 # Ranges of the training fields, checked before anything loads; a field not named here must be a finite
 # number of its declared type (strings and booleans are never read as numbers).
 _POSITIVE = {"steps", "batch_size", "log_every", "ckpt_every", "anchors", "ttt_steps", "lr", "clip", "gamma",
-             "anneal_frac", "layers", "block_size", "gru_hidden", "head_rank", "step_decay"}
+             "anneal_frac", "layers", "block_size", "gru_hidden", "head_rank", "step_decay", "hidden_size", "num_layers",
+             "num_heads", "num_kv_heads", "intermediate_size"}
 _NONNEGATIVE = {"seed", "weight_decay", "warmup_frac", "min_lr_ratio", "pure_prefix_len", "lambda0"}
 _AT_MOST_ONE = {"warmup_frac", "min_lr_ratio", "lambda0", "step_decay"}
 

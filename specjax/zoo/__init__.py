@@ -9,6 +9,9 @@ name                   what
 ``tiny-neox-eagle3``   EAGLE-3 drafter of ``tiny-neox-target`` (reads its layers 0, 2, 3)
 ``tiny-neox-domino``   Domino drafter of ``tiny-neox-target`` (DFlash backbone + GRU /
                        low-rank head; ``ablations/``: the Figure 4 training variants)
+``smollm2-135m-*``     SmolLM2-135M-Instruct's DFlash, EAGLE-3 and Domino drafters, and its draft
+                       LM ``smollm2-135m-draft`` (Llama, 4 layers x 192, distilled on the target's
+                       answers; it uses the target's tokenizer)
 =====================  ==========================================================
 
 Both share one 8,192-token byte-level BPE tokenizer (``tokenizer.json`` in each dir;
@@ -38,6 +41,10 @@ NAMES = ("tiny-neox-target", "tiny-neox-draft")
 # `specjax.drafters.registry`: DFlash, EAGLE-3, Domino), so a new kind's zoo checkpoint needs no entry here.
 DRAFTERS = tuple(d.name for d in sorted(ZOO_DIR.iterdir())
                  if d.is_dir() and d.name.rsplit("-", 1)[-1] in READERS and (d / "config.json").is_file())
+# Draft LMs of a named target, "<model prefix>-draft" (`python -m specjax.train draft-lm`; they share the target's
+# tokenizer, so the directory needs none): tiny-neox-draft, and SmolLM2's once committed.
+DRAFT_LMS = tuple(d.name for d in sorted(ZOO_DIR.iterdir())
+                  if d.is_dir() and d.name.endswith("-draft") and (d / "config.json").is_file())
 EOS_ID = 0
 
 # The fastest method measured for SmolLM2-135M-Instruct on 2 CPU cores with the zoo's drafters:
@@ -49,14 +56,14 @@ EOS_ID = 0
 SMOLLM2_METHOD = "ddtree-8:ret=4"
 SMOLLM2_LAYOUT = "dual"  # `make run` (specjax.showcase) and the quickstart use them
 
-__all__ = ["ZOO_DIR", "NAMES", "DRAFTERS", "EOS_ID", "path", "load", "load_drafter", "has", "load_tokenizer",
+__all__ = ["ZOO_DIR", "NAMES", "DRAFTERS", "DRAFT_LMS", "EOS_ID", "path", "load", "load_drafter", "has", "load_tokenizer",
            "encode"]
 
 
 def path(name: str) -> pathlib.Path:
     """The committed checkpoint directory of zoo model `name`."""
-    if name not in NAMES + DRAFTERS:
-        raise KeyError(f"unknown zoo model {name!r}; available: {NAMES + DRAFTERS}")
+    if name not in NAMES + DRAFTERS + DRAFT_LMS:
+        raise KeyError(f"unknown zoo model {name!r}; available: {tuple(dict.fromkeys(NAMES + DRAFTERS + DRAFT_LMS))}")
     d = ZOO_DIR / name
     if not (d / "model.safetensors").exists():
         raise FileNotFoundError(f"{d} has no model.safetensors (see {ZOO_DIR / 'TRAINING.md'})")
@@ -80,9 +87,9 @@ def has(name: str) -> bool:
 
 
 def load_drafter(name: str, dtype=jnp.float32):
-    """(DFlashConfig, Eagle3Config or DominoConfig, params) of zoo drafter `name`."""
-    if name not in DRAFTERS:
-        raise KeyError(f"unknown zoo drafter {name!r}; available: {DRAFTERS}")
+    """(config, params) of zoo drafter `name`: a DFlash, EAGLE-3 or Domino drafter, or a draft LM (`DRAFT_LMS`)."""
+    if name not in DRAFTERS + DRAFT_LMS:
+        raise KeyError(f"unknown zoo drafter {name!r}; available: {DRAFTERS + DRAFT_LMS}")
     return load_checkpoint(path(name), dtype)
 
 
