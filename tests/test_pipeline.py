@@ -7,11 +7,13 @@ method the model cannot run is refused before a weight loads.
 
 from __future__ import annotations
 
+import shutil
+
 import jax
 import numpy as np
 import pytest
 
-from specjax import Pipeline, method
+from specjax import Pipeline, method, zoo
 from specjax.decode import generate, generate_ar
 from specjax.inputs import pad_prompts
 from specjax.pipeline import check_source, default_method, load_pair
@@ -83,8 +85,12 @@ def test_sampling_and_bad_calls(chain):
 
 def test_a_method_the_model_cannot_run_is_refused_before_loading(tmp_path):
     assert default_method(check_source("zoo")) == "ddtree-8"
+    bare = tmp_path / "no-draft"  # a checkpoint without a draft LM (and without weights: nothing is loaded)
+    bare.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copy(zoo.path("tiny-neox-target") / name, bare / name)
     with pytest.raises(ValueError, match="method 'eagle2' needs a draft LM"):
-        Pipeline.load("smollm2-135m", method="eagle2")  # nothing fetched: refused from the names alone
+        Pipeline.load(str(bare), method="eagle2")  # refused from the names alone, before any weight loads
     with pytest.raises(ValueError, match="no such directory"):
         Pipeline.load(str(tmp_path / "nowhere"))
 

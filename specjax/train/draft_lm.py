@@ -70,9 +70,10 @@ class DraftLMTrainConfig(DrafterTrainConfig):
 
 @dataclasses.dataclass(frozen=True)
 class DraftLMArch:
-    """A draft LM's architecture choices (flags of `python -m specjax.train draft-lm`).
+    """A draft LM's architecture choices (flags of `python -m specjax.train draft-lm`), named as `LlamaConfig`'s
+    fields, so the recipe never hands one of them a DFlash-family value.
 
-    Fields (the names of `LlamaConfig`'s, so none is taken for a DFlash-family field by the recipe):
+    Fields:
       hidden_size: E, the residual width (the tied embedding is V x E: 49,152 x 192 in float16 is 18.9 MB).
       num_layers: decoder layers.
       num_heads: query heads (head_dim = hidden_size / num_heads, even).
