@@ -93,8 +93,7 @@ MODELS = {m.name: m for m in (
     NamedModel("zoo", _load_zoo_target, "tiny-neox", "tiny-neox-target", "tiny-neox-draft", "tiny-neox-draft",
                (zoo.EOS_ID,), _zoo_prompt),
     NamedModel("smollm2-135m", _load_smollm2, "smollm2-135m", "smollm2-135m-instruct (Q4_1 GGUF)",
-               "smollm2-135m-draft (11M, distilled)" if zoo.has("smollm2-135m-draft") else None,
-               "smollm2-135m-draft" if zoo.has("smollm2-135m-draft") else None,
+               "smollm2-135m-draft (11M, distilled)", "smollm2-135m-draft",
                default_prompt=lambda: "The capital of France is", dataset_chat=True, held_out="gsm8k"),
 )}
 

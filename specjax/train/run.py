@@ -274,10 +274,10 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     dcfg = trainer.build_config(arch, tcfg, mask_id, plan.draft_vocab)
     layers = trainer.layers(dcfg, tcfg)
     first = shards.manifest["shards"][0]["sha256"][:12] if shards.manifest["shards"] else "empty"  # grows with the data
-    online = features_online(plan.features) and bool(layers)
+    online = bool(layers) and features_online(plan.features)  # no layers (a draft LM): tokens only
     cache = None if online or not layers else (plan.cache or str(cache_root() / "features" /
                                                                  f"{plan.target.replace('/', '_')}-{tsha[:12]}-{first}"))
-    if online or not layers:  # no layers (a draft LM): tokens only, nothing to compute or cache
+    if cache is None:  # nothing cached: the step computes the features, or needs none
         trainset = TrainSet.online(plan.data, layers, seq_len=plan.seq_len, valid_rows=plan.valid_rows)
     else:
         if is_main():  # one process writes the cache (a directory every process reads), the others wait for it
