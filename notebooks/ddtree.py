@@ -27,9 +27,8 @@
 # **Profiles.** `cpu-smollm2` (default; the committed outputs): SmolLM2-135M-Instruct (the
 # registry GGUF, fetched once and cached) with `smollm2-135m-dflash` (a 1-layer DFlash drafter
 # trained by specjax on 2 CPU cores: `specjax/zoo/TRAINING.md`), chat-templated prompts, two
-# counted prompts per dataset, 48 new tokens, budgets up to 64, the target's layers in the
-# "dual" layout (unstacked for AR steps, stacked for verify forwards: the faster AR baseline on
-# a CPU). `cpu-tiny`: the embedded pair (`specjax.zoo`: the 4.9M-parameter GPT-NeoX target and
+# counted prompts per dataset, 48 new tokens, budgets up to 64, the target's layers unstacked
+# (`specjax.zoo.SMOLLM2_LAYOUT`: the faster AR step and speculative round on a CPU). `cpu-tiny`: the embedded pair (`specjax.zoo`: the 4.9M-parameter GPT-NeoX target and
 # `tiny-neox-dflash`), no download, a few minutes. `gpu`: SmolLM2 again at the paper's
 # settings (longer prompts and generations, budgets to 1024) and the projection on a
 # Qwen3-8B-shaped random-weight target. `ci` is the test suite's smoke run (`tests/test_notebooks.py`):
@@ -62,6 +61,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import display
 
+from specjax import zoo
 from specjax.bench.harness import environment, run_benchmark, table_rows, write_json
 from specjax.bench.methods import parse_method
 from specjax.bench.round_split import PARTS, costs_from_figures, project_speedup, round_split
@@ -96,7 +96,7 @@ OUT.mkdir(parents=True, exist_ok=True)
 # prompt; SmolLM2's wraps it in the chat template) and the zoo's DFlash drafter for it.
 SMOLLM2 = PROFILE in ("cpu-smollm2", "gpu")
 pair = load_pair("smollm2-135m" if SMOLLM2 else "zoo", ("dflash",),
-                 layout="dual" if PROFILE == "cpu-smollm2" else "stacked")
+                 layout=zoo.SMOLLM2_LAYOUT if PROFILE == "cpu-smollm2" else "stacked")
 names = (("smollm2-135m-instruct", "smollm2-135m-dflash") if SMOLLM2 else
          ("tiny-neox-target", "tiny-neox-dflash"))
 t_cfg, t_params, dflash, chat = pair.cfg, pair.params, pair.readers["dflash"], pair.has_chat_template

@@ -30,7 +30,7 @@
 # cores (`specjax/zoo/TRAINING.md`): `smollm2-135m-domino` (Domino on the trained DFlash
 # backbone, head d_s = 144, r = 36, 1,200 steps), `smollm2-135m-dflash` (that backbone, block 8)
 # and `smollm2-135m-eagle3`; two counted prompts on each of three datasets, 48 new tokens, the
-# target in the "dual" layout (the faster AR baseline on a CPU). Its training ablation (Figure
+# target's layers unstacked (`specjax.zoo.SMOLLM2_LAYOUT`: the faster AR step and round on a CPU). Its training ablation (Figure
 # 4) is the tiny pair's: three SmolLM2 Domino runs would take about three CPU hours.
 # `cpu-tiny`: the embedded target (`specjax.zoo`, the 4.9M-parameter GPT-NeoX) with
 # `tiny-neox-domino` (trained by specjax: 1,200 steps, teacher forcing + the base-anchored
@@ -98,7 +98,7 @@ OUT.mkdir(parents=True, exist_ok=True)
 # prompt; SmolLM2's wraps it in the chat template) and the zoo's trained drafters for it.
 SMOLLM2 = PROFILE in ("cpu-smollm2", "gpu")
 pair = load_pair("smollm2-135m" if SMOLLM2 else "zoo", ("dflash", "eagle3", "domino"),
-                 layout="dual" if PROFILE == "cpu-smollm2" else "stacked")
+                 layout=zoo.SMOLLM2_LAYOUT if PROFILE == "cpu-smollm2" else "stacked")
 prefix = "smollm2-135m" if SMOLLM2 else "tiny-neox"
 t_cfg, t_params, readers, chat = pair.cfg, pair.params, pair.readers, pair.has_chat_template
 target = (t_cfg, t_params)

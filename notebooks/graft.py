@@ -37,9 +37,10 @@
 # **Profiles.** `cpu-smollm2` (default; the committed outputs): SmolLM2-135M-Instruct (the
 # registry GGUF, fetched once and cached) with the drafters specjax trained for it on 2 CPU
 # cores (`specjax/zoo/TRAINING.md`): `smollm2-135m-eagle3` (Graft's base) and
-# `smollm2-135m-dflash` (Table 6, DDTree); there is no SmolLM2 draft LM, so the chain "Sps" row
-# is left out. Two datasets, two counted prompts each, 48 new tokens, the target in the "dual"
-# layout (the faster AR baseline on a CPU). `cpu-tiny`: the embedded target (`specjax.zoo`, a
+# `smollm2-135m-dflash` (Table 6, DDTree), and the draft LM `smollm2-135m-draft` (the chain "Sps"
+# row; the committed outputs predate it and have no such row). Two datasets, two counted prompts
+# each, 48 new tokens, the target's layers unstacked (`specjax.zoo.SMOLLM2_LAYOUT`: the faster AR
+# step and round on a CPU). `cpu-tiny`: the embedded target (`specjax.zoo`, a
 # 4.9M-parameter GPT-NeoX) with the drafters specjax trained for it: `tiny-neox-eagle3`,
 # `tiny-neox-dflash` and the draft LM `tiny-neox-draft` (the chain "Sps" row). `gpu`: SmolLM2
 # at longer prompts and generations. `ci` is
@@ -73,6 +74,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import display
 
+from specjax import zoo
 from specjax.bench.harness import environment, run_benchmark, warm_up, write_json
 from specjax.bench.methods import parse_method
 from specjax.bench.round_split import graft_split
@@ -111,10 +113,10 @@ OUT.mkdir(parents=True, exist_ok=True)
 # prompt; SmolLM2's wraps it in the chat template), the draft LM and the zoo's trained drafters for it.
 SMOLLM2 = PROFILE in ("cpu-smollm2", "gpu")
 pair = load_pair("smollm2-135m" if SMOLLM2 else "zoo", ("draft", "dflash", "eagle3"),
-                 layout="dual" if PROFILE == "cpu-smollm2" else "stacked")
+                 layout=zoo.SMOLLM2_LAYOUT if PROFILE == "cpu-smollm2" else "stacked")
 prefix = "smollm2-135m" if SMOLLM2 else "tiny-neox"
 t_cfg, t_params, readers, chat = pair.cfg, pair.params, pair.readers, pair.has_chat_template
-draft = pair.draft  # None for SmolLM2 (no draft LM): the chain and base=lm rows are skipped
+draft = pair.draft  # None without a draft LM: the chain and base=lm rows are skipped
 target = (t_cfg, t_params)
 
 

@@ -227,12 +227,12 @@ pays
 # %% [markdown]
 # Read the table as: with this drafter the round costs c AR steps, so τ must exceed c. A better
 # trained drafter raises τ at the same c; a cheaper verify (a GPU, or a smaller tree) lowers c.
-# On SmolLM2 with the CPU-trained drafters of `specjax/zoo` (`specjax/zoo/TRAINING.md`) a round of
-# 8 verified nodes costs about 1.8–1.9 AR steps on this CPU and commits about 2 tokens: τ / c hovers
-# around 1 on a single short prompt like this one (the retrieval table starts cold here), and over 20
-# prompts of each of six datasets `ddtree-8:ret=4` ran 1.04–1.23× AR (mean 1.19×, docs/results.md).
-# 1.5× needs τ ≈ 2.7 at this c: a drafter trained on more of the target's answers, or a GPU, where
-# the 9-token verify costs about one AR step.
+# On SmolLM2 with the zoo's DFlash drafter (`specjax/zoo/TRAINING.md`), the layers unstacked, a round
+# of `ddtree-7` (8 verified tokens) costs about 1.8 AR steps on a 2-core CPU and commits about 2.5
+# tokens: over 20 test prompts of GSM8K / MATH-500 / HumanEval it ran 1.26× / 1.51× / 1.35× AR
+# (docs/results.md, "Speculative rounds on a CPU"); a single short prompt like this one may sit lower.
+# Higher τ needs a drafter trained on more of the target's answers; on a GPU the verify of a few
+# tokens costs about one AR step.
 
 # %% [markdown]
 # ## Sampling is lossless too

@@ -247,15 +247,18 @@ class Pair:
 def load_pair(model: str = "zoo", needs: Sequence[str] = ("draft", *READERS), *, draft=None, dtype=jnp.float32,
               layout: str = "stacked", **readers) -> Pair:
     """Load `model` (see `check_source`) with those of `needs` ("draft", reader kinds) it has.
-    layout: the target's layer layout (`specjax.models.model.LAYOUTS`: on a CPU "unstacked" runs
-    one-token decode steps faster and compiles longer, "dual" keeps both for AR and verify forwards)."""
+    layout: the target's and the draft LM's layer layout (`specjax.models.model.LAYOUTS`: on a CPU
+    "unstacked" runs decode steps and speculative rounds faster and compiles longer)."""
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layer layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
     where = check_source(model, draft, **readers)
     entry = model_entry(model)
     cfg, params, tok = entry.load(dtype)
     loaded = {k: _load_from(k, where[k], dtype, (cfg, params)) for k in needs if k in where}
-    return Pair(model, cfg, with_layout(params, layout), tok, entry.prefix, loaded.pop("draft", None), loaded)
+    draft = loaded.pop("draft", None)
+    if draft is not None:  # the draft LM's forwards run in the target's layout too (same trade-offs)
+        draft = (draft[0], with_layout(draft[1], layout))
+    return Pair(model, cfg, with_layout(params, layout), tok, entry.prefix, draft, loaded)
 
 
 # `Pipeline.generate` pads prompts to, and sizes the program for, a bucket of these: calls of nearby sizes

@@ -128,6 +128,33 @@ def test_training_mask_forward_equals_inference_for_every_anchor(name):
     assert worst < 1e-4
 
 
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_per_layer_drafter_params_run_the_same_layers(name):
+    """`per_layer` (what decoding carries: layer i's arrays sliced once) holds the stacked rows, is idempotent,
+    and `context_kv` / `draft_hidden` over it equal the scanned forms within the float32 bound of two
+    reduction orders (tests/rounding_gap.py: 2 draft layers, 4 residual branches, reduction <= FFN width)."""
+    target = TARGETS[name]
+    cfg = drafter_cfg(target, block_size=4)
+    tparams, dparams = random_dflash_params(target, 1), random_dflash_params(cfg, 2)
+    flat = DN.per_layer(dparams)
+    assert DN.per_layer(flat) is flat and len(flat["layers"]) == cfg.num_layers
+    for i, layer in enumerate(flat["layers"]):
+        jax.tree.map(lambda one, stacked, i=i: np.testing.assert_array_equal(one, stacked[i]), layer, dparams["layers"])
+    feats = features_of(tparams, target, [[3, 9, 4, 1, 7, 2]], cfg.target_layer_ids, 6)
+    pos = jnp.arange(6, dtype=jnp.int32)[None]
+    n = max(cfg.hidden_size, cfg.intermediate_size)
+    for got, want in zip(DN.context_kv(flat, cfg, feats, pos), DN.context_kv(dparams, cfg, feats, pos)):
+        assert_close_f32(got, want, n, 1, "context K/V")
+    cache = DN.write_region(DN.init_draft_cache(cfg, 1, 16, jnp.float32), *DN.context_kv(dparams, cfg, feats, pos))
+    block = jnp.asarray([[5, cfg.mask_token_id, cfg.mask_token_id, cfg.mask_token_id]], jnp.int32)
+    mask = jnp.ones((1, 4, 10), bool)
+    outs = [DN.draft_hidden(p, cfg, DN.target_outer(tparams), target, block, 6 + pos[:, :4], mask, cache, 6)
+            for p in (flat, dparams)]
+    assert_close_f32(outs[0][0], outs[1][0], n, 2 * cfg.num_layers, "draft hidden")
+    for got, want in zip((outs[0][1].k, outs[0][1].v), (outs[1][1].k, outs[1][1].v)):
+        assert_close_f32(got, want, n, 2 * cfg.num_layers, "block K/V")
+
+
 # ============================================================================ context cache after every round
 
 

@@ -15,6 +15,7 @@ from specjax.decode import generate, generate_ar
 from specjax.drafters.registry import method
 from specjax.models import load_checkpoint, pad_prompts, save_checkpoint
 from specjax.models.cache import advance, commit, init_cache, per_layer_cache, stacked_cache
+from specjax.models.layers import KERNEL_FIRST_MAX_ROWS, project_out_major
 from specjax.models.model import (LAYER_COPIES, LAYOUTS, causal_mask, forward, is_unstacked, layer_features,
                                   layout_of, num_params, prefill, stack_layers, unstack_layers, with_layout)
 from specjax.pipeline import Pipeline
@@ -78,27 +79,32 @@ def test_a_per_layer_cache_holds_and_gives_what_the_stacked_one_does(target):
 
 
 def test_generations_are_identical_in_both_layouts(target):
-    """AR and DDTree (drafter reading tapped target features) emit the same tokens, rounds and
-    per-round acceptances whether the target's layers are scanned or unstacked."""
+    """AR, DDTree (drafter reading tapped target features) and DynaTree (a draft LM, laid out as the target)
+    emit the same tokens, rounds and per-round acceptances whether the layers are scanned or unstacked."""
     cfg, params = target
     tokens, lengths = pad_prompts([[0, 51, 7, 300, 12, 9], [0, 1200, 44]])
     dcfg, dparams = zoo.load_drafter("tiny-neox-dflash")
     m = method("ddtree-8", cfg, dflash=(dcfg, dparams))
+    draft_cfg, draft_params, _ = zoo.load("tiny-neox-draft")
+    lm = method("dynatree-zoo", cfg, draft=(draft_cfg, draft_params))
     runs = {}
     for layout in LAYOUTS:
         p = with_layout(params, layout)
         ar = generate_ar(p, cfg, tokens, lengths, 24)
         spec = generate(p, cfg, m.drafter, m.params, tokens, lengths, 24)
-        runs[layout] = (ar, spec)
-    ar_s, spec_s = runs["stacked"]
+        dyna = generate(p, cfg, lm.drafter, with_layout(draft_params, layout), tokens, lengths, 24)
+        runs[layout] = (ar, spec, dyna)
+    ar_s, *specs_s = runs["stacked"]
     for layout in ("unstacked", "dual"):
-        ar, spec = runs[layout]
+        ar, *specs = runs[layout]
         np.testing.assert_array_equal(ar.tokens, ar_s.tokens)
-        np.testing.assert_array_equal(spec.tokens, spec_s.tokens)
-        np.testing.assert_array_equal(spec.stats.num_rounds, spec_s.stats.num_rounds)
-        np.testing.assert_array_equal(spec.stats.accepted, spec_s.stats.accepted)
-    np.testing.assert_array_equal(spec_s.tokens, ar_s.tokens)  # and lossless, as ever
-    assert spec_s.stats.mean_accepted_length().min() > 1  # the drafter is trained: rounds accept tokens
+        for spec, spec_s in zip(specs, specs_s):
+            np.testing.assert_array_equal(spec.tokens, spec_s.tokens)
+            np.testing.assert_array_equal(spec.stats.num_rounds, spec_s.stats.num_rounds)
+            np.testing.assert_array_equal(spec.stats.accepted, spec_s.stats.accepted)
+    for spec_s in specs_s:
+        np.testing.assert_array_equal(spec_s.tokens, ar_s.tokens)  # and lossless, as ever
+        assert spec_s.stats.mean_accepted_length().min() > 1  # the drafters are trained: rounds accept tokens
 
 
 def test_feature_cache_and_checkpoints_do_not_depend_on_the_layout(target, tmp_path):
@@ -162,7 +168,9 @@ def test_pipeline_and_cli_choose_the_layout(capsys):
     assert pipe.generate("The river", max_new_tokens=8)[0].token_ids == stacked.token_ids
     with pytest.raises(ValueError, match="unknown layer layout 'flat'"):
         Pipeline.load("zoo", method="ar", layout="flat")
-    assert layout_of(Pipeline.load("zoo", method="ar", layout="dual").pair.params) == "dual"
+    for layout in ("unstacked", "dual"):  # the draft LM runs in the target's layout
+        pair = Pipeline.load("zoo", method="chain4", layout=layout).pair
+        assert layout_of(pair.params) == layout_of(pair.draft[1]) == layout
     assert main(["generate", "--method", "ar", "--layout", "flat"]) == 2
     assert "invalid choice: 'flat'" in capsys.readouterr().err
 
@@ -191,3 +199,22 @@ def test_one_token_attention_of_a_batch_by_multiply_and_sum_is_grouped_query_att
                                                        jnp.asarray(v[i:i + 1]), jnp.asarray(mask[i:i + 1]), 0.25))
                               for i in range(b)])  # batch 1: the product path
     np.testing.assert_allclose(got, product, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 9, 16, KERNEL_FIRST_MAX_ROWS, KERNEL_FIRST_MAX_ROWS + 1])
+def test_products_of_a_few_rows_run_kernel_first_on_a_cpu_and_equal_the_product(rows):
+    """`project_out_major` of 2..KERNEL_FIRST_MAX_ROWS rows on a CPU is the kernel times the rows (a dot_general
+    whose left operand is the [1, O, I] kernel), else x times the kernel's transpose; either way each output
+    is within the float32 bound of a length-I dot product, |err| <= 2 I u sum_i |x_i w_i| (Higham eq. 3.5;
+    both orders), of the float64 product."""
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((1, rows, 96)).astype(np.float32)
+    kernel = rng.standard_normal((6, 10, 96)).astype(np.float32)  # [*out, I], output-major
+    got = np.asarray(jax.jit(project_out_major)(x, kernel), np.float64)
+    x64, k64 = x.astype(np.float64), kernel.astype(np.float64)
+    want = np.einsum("bti,ohi->btoh", x64, k64)
+    bound = 2 * 96 * 2.0**-24 * np.einsum("bti,ohi->btoh", np.abs(x64), np.abs(k64))
+    assert got.shape == (1, rows, 6, 10) and np.all(np.abs(got - want) <= bound)
+    dots = [e for e in jax.make_jaxpr(project_out_major)(x, kernel).eqns if e.primitive.name == "dot_general"]
+    kernel_first = [e.invars[0].aval.shape == (1, 60, 96) for e in dots]
+    assert kernel_first == [jax.default_backend() == "cpu" and 2 <= rows <= KERNEL_FIRST_MAX_ROWS]

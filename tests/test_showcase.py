@@ -27,4 +27,4 @@ def test_with_the_registry_it_runs_smollm2_with_the_best_method(monkeypatch):
     argv = calls[1][1]
     assert argv[:5] == ["generate", "--model", "smollm2-135m", "--method", showcase.SMOLLM2_METHOD]
     assert "Natalia sold clips to 48 of her friends." in argv and argv[-1] == "--rounds"
-    assert argv[argv.index("--layout") + 1] == showcase.SMOLLM2_LAYOUT == "dual"  # each pass at its faster layout
+    assert argv[argv.index("--layout") + 1] == showcase.SMOLLM2_LAYOUT == "unstacked"  # the faster AR step and round

@@ -51,7 +51,7 @@ from specjax.inputs import require_config
 from specjax.models.cache import KVCache, commit
 from specjax.models.dflash import DFlashConfig
 from specjax.models.dflash_net import (context_kv, draft_hidden, drafter_features, ingest_context, init_draft_cache,
-                                       write_region)
+                                       per_layer, write_region)
 from specjax.models.model import ModelConfig, check_params
 from specjax.ops import argmax
 from specjax.tree import chain_tree
@@ -193,6 +193,7 @@ class DFlashDrafter:
         if context is None or context.features is None:
             raise ValueError("DFlash reads the target: init needs the prompt's target features (PromptContext)")
         check_params(self.cfg, params, type(self).__name__)  # while tracing: before anything compiles
+        params = per_layer(params)  # sliced once here, not copied out of the stack in every draft forward
         b = tokens.shape[0]
         dtype = weights_dtype(params)
         cache = init_draft_cache(self.cfg, b, self.cache_slots(tokens.shape[1], max_new_tokens), dtype)

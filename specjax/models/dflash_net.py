@@ -24,8 +24,32 @@ from specjax.models.model import ModelConfig, embed_tokens, final_norm, merge_mo
 
 __all__ = [
     "anchored_hidden", "context_kv", "draft_hidden", "drafter_features", "ingest_context", "init_draft_cache",
-    "outer_module", "target_outer", "write_region",
+    "outer_module", "per_layer", "target_outer", "write_region",
 ]
+
+
+def per_layer(params: dict) -> dict:
+    """The drafter's params with "layers" as a tuple of N_d per-layer dicts (what decoding carries): the
+    functions below then run the layers one after another, each reading its own arrays. Scanned over the
+    stacked [N_d, ...] arrays, XLA:CPU copies layer i's slice before its products, in every draft forward
+    of every round (SmolLM2's 3-layer drafter: ~5 ms of a ~60 ms DDTree round, docs/results.md); sliced
+    here once per generation instead. Idempotent; the stacked form is the checkpoint's and training's."""
+    layers = params["layers"]
+    if isinstance(layers, (tuple, list)):
+        return params
+    n = jax.tree.leaves(layers)[0].shape[0]
+    return {**params, "layers": tuple(jax.tree.map(lambda x, i=i: x[i], layers) for i in range(n))}
+
+
+def _run_layers(layer, carry, layers, ids):
+    """`jax.lax.scan(layer, carry, (layers, ids))` for stacked layers; a loop over `per_layer` ones."""
+    if not isinstance(layers, (tuple, list)):
+        return jax.lax.scan(layer, carry, (layers, ids))
+    outs = []
+    for i, layer_params in enumerate(layers):
+        carry, out = layer(carry, (layer_params, ids[i]))
+        outs.append(out)
+    return carry, None if outs[0] is None else jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
 
 
 def outer_module(params: dict, cfg: DFlashConfig):
@@ -46,7 +70,7 @@ def drafter_features(cfg: DFlashConfig, target_params: dict, target_cfg: ModelCo
 
 @functools.partial(jax.jit, static_argnames=("cfg",))  # eager callers: one compile per shape
 def context_kv(params: dict, cfg: DFlashConfig, features: jax.Array, positions: jax.Array):
-    """K/V that every draft layer injects for context positions.
+    """K/V that every draft layer injects for context positions (params' layers stacked or `per_layer`).
 
     features [B, C, n, E] target features; positions int32[B, C]. Returns (k, v)
     [N_d, B, C, K, D]: k_norm(k_proj(c)) rotated at `positions`, v_proj(c), with
@@ -54,10 +78,10 @@ def context_kv(params: dict, cfg: DFlashConfig, features: jax.Array, positions: 
     """
     c = outer_module(params, cfg).context(features)  # [B, C, E]
 
-    def layer(_, layer_params):
-        return None, merge_module(cfg, "Block", layer_params).self_attn.keys_values(c, positions)
+    def layer(_, xs):
+        return None, merge_module(cfg, "Block", xs[0]).self_attn.keys_values(c, positions)
 
-    _, (k, v) = jax.lax.scan(layer, None, params["layers"])
+    _, (k, v) = _run_layers(layer, None, params["layers"], jnp.arange(cfg.num_layers))
     return k, v
 
 
@@ -75,7 +99,8 @@ def write_region(cache: KVCache, k: jax.Array, v: jax.Array, offset: int = 0) ->
 @functools.partial(jax.jit, static_argnames=("cfg", "target_cfg"))
 def draft_hidden(params: dict, cfg: DFlashConfig, target_params: dict, target_cfg: ModelConfig, tokens: jax.Array,
                  positions: jax.Array, block_mask: jax.Array, cache: KVCache, region_offset: int):
-    """The draft layers over block tokens: (hidden [B, T, E] after the final norm, cache).
+    """The draft layers over block tokens: (hidden [B, T, E] after the final norm, cache); params' layers
+    stacked or `per_layer`.
 
     tokens/positions int32[B, T] (embedded with the *target's* embedding); block_mask
     bool[B, T, R] over the pending region (context K/V already written there by
@@ -93,7 +118,7 @@ def draft_hidden(params: dict, cfg: DFlashConfig, target_params: dict, target_cf
         x, kv = merge_module(cfg, "Block", layer_params)(x, positions, mask, kv)
         return (x, kv.k, kv.v), None
 
-    (x, k, v), _ = jax.lax.scan(layer, (x, cache.k, cache.v), (params["layers"], jnp.arange(cfg.num_layers)))
+    (x, k, v), _ = _run_layers(layer, (x, cache.k, cache.v), params["layers"], jnp.arange(cfg.num_layers))
     return outer_module(params, cfg).norm(x), cache.replace(k=k, v=v)
 
 

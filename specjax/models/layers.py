@@ -86,11 +86,37 @@ def split_heads(x: jax.Array, kernel: jax.Array) -> jax.Array:
     return (x @ kernel.reshape(e, -1)).reshape(*x.shape[:-1], *heads)
 
 
-def project_out_major(x: jax.Array, kernel: jax.Array) -> jax.Array:
+# A product of a few rows by an output-major kernel, on a CPU, runs as kernel times rows (y^T = W x^T, then a
+# transposed copy of the small result): XLA:CPU's YNNPACK kernels spread that product's many output rows over
+# the cores, where x W^T with 2-64 rows runs mostly on one. They are fastest at 2-4, 8 and 16 rows, so 5-7 rows
+# are padded to 8 and 9-15 to 16 (zero rows, dropped after). SmolLM2's 120 layer products alone (2 cores, ms):
+#
+#     rows            2     4     5     8     9    12    16    17    32    64
+#     x W^T        28.8  32.5  33.4  39.1  37.1  40.7  44.7  48.6  65.3  93.8
+#     kernel first 20.3  20.7  28.4  25.7  35.1  36.0  31.1  41.5  48.2  80.5   (unpadded)
+#
+# One row is 15-16 ms either way; the tied head [V, E] of a 9-row verify 9.0 -> 7.3 ms (docs/results.md). The kernel gets a leading axis of 1 (a free reshape): with a
+# plain [O, I] operand XLA folds the transpose back into x W^T. Every output is the same dot product over I.
+# One-row steps, large batches and accelerators keep x W^T.
+KERNEL_FIRST_MAX_ROWS = 64
+KERNEL_FIRST_PAD = {5: 8, 6: 8, 7: 8, **{r: 16 for r in range(9, 16)}}  # rows -> the faster row count
+
+
+def project_out_major(x: jax.Array, kernel: jax.Array, preferred_element_type=None) -> jax.Array:
     """x [..., I] through an output-major kernel [*out, I] -> [..., *out] (x times the kernel's
-    transpose, as one 2-D product: `specjax.models.llama.fuse_layer` says why output-major)."""
+    transpose, as one 2-D product: `specjax.models.llama.fuse_layer` says why output-major; on a CPU,
+    2 to KERNEL_FIRST_MAX_ROWS rows as the kernel times the rows, see above). preferred_element_type:
+    the product's accumulation and result dtype (None: the inputs')."""
     out, i = kernel.shape[:-1], kernel.shape[-1]
-    y = jax.lax.dot_general(x, kernel.reshape(-1, i), (((x.ndim - 1,), (1,)), ((), ())))
+    flat = kernel.reshape(-1, i)  # [O, I]
+    rows = math.prod(x.shape[:-1])
+    if 1 < rows <= KERNEL_FIRST_MAX_ROWS and jax.default_backend() == "cpu":
+        padded = KERNEL_FIRST_PAD.get(rows, rows)
+        x2 = jnp.pad(x.reshape(rows, i), ((0, padded - rows), (0, 0)))  # [padded, I]
+        y = jax.lax.dot_general(flat[None], x2, (((2,), (1,)), ((), ())),
+                                preferred_element_type=preferred_element_type)  # [1, O, padded]
+        return y[:, :, :rows].transpose(0, 2, 1).reshape(*x.shape[:-1], *out)
+    y = jax.lax.dot_general(x, flat, (((x.ndim - 1,), (1,)), ((), ())), preferred_element_type=preferred_element_type)
     return y.reshape(*x.shape[:-1], *out)
 
 
@@ -302,5 +328,6 @@ class EmbedAndHead(nnx.Module):
         """The output projection, accumulated and returned in float32 whatever the params'
         dtype: rounding bf16 logits to bf16 would create exact ties over a large vocabulary."""
         if self.tied:
-            return jnp.einsum("...e,ve->...v", x, self.embed.embedding[...], preferred_element_type=jnp.float32)
+            # the embedding [V, E] is an output-major kernel (a 9-row verify forward's head: 9.0 -> 7.3 ms on SmolLM2)
+            return project_out_major(x, self.embed.embedding[...], preferred_element_type=jnp.float32)
         return jnp.einsum("...e,ev->...v", x, self.head.kernel[...], preferred_element_type=jnp.float32)

@@ -222,13 +222,14 @@ def forward(
 
 # The layouts of a model's layer params (`with_layout`):
 #   stacked    one [L, ...] array per leaf, scanned: one compiled layer; the layout of checkpoints,
-#              sharding and training, and the faster one on a CPU for forwards of several tokens
-#              (a verify forward, a prefill);
-#   unstacked  a tuple of L per-layer dicts (`unstack_layers`): the faster one-token decode step on a
-#              CPU, a longer first compile;
+#              sharding and training, and of accelerators;
+#   unstacked  a tuple of L per-layer dicts (`unstack_layers`): on a CPU the faster one-token decode
+#              step and the faster speculative round (inside the decode loop the scan's per-layer
+#              weight copies cost a DDTree round on SmolLM2 more than its products, docs/results.md),
+#              a longer first compile;
 #   dual       both: the stacked arrays plus per-layer copies under LAYER_COPIES, used by one-token
-#              steps only (twice the weight memory: AR decoding and speculative verification on one
-#              CPU, each at its faster layout).
+#              steps only (twice the weight memory; the scanned forwards of several tokens keep the
+#              stacked layout's compile times; the data engine's scanned refills of 128 rows).
 LAYOUTS = ("stacked", "unstacked", "dual")
 LAYER_COPIES = "layer_copies"
 
@@ -239,10 +240,10 @@ def unstack_layers(params: dict) -> dict:
     stacked layout the layer scan slices layer i out of every [L, ...] leaf, and XLA:CPU copies that
     slice before its products: at batch 1 a one-token step spends about as long on the copies as on
     the matrix-vector products themselves (SmolLM2-135M on 2 cores: 44.2 ms per decode step stacked,
-    30.5 ms unstacked; `python -m specjax bench-device --shapes smollm2-135m`, docs/results.md). For
-    forwards of 4 to 16 tokens the copies overlap the matrix products on the second core and the
-    stacked layout was as fast or faster in a same-process sweep (8 tokens: 61 vs 67 ms), hence "dual". Same outputs (tested against transformers
-    in every layout); compiling takes longer (one copy of the layer per layer). Inverse:
+    30.5 ms unstacked; `python -m specjax bench-device --shapes smollm2-135m`, docs/results.md). Inside
+    the decode loop the copies cost forwards of several tokens as much (SmolLM2, DDTree-8 and chain DFlash
+    in one process: 1.05x / 0.95x AR dual, 1.10x / 1.24x unstacked). Same outputs (tested against
+    transformers in every layout); compiling takes longer (one copy of the layer per layer). Inverse:
     `stack_layers`. Idempotent.
 
     A Llama-family layer is also fused (`specjax.models.llama.fuse_layer`: q | k | v as one kernel,
@@ -399,14 +400,16 @@ def _leaf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 def check_params(cfg: ModelConfig, params, owner: str) -> None:
-    """Raise `WrongConfigError` unless `params` hold exactly the arrays of `cfg`'s params pytree
-    (names and shapes; a draft vocabulary aside), naming every difference: catches another
+    """Raise `WrongConfigError` unless `params` (any layer layout) hold exactly the arrays of `cfg`'s params
+    pytree (names and shapes; a draft vocabulary aside), naming every difference: catches another
     model's params (e.g. a Domino checkpoint's in a DFlash drafter) while tracing, before compiling."""
     if not isinstance(params, dict):
         raise WrongConfigError(f"{owner} needs the params of its {type(cfg).__name__} (load_checkpoint(dir) returns "
                                f"(cfg, params)), got {type(params).__name__}")
     want = _leaf_shapes(cfg)
-    flat, _ = jax.tree_util.tree_flatten_with_path({k: v for k, v in params.items() if k != "draft_vocab"})
+    # in any layout (`LAYOUTS`): compared in the stacked one, by shape only (nothing is computed)
+    stacked = jax.eval_shape(stack_layers, {k: v for k, v in params.items() if k != "draft_vocab"})
+    flat, _ = jax.tree_util.tree_flatten_with_path(stacked)
     got = {jax.tree_util.keystr(path): tuple(jnp.shape(leaf)) for path, leaf in flat}
     bad = [f"{k}: {got[k]} vs expected {want[k]}" for k in sorted(set(got) & set(want)) if got[k] != want[k]]
     hint = (" (a GRU 'head' is a Domino drafter's: use DominoDrafter with its DominoConfig)"
