@@ -28,7 +28,8 @@
 # registry GGUF, fetched once and cached) with `smollm2-135m-dflash` (a 1-layer DFlash drafter
 # trained by specjax on 2 CPU cores: `specjax/zoo/TRAINING.md`), chat-templated prompts, two
 # counted prompts per dataset, 48 new tokens, budgets up to 64, the target's layers unstacked
-# (`specjax.zoo.SMOLLM2_LAYOUT`: the faster AR step and speculative round on a CPU). `cpu-tiny`: the embedded pair (`specjax.zoo`: the 4.9M-parameter GPT-NeoX target and
+# (`specjax.zoo.SMOLLM2_LAYOUT`: the faster AR step and speculative round on a CPU). `cpu-tiny`:
+# the embedded pair (`specjax.zoo`: the 4.9M-parameter GPT-NeoX target and
 # `tiny-neox-dflash`), no download, a few minutes. `gpu`: SmolLM2 again at the paper's
 # settings (longer prompts and generations, budgets to 1024) and the projection on a
 # Qwen3-8B-shaped random-weight target. `ci` is the test suite's smoke run (`tests/test_notebooks.py`):

@@ -30,7 +30,8 @@
 # cores (`specjax/zoo/TRAINING.md`): `smollm2-135m-domino` (Domino on the trained DFlash
 # backbone, head d_s = 144, r = 36, 1,200 steps), `smollm2-135m-dflash` (that backbone, block 8)
 # and `smollm2-135m-eagle3`; two counted prompts on each of three datasets, 48 new tokens, the
-# target's layers unstacked (`specjax.zoo.SMOLLM2_LAYOUT`: the faster AR step and round on a CPU). Its training ablation (Figure
+# target's layers unstacked (`specjax.zoo.SMOLLM2_LAYOUT`: the faster AR step and round on a CPU).
+# Its training ablation (Figure
 # 4) is the tiny pair's: three SmolLM2 Domino runs would take about three CPU hours.
 # `cpu-tiny`: the embedded target (`specjax.zoo`, the 4.9M-parameter GPT-NeoX) with
 # `tiny-neox-domino` (trained by specjax: 1,200 steps, teacher forcing + the base-anchored

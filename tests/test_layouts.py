@@ -79,21 +79,21 @@ def test_a_per_layer_cache_holds_and_gives_what_the_stacked_one_does(target):
 
 
 def test_generations_are_identical_in_both_layouts(target):
-    """AR, DDTree (drafter reading tapped target features) and DynaTree (a draft LM, laid out as the target)
-    emit the same tokens, rounds and per-round acceptances whether the layers are scanned or unstacked."""
+    """AR, DDTree (drafter reading tapped target features) and a draft-LM chain (the draft laid out as the
+    target) emit the same tokens, rounds and per-round acceptances whether the layers are scanned or unstacked."""
     cfg, params = target
     tokens, lengths = pad_prompts([[0, 51, 7, 300, 12, 9], [0, 1200, 44]])
     dcfg, dparams = zoo.load_drafter("tiny-neox-dflash")
     m = method("ddtree-8", cfg, dflash=(dcfg, dparams))
     draft_cfg, draft_params, _ = zoo.load("tiny-neox-draft")
-    lm = method("dynatree-zoo", cfg, draft=(draft_cfg, draft_params))
+    lm = method("chain4", cfg, draft=(draft_cfg, draft_params))
     runs = {}
     for layout in LAYOUTS:
         p = with_layout(params, layout)
         ar = generate_ar(p, cfg, tokens, lengths, 24)
         spec = generate(p, cfg, m.drafter, m.params, tokens, lengths, 24)
-        dyna = generate(p, cfg, lm.drafter, with_layout(draft_params, layout), tokens, lengths, 24)
-        runs[layout] = (ar, spec, dyna)
+        chain = generate(p, cfg, lm.drafter, with_layout(draft_params, layout), tokens, lengths, 24)
+        runs[layout] = (ar, spec, chain)
     ar_s, *specs_s = runs["stacked"]
     for layout in ("unstacked", "dual"):
         ar, *specs = runs[layout]

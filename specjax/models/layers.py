@@ -89,15 +89,17 @@ def split_heads(x: jax.Array, kernel: jax.Array) -> jax.Array:
 # A product of a few rows by an output-major kernel, on a CPU, runs as kernel times rows (y^T = W x^T, then a
 # transposed copy of the small result): XLA:CPU's YNNPACK kernels spread that product's many output rows over
 # the cores, where x W^T with 2-64 rows runs mostly on one. They are fastest at 2-4, 8 and 16 rows, so 5-7 rows
-# are padded to 8 and 9-15 to 16 (zero rows, dropped after). SmolLM2's 120 layer products alone (2 cores, ms):
+# are padded to 8 and 9-15 to 16 (zero rows, dropped after). SmolLM2's 120 layer products alone (2 cores of an
+# AMD EPYC with AVX-512, ms):
 #
 #     rows            2     4     5     8     9    12    16    17    32    64
 #     x W^T        28.8  32.5  33.4  39.1  37.1  40.7  44.7  48.6  65.3  93.8
 #     kernel first 20.3  20.7  28.4  25.7  35.1  36.0  31.1  41.5  48.2  80.5   (unpadded)
 #
-# One row is 15-16 ms either way; the tied head [V, E] of a 9-row verify 9.0 -> 7.3 ms (docs/results.md). The kernel gets a leading axis of 1 (a free reshape): with a
-# plain [O, I] operand XLA folds the transpose back into x W^T. Every output is the same dot product over I.
-# One-row steps, large batches and accelerators keep x W^T.
+# One row is 15-16 ms either way; the tied head [V, E] of a 9-row verify 9.0 -> 7.3 ms (docs/results.md).
+# The kernel gets a leading axis of 1 (a free reshape): with a plain [O, I] operand XLA folds the transpose
+# back into x W^T. Every output is the same dot product over I. One-row steps, large batches and
+# accelerators keep x W^T.
 KERNEL_FIRST_MAX_ROWS = 64
 KERNEL_FIRST_PAD = {5: 8, 6: 8, 7: 8, **{r: 16 for r in range(9, 16)}}  # rows -> the faster row count
 
