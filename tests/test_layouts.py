@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from specjax import zoo
+from specjax.bench.suite import bench_models
 from specjax.cli import main
 from specjax.decode import generate, generate_ar
 from specjax.drafters.registry import method
@@ -168,9 +169,11 @@ def test_pipeline_and_cli_choose_the_layout(capsys):
     assert pipe.generate("The river", max_new_tokens=8)[0].token_ids == stacked.token_ids
     with pytest.raises(ValueError, match="unknown layer layout 'flat'"):
         Pipeline.load("zoo", method="ar", layout="flat")
-    for layout in ("unstacked", "dual"):  # the draft LM runs in the target's layout
+    for layout in ("unstacked", "dual"):  # the draft LM runs in the target's layout, loaded or random
         pair = Pipeline.load("zoo", method="chain4", layout=layout).pair
         assert layout_of(pair.params) == layout_of(pair.draft[1]) == layout
+        models = bench_models(random=True, layout=layout)
+        assert layout_of(models.target[1]) == layout_of(models.draft[1]) == layout
     assert main(["generate", "--method", "ar", "--layout", "flat"]) == 2
     assert "invalid choice: 'flat'" in capsys.readouterr().err
 

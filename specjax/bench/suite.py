@@ -135,8 +135,9 @@ def bench_models(model: str = "zoo", *, draft: str | None = None, layout: str = 
     """Load a named model or a checkpoint directory with every drafter it has (`specjax.pipeline.load_pair`), or
     random tiny models (`random`); `self_draft` makes the target its own draft LM."""
     if random:
-        target, drafted = harness.random_pair()
-        models = BenchModels((target[0], with_layout(target[1], layout)), drafted, dict.fromkeys(READERS), None,
+        target, drafted = harness.random_pair()  # both laid out, as `load_pair` lays out a target and its draft LM
+        models = BenchModels((target[0], with_layout(target[1], layout)), (drafted[0], with_layout(drafted[1], layout)),
+                             dict.fromkeys(READERS), None,
                              "random-neox-6x256", "random-neox-2x64")
     else:
         pair = load_pair(model, ("draft", *READERS), draft=draft, layout=layout, **readers)
