@@ -4,8 +4,13 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specjax-installed
+# `make test PY=python3` (e.g. on a GPU machine whose Python has jax with CUDA and the dev packages, no registry):
+# run with that interpreter as it is, creating no venv.
+ifeq ($(origin PY),command line)
+STAMP :=
+endif
 
-.PHONY: run test test-fast notebooks lab venv clean proofs methods-table
+.PHONY: run test test-fast test-gpu gpu-check notebooks lab venv clean proofs methods-table
 
 # torch==2.13.0 first, with pip, which takes this machine's local CPU wheel (pip's find-links); the rest
 # with uv (parallel downloads and bytecode compilation), or with pip where uv is not installable or
@@ -33,6 +38,19 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
+
+# On a GPU machine. Its own Python holds jax with CUDA (the venv's jax is the CPU build), so these two run with
+# GPU_PY (default python3) over this checkout, installing nothing: a machine without registry access runs them.
+# `make test-gpu`: the suite's `gpu` subset (tests/gpu_subset.py) in one process; `make gpu-check`: the GPU
+# checks in one command, writing gpu-check/gpu-check.json and gpu-check/gpu-check.md (specjax.bench.gpu_check;
+# ARGS="--quick" runs its toy sizes anywhere). `make test PY=python3` runs the whole suite there.
+GPU_PY ?= python3
+
+test-gpu:
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) -m pytest -q -p no:xdist -m gpu $(PYTEST_ARGS)
+
+gpu-check:
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) -m specjax gpu-check $(ARGS)
 
 # Rewrite README.md's method table (between its <!-- methods: ... --> and <!-- /methods --> lines) from the
 # registry: the package's own methods (tests/test_method_registry.py fails with the new text when it is stale).

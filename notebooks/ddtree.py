@@ -28,7 +28,7 @@
 # registry GGUF, fetched once and cached) with `smollm2-135m-dflash` (a 1-layer DFlash drafter
 # trained by specjax on 2 CPU cores: `specjax/zoo/TRAINING.md`), chat-templated prompts, two
 # counted prompts per dataset, 48 new tokens, budgets up to 64, the target's layers unstacked
-# (`specjax.zoo.SMOLLM2_LAYOUT`: the faster AR step and speculative round on a CPU). `cpu-tiny`:
+# (`MODELS["smollm2-135m"].serving`: the faster AR step and speculative round on a CPU). `cpu-tiny`:
 # the embedded pair (`specjax.zoo`: the 4.9M-parameter GPT-NeoX target and
 # `tiny-neox-dflash`), no download, a few minutes. `gpu`: SmolLM2 again at the paper's
 # settings (longer prompts and generations, budgets to 1024) and the projection on a
@@ -69,7 +69,7 @@ from specjax.bench.round_split import PARTS, costs_from_figures, project_speedup
 from specjax.data.datasets import dataset_prompts
 from specjax.decode import generate
 from specjax.models import pad_prompts
-from specjax.pipeline import load_pair
+from specjax.pipeline import MODELS, load_pair
 from specjax.sampling import Sampling
 
 PROFILES = {
@@ -96,8 +96,9 @@ OUT.mkdir(parents=True, exist_ok=True)
 # One `Pair` (specjax.pipeline): the target, its tokenizer (`encode` puts the zoo's EOS separator before a
 # prompt; SmolLM2's wraps it in the chat template) and the zoo's DFlash drafter for it.
 SMOLLM2 = PROFILE in ("cpu-smollm2", "gpu")
+LAYOUT = MODELS["smollm2-135m"].serving_for().layout if SMOLLM2 else "stacked"  # its measured best here
 pair = load_pair("smollm2-135m" if SMOLLM2 else "zoo", ("dflash",),
-                 layout=zoo.SMOLLM2_LAYOUT if PROFILE == "cpu-smollm2" else "stacked")
+                 layout=LAYOUT)
 names = (("smollm2-135m-instruct", "smollm2-135m-dflash") if SMOLLM2 else
          ("tiny-neox-target", "tiny-neox-dflash"))
 t_cfg, t_params, dflash, chat = pair.cfg, pair.params, pair.readers["dflash"], pair.has_chat_template

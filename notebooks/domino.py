@@ -30,7 +30,7 @@
 # cores (`specjax/zoo/TRAINING.md`): `smollm2-135m-domino` (Domino on the trained DFlash
 # backbone, head d_s = 144, r = 36, 1,200 steps), `smollm2-135m-dflash` (that backbone, block 8)
 # and `smollm2-135m-eagle3`; two counted prompts on each of three datasets, 48 new tokens, the
-# target's layers unstacked (`specjax.zoo.SMOLLM2_LAYOUT`: the faster AR step and round on a CPU).
+# target's layers unstacked (`MODELS["smollm2-135m"].serving`: the faster AR step and round on a CPU).
 # Its training ablation (Figure
 # 4) is the tiny pair's: three SmolLM2 Domino runs would take about three CPU hours.
 # `cpu-tiny`: the embedded target (`specjax.zoo`, the 4.9M-parameter GPT-NeoX) with
@@ -75,7 +75,7 @@ from specjax.bench.round_split import domino_split
 from specjax.data.datasets import dataset_prompts
 from specjax.decode import generate
 from specjax.models import load_checkpoint, pad_prompts
-from specjax.pipeline import load_pair
+from specjax.pipeline import MODELS, load_pair
 from specjax.sampling import Sampling
 
 PROFILES = {
@@ -98,8 +98,9 @@ OUT.mkdir(parents=True, exist_ok=True)
 # One `Pair` (specjax.pipeline): the target, its tokenizer (`encode` puts the zoo's EOS separator before a
 # prompt; SmolLM2's wraps it in the chat template) and the zoo's trained drafters for it.
 SMOLLM2 = PROFILE in ("cpu-smollm2", "gpu")
+LAYOUT = MODELS["smollm2-135m"].serving_for().layout if SMOLLM2 else "stacked"  # its measured best here
 pair = load_pair("smollm2-135m" if SMOLLM2 else "zoo", ("dflash", "eagle3", "domino"),
-                 layout=zoo.SMOLLM2_LAYOUT if PROFILE == "cpu-smollm2" else "stacked")
+                 layout=LAYOUT)
 prefix = "smollm2-135m" if SMOLLM2 else "tiny-neox"
 t_cfg, t_params, readers, chat = pair.cfg, pair.params, pair.readers, pair.has_chat_template
 target = (t_cfg, t_params)

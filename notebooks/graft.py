@@ -39,7 +39,7 @@
 # cores (`specjax/zoo/TRAINING.md`): `smollm2-135m-eagle3` (Graft's base) and
 # `smollm2-135m-dflash` (Table 6, DDTree), and the draft LM `smollm2-135m-draft` (the chain "Sps"
 # row; the committed outputs predate it and have no such row). Two datasets, two counted prompts
-# each, 48 new tokens, the target's layers unstacked (`specjax.zoo.SMOLLM2_LAYOUT`: the faster AR
+# each, 48 new tokens, the target's layers unstacked (`MODELS["smollm2-135m"].serving`: the faster AR
 # step and round on a CPU). `cpu-tiny`: the embedded target (`specjax.zoo`, a
 # 4.9M-parameter GPT-NeoX) with the drafters specjax trained for it: `tiny-neox-eagle3`,
 # `tiny-neox-dflash` and the draft LM `tiny-neox-draft` (the chain "Sps" row). `gpu`: SmolLM2
@@ -83,7 +83,7 @@ from specjax.decode import generate, generate_ar
 from specjax.drafters.graft import calibrate_thresholds, draft_steps
 from specjax.drafters.retrieval import Template, measured_rank_prior, table_rows_used
 from specjax.models import pad_prompts
-from specjax.pipeline import load_pair
+from specjax.pipeline import MODELS, load_pair
 from specjax.sampling import Sampling
 
 PROFILES = {
@@ -112,8 +112,9 @@ OUT.mkdir(parents=True, exist_ok=True)
 # One `Pair` (specjax.pipeline): the target, its tokenizer (`encode` puts the zoo's EOS separator before a
 # prompt; SmolLM2's wraps it in the chat template), the draft LM and the zoo's trained drafters for it.
 SMOLLM2 = PROFILE in ("cpu-smollm2", "gpu")
+LAYOUT = MODELS["smollm2-135m"].serving_for().layout if SMOLLM2 else "stacked"  # its measured best here
 pair = load_pair("smollm2-135m" if SMOLLM2 else "zoo", ("draft", "dflash", "eagle3"),
-                 layout=zoo.SMOLLM2_LAYOUT if PROFILE == "cpu-smollm2" else "stacked")
+                 layout=LAYOUT)
 prefix = "smollm2-135m" if SMOLLM2 else "tiny-neox"
 t_cfg, t_params, readers, chat = pair.cfg, pair.params, pair.readers, pair.has_chat_template
 draft = pair.draft  # None without a draft LM: the chain and base=lm rows are skipped

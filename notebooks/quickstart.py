@@ -48,7 +48,7 @@ import pandas as pd
 
 from specjax import Pipeline, Sampling, ancestor_mask, generate, generate_ar, pad_prompts
 from specjax.decode import cache_sizes, initial_state, speculative_round
-from specjax.zoo import SMOLLM2_LAYOUT, SMOLLM2_METHOD
+from specjax.pipeline import MODELS
 
 
 NEW_TOKENS = {"ci": 16, "cpu-tiny": 64, "cpu-smollm2": 64, "gpu": 256}
@@ -56,10 +56,10 @@ if PROFILE not in NEW_TOKENS:
     raise ValueError(f"SPECJAX_PROFILE={PROFILE!r}: choose one of {', '.join(NEW_TOKENS)}")
 MODEL = "smollm2-135m" if PROFILE in ("cpu-smollm2", "gpu") else "zoo"  # the profile says which model runs
 NEW = NEW_TOKENS[PROFILE]
-# On SmolLM2: `make run`'s method (DDTree-8 with 4 of its 8 nodes grafted from a table of the
-# target's own successors) and layer layout (the fastest measured on a CPU); on the tiny pair DDTree-16.
-METHOD = SMOLLM2_METHOD if MODEL != "zoo" else "ddtree-16"
-pipe = Pipeline.load(MODEL, method=METHOD, layout=SMOLLM2_LAYOUT if MODEL != "zoo" else "stacked")
+# On SmolLM2: `make run`'s method and layer layout, the fastest measured on this backend (its catalogue
+# entry's `serving`; `Pipeline.load` takes the layout from it); on the tiny pair DDTree-16.
+METHOD = MODELS[MODEL].serving_for().method if MODEL != "zoo" else "ddtree-16"
+pipe = Pipeline.load(MODEL, method=METHOD)
 pair, drafter, dparams = pipe.pair, pipe.method.drafter, pipe.method.params
 cfg, params = pair.cfg, pair.params
 TEXT = ("What is the capital of France, and what is it famous for?" if MODEL != "zoo" else

@@ -25,6 +25,7 @@ for users who drive rounds themselves. Inside your own
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -35,7 +36,8 @@ from jax.experimental import checkify
 
 from typing import Any, Callable
 
-from specjax.drafters.protocol import PromptContext, Verified
+from specjax.drafters.protocol import PromptContext, Verified, Wrapper
+from specjax.drafters.registry import parse as parse_method
 from specjax.inputs import check_generate_args, is_traced, validate_prompts
 from specjax.models.cache import KVCache, advance, check_capacity, commit, init_cache
 from specjax.models.model import ModelConfig, forward, outer_params, prefill_tapped, prefill_unchecked
@@ -49,8 +51,8 @@ from specjax.tree import TREE_RULES, tree_depth, tree_violations
 from specjax.verify import verify_tree
 
 __all__ = [
-    "cache_sizes", "check_proposed_tree", "eos_table", "finish", "generate", "generate_ar", "GenerateOutput",
-    "initial_state", "is_eos",
+    "cache_sizes", "check_proposed_tree", "checks_trees_by_default", "eos_table", "finish", "from_outside", "generate",
+    "generate_ar", "GenerateOutput", "initial_state", "is_eos",
     "LoopState", "pick_token", "RoundStats", "speculative_round", "SpeculativeOutput", "target_layers",
     "validate_prompts",
 ]
@@ -375,8 +377,44 @@ def check_proposed_tree(tree, active: jax.Array, rounds: jax.Array, drafter, voc
         rows = bad[..., k].any(-1)
         row = jnp.argmax(rows)
         checkify.check(~rows.any(), f"check_trees: {type(drafter).__name__} proposed an invalid tree: row {{row}}, "
-                       f"round {{round}}, node {{node}}: {rule}", row=row, round=rounds[row],
-                       node=jnp.argmax(bad[row, :, k]))
+                       f"round {{round}}, node {{node}}: {rule} (fix the drafter's tree; the check is on by default "
+                       f"for a drafter from outside specjax, check_trees=False turns it off)", row=row,
+                       round=rounds[row], node=jnp.argmax(bad[row, :, k]))
+
+
+def _in_package(obj) -> bool:
+    return (getattr(obj, "__module__", None) or "").split(".")[0] == "specjax"
+
+
+def from_outside(drafter, method: str | None = None) -> bool:
+    """Whether `drafter` is a researcher's rather than specjax's own: its class, or that of a drafter it wraps
+    (`Wrapper.inner`) or a dataclass it holds, recursively, is defined outside the `specjax` package; or
+    `method` (`Method.name`) names a method registered from outside (`specjax.register`, an entry point,
+    ``--methods-from``: its `MethodSpec.build` lives outside `specjax`; a name no method reads: the classes decide)."""
+    todo, seen = [drafter], set()
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, type):
+            continue
+        seen.add(id(obj))
+        if not _in_package(type(obj)):
+            return True
+        held = [getattr(obj, f.name, None) for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
+        todo += [x for x in held if dataclasses.is_dataclass(x)] + ([obj.inner] if isinstance(obj, Wrapper) else [])
+    try:
+        return method is not None and not _in_package(parse_method(method).spec.build)
+    except ValueError:
+        return False
+
+
+def checks_trees_by_default(check_trees: bool | None, drafter, method: str | None = None) -> bool:
+    """`check_trees` of `generate`, `Pipeline.generate`, the bench harness: True / False as given; None (their
+    default): on exactly for a drafter `from_outside` specjax (built by `method`), so the package's own run
+    the unchecked program, as fast as before."""
+    if check_trees is not None and not isinstance(check_trees, bool):
+        raise TypeError(f"check_trees must be True, False or None (on for drafters from outside specjax), got "
+                        f"{type(check_trees).__name__} {check_trees!r}")
+    return from_outside(drafter, method) if check_trees is None else check_trees
 
 
 def target_layers(drafter) -> tuple[int, ...]:
@@ -526,7 +564,7 @@ def generate(
     reserve_new_tokens: int | None = None,
     matmul_precision: str = DEFAULT_PRECISION,
     on_round: Callable[[list[np.ndarray]], None] | None = None,
-    check_trees: bool = False,
+    check_trees: bool | None = None,
 ) -> SpeculativeOutput:
     """Speculative generation with any drafter; the output distribution is the target's.
 
@@ -549,11 +587,15 @@ def generate(
     the rules of `specjax.tree.TREE_RULES` on the active rows); a broken one raises
     `jax.experimental.checkify.JaxRuntimeError` naming the row, its round, the node and the rule,
     after the call. Under your own `jax.jit` / `jax.vmap` wrap your function in `checkify.checkify`.
-    Off by default: then the compiled program is the same as without it.
+    Default None: on for a drafter from outside specjax (`from_outside`: your own drafter class, or one
+    holding or wrapping it), off for the package's own (then the compiled program is the same as without
+    it); under a transformation None is off (checking there needs your `checkify.checkify`); False: off.
     """
     tokens, prompt_lengths, eos_ids = check_generate_args("generate", cfg, tokens, prompt_lengths, max_new_tokens,
                                                           eos_ids, sampling, key, pad_id, matmul_precision)
     drafter.validate(cfg)
+    check_trees = checks_trees_by_default(check_trees, drafter) and (
+        check_trees is not None or not is_traced(params, tokens, prompt_lengths, key))
     # Worst case: an active row has committed < T + M - 1 tokens and writes its N + 1 pending
     # slots; a finished row has committed exactly P + num_tokens - 1 <= T + M - 1 and keeps
     # writing (uncommitted) pending slots while other rows run: T + M + N slots cover both

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import jax
@@ -25,22 +25,24 @@ import jax.numpy as jnp
 import numpy as np
 from tokenizers import Tokenizer
 
-from specjax import zoo
+from specjax import declared, zoo
 from specjax.data import compile_cache
 from specjax.data.assets import fetch
 from specjax.data.prompts import wiki_prompts
-from specjax.decode import generate, generate_ar
+from specjax.decode import checks_trees_by_default, generate, generate_ar
 from specjax.drafters.protocol import CarriesOver
 from specjax.drafters.registry import READERS, Method, needs_of
 from specjax.drafters.registry import method as build_method
 from specjax.inputs import check_callback, check_finite, check_int, pad_prompts, stop_strings
-from specjax.models import load_checkpoint
+from specjax.models import load_checkpoint, load_config
+from specjax.models.llama import LlamaConfig
 from specjax.models.gguf import load_gguf
 from specjax.models.model import LAYOUTS, early_exit, with_layout
 from specjax.sampling import Sampling
 
-__all__ = ["DEFAULT_METHOD", "MODELS", "Completion", "NamedModel", "Pair", "Pipeline", "check_source", "cut_at_stop",
-           "default_method", "load_pair", "model_entry"]
+__all__ = ["DEFAULT_METHOD", "MODELS", "Completion", "NamedModel", "Pair", "Pipeline", "Serving", "check_source",
+           "cut_at_stop", "default_layout", "default_method", "load_pair", "model_config", "model_entry",
+           "register_model", "unregister_model"]
 
 # The fastest method on the embedded pair in a same-run benchmark (docs/results.md).
 DEFAULT_METHOD = "ddtree-8"
@@ -50,13 +52,41 @@ def _load_zoo_target(dtype):
     return zoo.load("tiny-neox-target", dtype)
 
 
+SMOLLM2_ASSET = "smollm2_135m_instruct_q4_1"  # the registry asset (`specjax.data.assets`): a Q4_1 GGUF, 94 MB
+
+
 def _load_smollm2(dtype):
-    cfg, params, tok = load_gguf(fetch("smollm2_135m_instruct_q4_1"))
+    cfg, params, tok = load_gguf(fetch(SMOLLM2_ASSET))
     return cfg, jax.tree.map(lambda x: x.astype(dtype), params), tok
+
+
+def _smollm2_config() -> LlamaConfig:
+    """SmolLM2-135M-Instruct's config as its GGUF gives it, without reading the file (tests/test_device_bench.py
+    keeps the two equal): what a plan on a machine without the weights needs."""
+    return LlamaConfig(vocab_size=49152, hidden_size=576, num_layers=30, num_heads=9, num_kv_heads=3, head_dim=64,
+                       intermediate_size=1536, rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                       flavor="llama", max_position_embeddings=8192)
 
 
 def _zoo_prompt() -> str:
     return wiki_prompts("test")[0].prompt  # the registry's wiki text, fetched when asked for
+
+
+@dataclasses.dataclass(frozen=True)
+class Serving:
+    """How a named model runs fastest on one backend (jax's platform name: "cpu", "gpu", "tpu"), as measured.
+
+    Fields:
+      method: the method string `make run`, the quickstart and the benchmarks' "best" use.
+      layout: the target's (and draft LM's) layer layout (`specjax.models.model.LAYOUTS`).
+      dtype: the params' dtype name ("float32", "bfloat16").
+      measured: what chose it (the command and its numbers, or why it is the default).
+    """
+
+    method: str
+    layout: str = "stacked"
+    dtype: str = "float32"
+    measured: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +105,11 @@ class NamedModel:
       default_prompt: () -> the prompt `specjax generate` continues when given none.
       dataset_chat: whether benchmark prompt sets go through its chat template.
       held_out: the held-out prompt set its comparisons default to (`specjax.data.datasets`).
+      serving: backend -> `Serving` (best method, layout, dtype); a backend not listed takes "cpu"'s.
+      config: () -> the target's config without loading its weights (a plan's sizes), or None: loaded.
+      hf_directory: () -> a Hugging Face checkpoint directory of the target (what transformers loads), or
+        None: written from the loaded params when one is needed (`specjax.models.save_checkpoint`).
+      asset: the package-registry asset its weights come from (`specjax.data.assets`), or None.
     """
 
     name: str
@@ -87,15 +122,83 @@ class NamedModel:
     default_prompt: Callable[[], str] = (lambda: "The")
     dataset_chat: bool = False
     held_out: str = "wiki"
+    serving: Mapping[str, Serving] = dataclasses.field(default_factory=lambda: {"cpu": Serving(DEFAULT_METHOD)})
+    config: Callable[[], object] | None = None
+    hf_directory: Callable[[], Path] | None = None
+    asset: str | None = None
+
+    def serving_for(self, backend: str | None = None) -> Serving:
+        """Its `Serving` on `backend` (default: jax's default backend; "cuda" / "rocm" read as "gpu")."""
+        backend = jax.default_backend() if backend is None else backend
+        backend = "gpu" if backend in ("cuda", "rocm") else backend
+        return self.serving.get(backend, self.serving["cpu"])
 
 
-MODELS = {m.name: m for m in (
+_BUILT_IN = {m.name: m for m in (
     NamedModel("zoo", _load_zoo_target, "tiny-neox", "tiny-neox-target", "tiny-neox-draft", "tiny-neox-draft",
-               (zoo.EOS_ID,), _zoo_prompt),
+               (zoo.EOS_ID,), _zoo_prompt,
+               serving={"cpu": Serving(DEFAULT_METHOD, measured="the fastest on the embedded pair (README)")},
+               config=lambda: load_config(zoo.path("tiny-neox-target")),
+               hf_directory=lambda: zoo.path("tiny-neox-target")),
     NamedModel("smollm2-135m", _load_smollm2, "smollm2-135m", "smollm2-135m-instruct (Q4_1 GGUF)",
                "smollm2-135m-draft (11M, distilled)", "smollm2-135m-draft",
-               default_prompt=lambda: "The capital of France is", dataset_chat=True, held_out="gsm8k"),
+               default_prompt=lambda: "The capital of France is", dataset_chat=True, held_out="gsm8k",
+               config=_smollm2_config, asset=SMOLLM2_ASSET,
+               serving={
+                   # DDTree over the block-8 DFlash drafter at a budget of 7 (8 verified tokens, a width the CPU's
+                   # products run fastest at), the layers unstacked (no per-layer weight copy in the loop).
+                   "cpu": Serving("ddtree-7", "unstacked", "float32",
+                                  "2 AMD EPYC cores, 20 prompts each: 1.26x / 1.51x / 1.35x AR on GSM8K / MATH-500 / "
+                                  "HumanEval (ddtree-3 1.38x, ddtree-8 1.17x, DFlash chain 1.22x; docs/results.md)"),
+                   # One H200 (stacked, the only layout benched there): ddtree-7 1.27x, ddtree-16 1.20x, ddtree-32
+                   # 1.23x, ddtree-64 1.20x on GSM8K; AR 1.14 ms/token unstacked against 1.38 stacked. Unstacked
+                   # also keeps each layer's weights out of a scan's per-step slice (issue 58's AR gap).
+                   "gpu": Serving("ddtree-7", "unstacked", "float32",
+                                  "one H200: ddtree-7 1.27x AR on GSM8K (stacked); AR 1.14 ms/token unstacked vs "
+                                  "1.38 stacked (`make gpu-check` re-measures both)"),
+               }),
 )}
+_REGISTERED: dict[str, NamedModel] = {}  # `register_model`
+
+
+class _Catalogue(Mapping):
+    """The catalogue of named models, live: the package's own (`_BUILT_IN`), those given to `register_model`, and
+    the ``NAMED_MODELS`` tuples of modules added from outside the package (`specjax.declared`: `--methods-from`,
+    `specjax.load_methods`, the ``specjax.methods`` entry points), later ones replacing none of the earlier."""
+
+    def _merged(self) -> dict[str, NamedModel]:
+        merged = dict(_BUILT_IN)
+        for source, entries in declared.added("NAMED_MODELS"):
+            for entry in entries:
+                if not isinstance(entry, NamedModel):
+                    raise TypeError(f"{source}: NAMED_MODELS holds a {type(entry).__name__}; make it a NamedModel")
+                merged.setdefault(entry.name, entry)
+        for name, entry in _REGISTERED.items():
+            merged.setdefault(name, entry)
+        return merged
+
+    def __getitem__(self, name: str) -> NamedModel:
+        return self._merged()[name]
+
+    def __iter__(self):
+        return iter(self._merged())
+
+    def __len__(self) -> int:
+        return len(self._merged())
+
+
+MODELS: Mapping[str, NamedModel] = _Catalogue()
+
+
+# A checkpoint directory's serving per backend: the package's default method; on a GPU the layers unstacked
+# (a scanned stack slices every layer's weights out of the stacked arrays at every step: the whole model's
+# weights copied once per token, about the measured gap of Qwen3-8B's AR step on an H200, 9.90 ms against
+# 4.52 ms of weight products; `tests/test_layouts.py` counts those slices in the compiled program), on a CPU
+# stacked (one compiled layer: the shorter first compile for a model nobody has measured here).
+DIRECTORY_SERVING = {
+    "cpu": Serving(DEFAULT_METHOD, "stacked", measured="default: the shorter compile"),
+    "gpu": Serving(DEFAULT_METHOD, "unstacked", measured="default: no per-layer weight copy in the decode step"),
+}
 
 
 def model_entry(model: str) -> NamedModel:
@@ -104,7 +207,49 @@ def model_entry(model: str) -> NamedModel:
         return MODELS[model]
     return NamedModel(model, lambda dtype: (*load_checkpoint(model, dtype),
                                             Tokenizer.from_file(str(Path(model) / "tokenizer.json"))),
-                      "", model)
+                      "", model, serving=DIRECTORY_SERVING)
+
+
+def register_model(entry: NamedModel, *, replace: bool = False) -> NamedModel:
+    """Add `entry` to the catalogue (`MODELS`), so that `Pipeline.load`, `load_pair`, `specjax generate` / `bench`
+    (`--model`, when registered before the parser is built: from a module imported first), the data engine, the
+    recipe's plan, `versus-transformers` and the showcase take its name. Returns it. (A module read with
+    ``--methods-from`` declares its models as ``NAMED_MODELS = (NamedModel(...), ...)`` instead.) Raises
+    ValueError for a name of specjax's own or already registered (unless `replace`), or one that is an existing
+    path (a directory is loaded as such)."""
+    if not isinstance(entry, NamedModel):
+        raise TypeError(f"register_model takes a NamedModel, got {type(entry).__name__}")
+    if entry.name in _BUILT_IN:
+        raise ValueError(f"model {entry.name!r} is one of specjax's own: choose another name")
+    if entry.name in MODELS and not replace:
+        raise ValueError(f"model {entry.name!r} is registered already: pass replace=True to replace it")
+    if Path(entry.name).exists():
+        raise ValueError(f"model name {entry.name!r} is an existing path: choose a name that is not one")
+    if "cpu" not in entry.serving:
+        raise ValueError(f"model {entry.name!r}: serving needs a 'cpu' entry (the backends not listed use it)")
+    _REGISTERED[entry.name] = entry
+    return entry
+
+
+def unregister_model(name: str) -> None:
+    """Forget a model given to `register_model` (KeyError for any other name)."""
+    del _REGISTERED[name]
+
+
+def model_config(model: str):
+    """The target's config of a named model or a checkpoint directory, without loading weights where the entry
+    says how (`NamedModel.config`; a directory's config.json), else from the loaded model."""
+    entry = model_entry(model)
+    if entry.config is not None:
+        return entry.config()
+    if model not in MODELS:
+        return load_config(model)
+    return entry.load(jnp.float32)[0]
+
+
+def default_layout(model: str, backend: str | None = None) -> str:
+    """The layer layout `model` runs in when none is given: its serving layout on `backend` (default: jax's)."""
+    return model_entry(model).serving_for(backend).layout
 
 
 def _directory(path, flag: str, *files: str) -> Path:
@@ -159,8 +304,14 @@ def _unknown_name(model: str) -> None:
     raise ValueError(f"unknown model {model!r}: give one of {', '.join(MODELS)} or a checkpoint directory{hint}")
 
 
-def default_method(available) -> str:
-    """DEFAULT_METHOD with a DFlash drafter, else "dynatree-zoo" with a draft LM, else "ar"."""
+def default_method(available, model: str | None = None) -> str:
+    """The method a model runs when none is given: its serving method on this backend (`NamedModel.serving_for`)
+    when what that needs is `available`; else DEFAULT_METHOD with a DFlash drafter, "dynatree-zoo" with a draft
+    LM, "ar" with neither."""
+    if model is not None:
+        best = model_entry(model).serving_for().method
+        if all(k == "target" or k in available for k in needs_of(best)):
+            return best
     return DEFAULT_METHOD if "dflash" in available else "dynatree-zoo" if "draft" in available else "ar"
 
 
@@ -335,25 +486,27 @@ class Pipeline:
 
     @classmethod
     def load(cls, model: str = "zoo", method: str | None = None, *, draft=None, dtype=jnp.float32,
-             layout: str = "stacked", **readers) -> Pipeline:
+             layout: str | None = None, **readers) -> Pipeline:
         """Load `model` and build `method` for it (default: `default_method` of what the model has).
 
         model: "zoo", "smollm2-135m" or an HF checkpoint directory; method: a method string such as
         "ddtree-8", "eagle3", "chain4", "ar", or that of a method added with `specjax.register` (its builder
         gets the target's config and params, `Build.target_params`); draft: a draft LM directory;
         readers: dflash= / eagle3= / domino= directories of trained drafters (default: the zoo's for a named
-        model); layout: the target's layer layout (`specjax.models.model.LAYOUTS`: "unstacked" / "dual"
-        decode faster on a CPU). Raises ValueError, before loading weights, when the method needs a model
-        that is not there.
+        model); layout: the target's layer layout (`specjax.models.model.LAYOUTS`; default: the model's measured
+        serving layout on this backend, `default_layout`); method None: its serving method where what that needs is
+        there (`default_method`). Raises ValueError, before loading weights, when the method needs a model that is
+        not there.
         """
         available = check_source(model, draft, **readers)
-        spec = method or default_method(available)
+        spec = method or default_method(available, model)
         needs = needs_of(spec)
         missing = [k for k in needs if k != "target" and k not in available]
         if missing:
             what = {"draft": "a draft LM (draft=DIR)", **{k: f"{r.what} ({k}=DIR)" for k, r in READERS.items()}}
             raise ValueError(f"method {spec!r} needs {', '.join(what[k] for k in missing)}; model {model!r} has "
                              f"none: pass it, or choose another method")
+        layout = default_layout(model) if layout is None else layout
         pair = load_pair(model, needs, draft=draft, dtype=dtype, layout=layout, **readers)
         return cls(pair, build_method(spec, pair.cfg, draft=pair.draft, target_params=pair.params, **pair.readers))
 
@@ -361,7 +514,7 @@ class Pipeline:
                  top_k: int | None = None, top_p: float | None = None, stop: Sequence[str] = (),
                  chat: bool | None = None, key: jax.Array | int = 0, stop_at_eos: bool = True,
                  callback: Callable[[int, list[str]], None] | None = None,
-                 check_trees: bool = False, reserve_new_tokens: int | None = None) -> list[Completion]:
+                 check_trees: bool | None = None, reserve_new_tokens: int | None = None) -> list[Completion]:
         """Continue each prompt; greedy by default (output identical to plain decoding), else sampled.
 
         prompts: one string or a list (one batch: one compiled program). chat: wrap each prompt in the
@@ -371,7 +524,9 @@ class Pipeline:
         after the prefill (round 0) and after every verification round (every step for "ar"), from
         inside the one compiled generation (`specjax.streaming`); a row's text stops growing at its
         stop string. check_trees: validate every tree the drafter proposes inside the loop
-        (`specjax.decode.generate`'s `check_trees`; "ar" proposes none).
+        (`specjax.decode.generate`'s `check_trees`; "ar" proposes none); default None: on for a method from
+        outside specjax (`specjax.decode.from_outside`: your drafter class, or a method you registered), off for
+        the package's own; False turns it off.
 
         No recompiles in interactive use: the prompts are right-padded to a bucketed width (32, 64,
         128, ... tokens, `SIZE_BUCKET_FLOOR`, at most the model's positions) and the program is
@@ -425,7 +580,8 @@ class Pipeline:
         else:
             out = generate(self.pair.params, self.pair.cfg, self.method.drafter, self.method.params, tokens, lengths,
                            max_new_tokens, sampling=sampling, key=key, eos_ids=eos_ids, on_round=on_round,
-                           check_trees=check_trees, reserve_new_tokens=reserve)
+                           check_trees=checks_trees_by_default(check_trees, self.method.drafter, self.method.name),
+                           reserve_new_tokens=reserve)
             rounds = np.asarray(out.stats.num_rounds)
             if self.carry_over and isinstance(self.method.drafter, CarriesOver):
                 self.method = dataclasses.replace(

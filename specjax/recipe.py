@@ -16,7 +16,8 @@ Phases, each with its share of the budget (`RecipeConfig.shares`), each stopped 
 3. **export**: the last good weights with `recipe.json` (data, compute, every command, checksums), and
    τ measured by decoding held-out prompts of the data.
 4. **measure**: speedup and τ against AR on held-out prompts of the target's evaluation set
-   (`specjax.bench.suite.run_suite`), the drafter's greedy output checked against AR's.
+   (`specjax.bench.suite.run_suite`) of the methods each trained kind declares (`Trainer.measured`: DDTree
+   for DFlash, a chain and DynaTree for a draft LM, ...), the drafter's greedy output checked against AR's.
 
 It first prints its plan: the device, dtype, batch sizes, memory per phase, and the response tokens
 and training steps the budget should buy, from measured rates where this project has measured the
@@ -41,19 +42,12 @@ import time
 
 import jax
 
-from specjax import zoo
-from specjax.bench.device import SHAPES
 from specjax.bench.suite import BenchPlan, bench_models, run_suite
-from specjax.models import load_config
-from specjax.pipeline import MODELS, model_entry
+from specjax.pipeline import MODELS, model_config, model_entry
 from specjax.train.data import DataRecipe, generate_shards, load_target, read_manifest_file
 from specjax.train.run import TRAINERS, TrainPlan, run
 
-__all__ = ["DEVICE_PROFILES", "DeviceProfile", "MEASURED", "RecipeConfig", "plan", "run_recipe"]
-
-# The methods the measure phase runs for each trained kind: DFlash under DDTree, EAGLE-3 and Domino as
-# themselves, a draft LM as a chain and under DynaTree (the paper's comparison).
-MEASURED = {"dflash": ("ddtree-8",), "eagle3": ("eagle3",), "domino": ("domino",), "draft-lm": ("chain4", "dynatree")}
+__all__ = ["DEVICE_PROFILES", "DeviceProfile", "RecipeConfig", "plan", "run_recipe"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,46 +80,51 @@ class DeviceProfile:
     bandwidth_gbs: float
     tflops: float
     data_pool: int
-    data_tokens_per_s: float | None = None
-    step_s: float | None = None
     step_layers: int = 1
     step_batch: int = 8
+    data_tokens_per_s: float | None = None
+    step_s: float | None = None
     data_compile_s: float = 0.0
     source: str = ""
 
 
 DEVICE_PROFILES = {
-    "cpu-2": DeviceProfile("cpu", "2 x86-64 cores", "cpu", 24, 35.7, 0.2, 128, 97.0, 1.0, 1, 8, 90.0,
-                           "measured here: data engine 97 response tok/s alone (pool 128) after ~90 s of compiles, a "
-                           "one-layer SmolLM2 DFlash step 1.0 s (zoo/TRAINING.md), bandwidth 35.7 GB/s (bench-device)"),
-    "h100": DeviceProfile("gpu", "NVIDIA H100 80GB HBM3", "H100", 80, 3350, 989, 512, 16_400.0, 0.0388, 3, 32, 165.0,
-                          "measured 2026-11-26 (docs/results.md): the data engine 14.8-16.6k response tok/s (pool 512, "
-                          "float32), after 165 s of compiles in its first shard (171.8 s for 111,161 tokens, the "
-                          "programs compiled as they came; --precompile compiles them in threads: not measured yet); "
-                          "a 3-layer SmolLM2 DFlash step of 32 sequences with online bfloat16 target features "
-                          "38.8 ms; bandwidth and FLOP/s published"),
-    "h200": DeviceProfile("gpu", "NVIDIA H200", "H200", 141, 4800, 989, 512, None, 0.0388, 3, 32, 165.0,
-                          "published bandwidth and FLOP/s; the data rate scaled from the H100's by bandwidth, its "
-                          "compiles and the training step the H100's (not measured on an H200)"),
+    "cpu-2": DeviceProfile("cpu", "2 x86-64 cores", "cpu", memory_gib=24, bandwidth_gbs=35.7, tflops=0.2, data_pool=128,
+                           data_tokens_per_s=97.0, step_s=1.0, step_layers=1, step_batch=8, data_compile_s=90.0,
+                           source="measured here: data engine 97 response tok/s alone (pool 128) after ~90 s of "
+                                  "compiles, a one-layer SmolLM2 DFlash step 1.0 s (zoo/TRAINING.md), bandwidth 35.7 "
+                                  "GB/s (bench-device)"),
+    "h100": DeviceProfile("gpu", "NVIDIA H100 80GB HBM3", "H100", memory_gib=80, bandwidth_gbs=3350, tflops=989,
+                          data_pool=512, data_tokens_per_s=16_400.0, step_s=0.0388, step_layers=3, step_batch=32,
+                          data_compile_s=165.0,
+                          source="measured 2026-11-26 (docs/results.md): the data engine 14.8-16.6k response tok/s "
+                                 "(pool 512, float32), after 165 s of compiles in its first shard (171.8 s for 111,161 "
+                                 "tokens, the programs compiled as they came; --precompile compiles them in threads: "
+                                 "not measured yet); a 3-layer SmolLM2 DFlash step of 32 sequences with online "
+                                 "bfloat16 target features 38.8 ms; bandwidth and FLOP/s published"),
+    "h200": DeviceProfile("gpu", "NVIDIA H200", "H200", memory_gib=141, bandwidth_gbs=4800, tflops=989, data_pool=512,
+                          data_tokens_per_s=None, step_s=0.0388, step_layers=3, step_batch=32, data_compile_s=165.0,
+                          source="published bandwidth and FLOP/s; the data rate scaled from the H100's by bandwidth, "
+                                 "its compiles and the training step the H100's (not measured on an H200)"),
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class RecipeConfig:
-    """A recipe run.
+    """A recipe run (`python -m specjax.train recipe`'s flags are made from these fields: `specjax.cli.plans`).
 
     Fields:
       target: zoo | smollm2-135m | an HF checkpoint directory.
-      out: the run directory (DIR).
+      out: the run directory (DIR): data/, runs/, the exported drafters, recipe.json; an existing one is continued.
       minutes: the whole budget.
-      shares: the (data, train, measure) fractions of it.
-      kinds: drafter kinds to train, in turn (`specjax.train.run.TRAINERS`).
-      data: the data directory (None: DIR/data); an existing one is continued with its own recipe.
-      device: a `DEVICE_PROFILES` key to plan for (None: this machine's).
+      shares: the (data, train, measure) fractions of it, comma-separated on the command line.
+      kinds: drafter kinds to train, in turn (`specjax.train.run.TRAINERS`), comma-separated on the command line.
+      data: the data directory to continue (None: DIR/data); an existing one is continued with its own recipe.
+      device: a `DEVICE_PROFILES` key to plan for, with the plan only (None: this machine's).
       eval_prompts: held-out prompts of the data decoded at export (τ).
       measure_prompts: evaluation prompts of the speedup measurement (after one warm-up prompt).
       steps: training steps per kind (None: what the plan expects the budget to buy).
-      prompt_order: a prompt-order file (`specjax.data.train_sources.write_prompt_order`) for a machine that
+      prompt_order: a prompt-order file (`python -m specjax.train data --write-prompt-order`) for a machine that
         cannot reach the package registry (None: the registry's sources).
     """
 
@@ -135,11 +134,11 @@ class RecipeConfig:
     shares: tuple[float, float, float] = (0.4, 0.5, 0.1)
     kinds: tuple[str, ...] = ("dflash",)
     data: str | None = None
-    device: str | None = None
+    device: str | None = dataclasses.field(default=None, metadata={"choices": tuple(sorted(DEVICE_PROFILES))})
     eval_prompts: int = 4
     measure_prompts: int = 3
     steps: int | None = None
-    prompt_order: str | None = None
+    prompt_order: str | None = dataclasses.field(default=None, metadata={"metavar": "FILE"})
 
     def check(self) -> None:
         """Raise ValueError naming the first bad field (nothing loaded)."""
@@ -164,12 +163,9 @@ class RecipeConfig:
 
 
 def _target_config(target: str):
-    """The target's config without its weights (the plan may run on a machine that never loads them)."""
-    if target == "zoo":
-        return load_config(zoo.path("tiny-neox-target"))
-    if target == "smollm2-135m":
-        return SHAPES["smollm2-135m"]  # the GGUF's config (tests/test_device_bench.py keeps them equal)
-    return load_config(target)
+    """The target's config without its weights (the plan may run on a machine that never loads them): the
+    catalogue entry's (`specjax.pipeline.model_config`)."""
+    return model_config(target)
 
 
 def this_device() -> DeviceProfile:
@@ -280,6 +276,83 @@ def plan(cfg: RecipeConfig) -> dict:
     }
 
 
+def _data_phase(cfg: RecipeConfig, the_plan: dict, data_dir: pathlib.Path, deadline: float, log) -> dict:
+    """Phase 1: the target's answers into `data_dir` (continuing its manifest) until `deadline`; what it made."""
+    tcfg, tparams, enc, _ = load_target(cfg.target, chat=the_plan["data"]["chat"])
+    existing = read_manifest_file(data_dir)
+    d = the_plan["data"]
+    recipe = (DataRecipe(**{**existing["recipe"], "weights": tuple(sorted(existing["recipe"]["weights"].items())),
+                            "batch_size": d["pool"]}) if existing else
+              DataRecipe(target=cfg.target, max_new_tokens=d["max_new_tokens"], max_prompt_tokens=d["max_prompt_tokens"],
+                         batch_size=d["pool"], chat=enc.chat))
+    before = (existing or {}).get("totals", {}).get("response_tokens", 0)
+    t0 = time.time()
+    manifest = generate_shards((tcfg, tparams), enc, recipe, data_dir, response_tokens=before + 10 ** 12,
+                               shard_batches=1, progress=False, deadline=deadline, prompt_order=cfg.prompt_order,
+                               precompile="auto")  # every program compiled before the first shard on an accelerator
+    made = manifest["totals"]["response_tokens"] - before
+    log(f"data: {made:,} response tokens in {time.time() - t0:.0f} s ({manifest['totals']['response_tokens']:,} in "
+        f"{data_dir})")
+    return {"directory": str(data_dir), "response_tokens_before": before, "response_tokens_made": made,
+            "seconds": round(time.time() - t0, 1), "shards": len(manifest["shards"]),
+            "response_tokens": manifest["totals"]["response_tokens"]}
+
+
+def _train_kind(cfg: RecipeConfig, t: dict, kind: str, data_dir: pathlib.Path, kind_end: float, log) -> dict:
+    """Phases 2 and 3 for one kind: trained until `kind_end` (resumed when its run directory has a checkpoint),
+    exported with its measured τ; what it did."""
+    out = pathlib.Path(cfg.out)
+    trainer = TRAINERS[kind]
+    arch_fields = {f.name for f in dataclasses.fields(trainer.arch)}
+    arch = trainer.arch(**{k: v for k, v in t["arch"].items() if k in arch_fields})
+    fields = {f.name for f in dataclasses.fields(trainer.train_config)}
+    tc = trainer.train_config(**{k: v for k, v in {**t, "steps": t["steps_per_kind"]}.items() if k in fields})
+    # the recipe's step count is the plan's: a resumed run keeps the first run's schedule
+    run_dir = out / "runs" / kind
+    resume = (run_dir / "ckpt").exists()
+    export_dir = out / f"{cfg.target.replace('/', '_')}-{kind}" if cfg.target in MODELS else out / kind
+    # the feature cache (CPU path) lives in the run: a shared one is keyed by the data's first shard, and a
+    # time-boxed run's data may hold fewer shards than another run's with the same first one
+    plan_ = TrainPlan(data=str(data_dir), out=str(run_dir), target=cfg.target, export=str(export_dir),
+                      cache=str(out / "runs" / "features"),
+                      resume=resume, seq_len=t["seq_len"], valid_rows=t["valid_rows"],
+                      draft_vocab=t["draft_vocab"], eval_prompts=cfg.eval_prompts,
+                      minutes=max((kind_end - time.time()) / 60, 1e-3), fit_steps=cfg.steps is None,
+                      command=f"python -m specjax.train recipe --target {cfg.target} --minutes {cfg.minutes} "
+                              f"--out {cfg.out}")
+    t0 = time.time()
+    result = run(kind, plan_, arch, tc)  # its time box ends at kind_end
+    state = json.loads((run_dir / "ckpt" / "state.json").read_text())
+    log(f"{kind}: {state['step']} of {tc.steps} steps in {time.time() - t0:.0f} s -> {result['export']}")
+    return {"steps_done": state["step"], "steps_planned": tc.steps,
+            "steps_fitted": state["train_config"]["steps"] if state.get("fitted") else None,
+            "seconds": round(time.time() - t0, 1), "export": str(result["export"]),
+            "stopped_by_deadline": state["step"] < state["train_config"]["steps"],
+            "measured_tau": json.loads((pathlib.Path(result["export"]) / "recipe.json").read_text())["measured_tau"]}
+
+
+def _measure_phase(cfg: RecipeConfig, exports: dict, log) -> dict:
+    """Phase 4: each trained kind's own methods (`Trainer.measured`) against AR on the target's held-out
+    evaluation prompts, its export passed as what they need (`Trainer.need`: a draft LM as the draft, a drafter
+    reading the target as its reader kind)."""
+    t0 = time.time()
+    methods = ["ar"] + [m for kind in exports for m in TRAINERS[kind].measured]
+    passed = {TRAINERS[kind].need: str(where) for kind, where in exports.items()}
+    models = bench_models(cfg.target, draft=passed.pop("draft", None), **passed)
+    entry = model_entry(cfg.target)
+    suite = run_suite(BenchPlan(methods=tuple(methods), datasets=(entry.held_out,), num_prompts=cfg.measure_prompts + 1,
+                                warmup=1, max_new_tokens=64, prompt_len=64, progress=False, ttft=False),
+                      models, log=None)
+    results = next(iter(suite.per_dataset.values()))
+    for r in results:
+        log(f"measure: {r.method}: τ {r.tokens_per_iteration:.2f}, speedup {r.speedup or 1:.2f}x, "
+            f"{'agrees with AR' if not r.mismatches else 'MISMATCH'}")
+    return {"dataset": entry.held_out, "prompts": cfg.measure_prompts, "seconds": round(time.time() - t0, 1),
+            "methods": {r.method: {"tau": round(r.tokens_per_iteration, 3),
+                                   "speedup": r.speedup and round(r.speedup, 3), "agrees_with_ar": not r.mismatches}
+                        for r in results}}
+
+
 def run_recipe(cfg: RecipeConfig, log=print) -> dict:
     """Run every phase on time (module docstring); returns (and writes to DIR/recipe.json) the plan, what
     each phase did and the measurements."""
@@ -293,81 +366,13 @@ def run_recipe(cfg: RecipeConfig, log=print) -> dict:
     train_end = data_end + budget * cfg.shares[1]
     report = {"config": dataclasses.asdict(cfg), "plan": the_plan, "phases": {}}
     data_dir = pathlib.Path(cfg.data or out / "data")
-
-    # 1. data
-    tcfg, tparams, enc, _ = load_target(cfg.target, chat=the_plan["data"]["chat"])
-    existing = read_manifest_file(data_dir)
-    d = the_plan["data"]
-    recipe = (DataRecipe(**{**existing["recipe"], "weights": tuple(sorted(existing["recipe"]["weights"].items())),
-                            "batch_size": d["pool"]}) if existing else
-              DataRecipe(target=cfg.target, max_new_tokens=d["max_new_tokens"], max_prompt_tokens=d["max_prompt_tokens"],
-                         batch_size=d["pool"], chat=enc.chat))
-    before = (existing or {}).get("totals", {}).get("response_tokens", 0)
-    t0 = time.time()
-    manifest = generate_shards((tcfg, tparams), enc, recipe, data_dir, response_tokens=before + 10 ** 12,
-                               shard_batches=1, progress=False, deadline=data_end, prompt_order=cfg.prompt_order,
-                               precompile="auto")  # every program compiled before the first shard on an accelerator
-    made = manifest["totals"]["response_tokens"] - before
-    report["phases"]["data"] = {"directory": str(data_dir), "response_tokens_before": before, "response_tokens_made": made,
-                                "seconds": round(time.time() - t0, 1), "shards": len(manifest["shards"]),
-                                "response_tokens": manifest["totals"]["response_tokens"]}
-    log(f"data: {made:,} response tokens in {time.time() - t0:.0f} s ({manifest['totals']['response_tokens']:,} in "
-        f"{data_dir})")
-
-    # 2. + 3. train each kind on time, export
-    t = the_plan["train"]
-    report["phases"]["train"] = {}
-    exports = {}
-    for i, kind in enumerate(cfg.kinds):
-        trainer = TRAINERS[kind]
+    report["phases"]["data"] = _data_phase(cfg, the_plan, data_dir, data_end, log)
+    report["phases"]["train"], exports = {}, {}
+    for i, kind in enumerate(cfg.kinds):  # each kind gets an equal share of the training time left
         kind_end = time.time() + (train_end - time.time()) / (len(cfg.kinds) - i)
-        arch = trainer.arch(**{k: v for k, v in t["arch"].items() if k in {f.name for f in dataclasses.fields(trainer.arch)}})
-        fields = {f.name for f in dataclasses.fields(trainer.train_config)}
-        tc = trainer.train_config(**{k: v for k, v in {**t, "steps": t["steps_per_kind"]}.items() if k in fields})
-        # the recipe's step count is the plan's: a resumed run keeps the first run's schedule
-        run_dir = out / "runs" / kind
-        resume = (run_dir / "ckpt").exists()
-        export_dir = out / f"{cfg.target.replace('/', '_')}-{kind}" if cfg.target in MODELS else out / kind
-        # the feature cache (CPU path) lives in the run: a shared one is keyed by the data's first shard, and a
-        # time-boxed run's data may hold fewer shards than another run's with the same first one
-        plan_ = TrainPlan(data=str(data_dir), out=str(run_dir), target=cfg.target, export=str(export_dir),
-                          cache=str(out / "runs" / "features"),
-                          resume=resume, seq_len=t["seq_len"], valid_rows=t["valid_rows"],
-                          draft_vocab=t["draft_vocab"], eval_prompts=cfg.eval_prompts,
-                          minutes=max((kind_end - time.time()) / 60, 1e-3), fit_steps=cfg.steps is None,
-                          command=f"python -m specjax.train recipe --target {cfg.target} --minutes {cfg.minutes} "
-                                  f"--out {cfg.out}")
-        t0 = time.time()
-        result = run(kind, plan_, arch, tc)  # its time box ends at kind_end
-        state = json.loads((run_dir / "ckpt" / "state.json").read_text())
-        exports[kind] = result["export"]
-        report["phases"]["train"][kind] = {"steps_done": state["step"], "steps_planned": tc.steps,
-                                           "steps_fitted": state["train_config"]["steps"] if state.get("fitted") else None,
-                                           "seconds": round(time.time() - t0, 1), "export": str(result["export"]),
-                                           "stopped_by_deadline": state["step"] < state["train_config"]["steps"],
-                                           "measured_tau": json.loads((pathlib.Path(result["export"]) / "recipe.json")
-                                                                      .read_text())["measured_tau"]}
-        log(f"{kind}: {state['step']} of {tc.steps} steps in {time.time() - t0:.0f} s -> {result['export']}")
-
-    # 4. measure against AR on the target's held-out evaluation prompts
-    t0 = time.time()
-    methods = ["ar"] + [m for k, ms in MEASURED.items() if k in exports for m in ms]
-    draft = exports.get("draft-lm")  # a draft LM drafts by itself; the other kinds read the target
-    models = bench_models(cfg.target, draft=None if draft is None else str(draft),
-                          **{k: str(v) for k, v in exports.items() if k != "draft-lm"})
-    entry = model_entry(cfg.target)
-    suite = run_suite(BenchPlan(methods=tuple(methods), datasets=(entry.held_out,), num_prompts=cfg.measure_prompts + 1,
-                                warmup=1, max_new_tokens=64, prompt_len=64, progress=False, ttft=False),
-                      models, log=None)
-    results = next(iter(suite.per_dataset.values()))
-    report["phases"]["measure"] = {
-        "dataset": entry.held_out, "prompts": cfg.measure_prompts, "seconds": round(time.time() - t0, 1),
-        "methods": {r.method: {"tau": round(r.tokens_per_iteration, 3), "speedup": r.speedup and round(r.speedup, 3),
-                               "agrees_with_ar": not r.mismatches} for r in results}}
-    for r in results:
-        log(f"measure: {r.method}: τ {r.tokens_per_iteration:.2f}, speedup {r.speedup or 1:.2f}x, "
-            f"{'agrees with AR' if not r.mismatches else 'MISMATCH'}")
+        report["phases"]["train"][kind] = _train_kind(cfg, the_plan["train"], kind, data_dir, kind_end, log)
+        exports[kind] = report["phases"]["train"][kind]["export"]
+    report["phases"]["measure"] = _measure_phase(cfg, exports, log)
     report["wall_s"] = round(time.time() - start, 1)
     (out / "recipe.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     return report
-

@@ -1,8 +1,8 @@
 """`make run` (`python -m specjax.showcase`): the command lives in `specjax.cli.showcase`."""
 
-from specjax.cli.showcase import SMOLLM2_LAYOUT, SMOLLM2_METHOD, main
+from specjax.cli.showcase import main, smollm2_serving
 
-__all__ = ["SMOLLM2_LAYOUT", "SMOLLM2_METHOD", "main"]
+__all__ = ["main", "smollm2_serving"]
 
 if __name__ == "__main__":
     raise SystemExit(main())

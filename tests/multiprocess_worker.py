@@ -16,6 +16,8 @@ with the reference. Jobs:
           over a (data=1, model=P) mesh, prompts replicated; then generate_ar with the batch rows
           split over a (data=P, model=1) mesh (tokens gathered to every process)
   time    median seconds of a training step (after compile) at the same global batch
+  indivisible  a global batch of 3 rows placed on a (data=P, model=1) mesh: the named ValueError (raised
+          before anything is placed or compiled) and the interpreter running the job (sys.executable)
   die     process P - 1 exits with status 3 right after joining; the others wait in a barrier
 """
 
@@ -169,6 +171,19 @@ def job_time(out: pathlib.Path, steps: int = 8, batch: int = 8) -> None:
     _write(out, "time", {"seconds": times}, {"median_s": float(np.median(times)), "batch": batch})
 
 
+def job_indivisible(out: pathlib.Path) -> None:
+    """Rows of a 3-row batch on a (data=P, model=1) mesh, as the training loop places them: P = 2 does
+    not divide 3, so `distributed.global_batch` must refuse naming the batch size and the axis size."""
+    sharding = jax.sharding.NamedSharding(S.make_mesh(data=jax.device_count(), model=1),
+                                          jax.sharding.PartitionSpec("data"))
+    try:
+        distributed.global_batch({"tokens": np.zeros((3, 4), np.int32)}, sharding, 3)
+        error = None
+    except ValueError as e:
+        error = str(e)
+    _write(out, "indivisible", {}, {"error": error, "executable": sys.executable})
+
+
 def job_die(out: pathlib.Path) -> None:
     """Process P - 1 dies (exit status 3, no clean-up: as a crash would); the others wait for it in a
     barrier. Every process first writes its pid to OUT/pid-<rank> (the test checks none outlives the launcher)."""
@@ -181,7 +196,7 @@ def job_die(out: pathlib.Path) -> None:
 
 
 JOBS = {"train": job_train, "ar_tp": job_ar_tp, "rows": job_rows, "ddtree_tp": job_ddtree_tp, "time": job_time,
-        "die": job_die}
+        "die": job_die, "indivisible": job_indivisible}
 
 if __name__ == "__main__":
     out_dir = pathlib.Path(sys.argv[-1])

@@ -18,6 +18,7 @@ import pytest
 
 from specjax import __version__, zoo
 from specjax.bench import harness
+from specjax.bench import versus_ar as versus_ar_module
 from specjax.cli import generate as cli_generate
 from specjax.cli import main
 from specjax.cli.common import UsageError, check_drafter_kinds
@@ -67,7 +68,8 @@ MISUSE = [
     (["generate", "--checkpoint", "{tmp}/ckpt", "--method", "eagle2"], "method 'eagle2' needs a draft LM"),
     (["generate", "--dflash", "{tmp}/nowhere"], "--dflash {tmp}/nowhere: no such directory"),
     (["generate", "--max-new-tokens", "abc"], "argument --max-new-tokens: invalid int value: 'abc'"),
-    (["generate", "--model", "gpt5"], "argument --model: invalid choice: 'gpt5'"),
+    (["generate", "--model", "gpt5"], "unknown model 'gpt5': give one of zoo, smollm2-135m or a checkpoint directory"),
+    (["bench", "--model", "smollm2-135"], "did you mean 'smollm2-135m'"),
     (["generate", "--bogus"], "unrecognized arguments: --bogus"),
     ([], "the following arguments are required: COMMAND"),
     (["bench", "--prompt", "The", "--prompts", "2", "--warmup", "2"], "0 <= --warmup < --prompts, got 2, 2"),
@@ -90,6 +92,10 @@ MISUSE = [
      "--dflash {tmp}/eagle3 holds an EAGLE-3 drafter, not the DFlash drafter --dflash takes"),
     (["bench", "--random", "--methods", "ar", "--check-trees"], "--check-trees checks the trees speculative methods"),
     (["bench-device", "--shapes", "nope"], "unknown shape 'nope'"),
+    (["launch", "--processes", "0", "--", "python", "-c", "pass"], "--processes must be an integer >= 1, got 0"),
+    (["launch", "--processes", "2"], "no command: put it after --"),
+    (["launch", "--processes", "2", "--cpu-devices", "0", "--", "true"], "--cpu-devices must be an integer >= 1"),
+    (["launch", "--processes", "2", "--port", "0", "--", "true"], "--port must be a TCP port in [1, 65535], got 0"),
 ]
 
 
@@ -176,8 +182,8 @@ def test_check_trees_reaches_the_loop_of_generate_and_bench(monkeypatch, capsys)
         seen.append(kw.get("check_trees"))
         return real(*args, **kw)
 
-    real = cli_generate.generate
-    monkeypatch.setattr(cli_generate, "generate", checked)
+    real = versus_ar_module.generate
+    monkeypatch.setattr(versus_ar_module, "generate", checked)
     monkeypatch.setattr(cli_generate, "TIMED_RUNS", 1)
     assert main(["generate", "--method", "chain2", "--prompt", "The", "--max-new-tokens", "4", "--json",
                  "--check-trees"]) == 0
@@ -208,6 +214,8 @@ TRAIN_MISUSE = [
     (["dflash", "--data", "{data}", "--out", "{tmp}/run", "--batch-size", "x"], "argument --batch-size: not an integer"),
     (["dflash", "--data", "{tmp}/nowhere", "--out", "{tmp}/run"], "--data {tmp}/nowhere: no such directory"),
     (["dflash", "--data", "{data}", "--out", "{tmp}/run", "--mesh", "rows=2"], "--mesh names ['rows']"),
+    (["dflash", "--data", "{data}", "--out", "{tmp}/run", "--mesh", "data=2,model=1", "--batch-size", "3"],
+     "--batch-size 3 is not a multiple of the mesh's data axis size 2"),  # was a raw IndivisibleError at step 1
     (["domino", "--data", "{data}", "--out", "{tmp}/run", "--prefix", "both"], "prefix must be one of"),
     (["eagle3", "--data", "{data}"], "specjax.train eagle3: error: the following arguments are required: --out"),
     (["data", "--out", "{tmp}/d", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),

@@ -89,6 +89,6 @@ def test_the_command_lines_turn_it_on(unconfigured, capsys):
     assert main(["methods"]) == 0
     assert getattr(jax.config, DIR) == str(unconfigured / "root" / "xla")
     jax.config.update(DIR, None)
-    assert train_main(["recipe", "--shares", "x"]) == 2  # a usage error after parsing: the cache is on by then
-    assert "--shares must be three numbers" in capsys.readouterr().err
+    assert train_main(["recipe", "--shares", "0.5,0.5"]) == 2  # the plan's own error, after parsing: the cache is on
+    assert "--shares must be three fractions >= 0 summing to 1" in capsys.readouterr().err
     assert getattr(jax.config, DIR) == str(unconfigured / "root" / "xla")

@@ -44,9 +44,10 @@ specjax/drafters/ddtree.py, then restored; see proofs/README.md, DD4):
 * M3, rule (3) dropped (`for key in ("depth", "rank")`): killed by
   `test_select_tree_equals_coq_select[pops]` and `test_select_tree_pops_equals_coq_heap`;
 * not killed: M4, rule (4) dropped (`for key in ("depth", "parent")`) passes every test here.
-  It looks equivalent, not merely missed: a popped slot is reused by its next sibling and
-  only the first child is pushed, so at most one live slot has a given parent, and (depth,
-  parent) already singles out one slot (an argument, not proved in Coq).
+  It is equivalent, not merely missed: a popped slot is reused by its next sibling and only
+  the first child is pushed, so at most one live slot has a given parent
+  (proofs/coq/DDTreeSlots.v, `slots_invariant`, issue 61), and the parent already singles
+  out one slot.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from specjax.drafters import dflash as D
 from specjax.drafters.ddtree import DDTreeDrafter, select_tree
 from specjax.drafters.chain import ChainDrafter
 from specjax.drafters.protocol import Drafter
+from specjax.equality import compare_with_ar
 from specjax.models import init_cache, pad_prompts, prefill
 from specjax.sampling import Sampling
 from specjax.tree import token_paths
@@ -263,7 +264,8 @@ def test_trees_nested_and_acceptance_monotone_in_budget_per_round():
     # The marginals of this round, once: each budget's tree is `tree` of them (what `propose` does).
     active = ~state.done
     logits, _ = jax.jit(largest.block_drafter.block_logits)(state.draft_state.block, state.root, active)
-    prev_paths, prev_acc = None, None
+    prompts = [zoo.encode(tok, p) for _, p in PROMPTS]
+    prev_paths, prev = None, None
     for budget in BUDGETS:
         drafter = ddtree(dcfg, tcfg, budget)
         after = step(tparams, tcfg, drafter, state)
@@ -272,9 +274,22 @@ def test_trees_nested_and_acceptance_monotone_in_budget_per_round():
         acc = np.asarray(after.stats.accepted[:, 0])
         if prev_paths is not None:
             assert all(a <= b for a, b in zip(prev_paths, paths))
-            assert np.all(prev_acc <= acc), (budget, prev_acc, acc)
-        prev_paths, prev_acc = paths, acc
-    assert prev_acc.max() > 1
+            for b in np.nonzero(prev[1] > acc)[0]:  # fewer accepted from a superset tree: only at a near-tie
+                _assert_parted_at_a_near_tie(tparams, tcfg, prompts[b], prev[0], after, b, budget)
+        prev_paths, prev = paths, (after, acc)
+    assert prev[1].max() > 1
+
+
+def _assert_parted_at_a_near_tie(params, cfg, prompt, before, after, row: int, budget: int):
+    """The rounds of two budgets committed different tokens on `row` where the larger tree accepted
+    less: with the same target choices at every node a superset tree accepts at least as much, so the
+    two verify forwards (different widths, so different float reductions: on a GPU, different kernels)
+    must have chosen differently where the target's top-2 logits are within rounding (`specjax.equality`)."""
+    small = np.asarray(before.out[row, : int(before.count[row])])
+    large = np.asarray(after.out[row, : int(after.count[row])])
+    agreement = compare_with_ar(params, cfg, prompt, small, large)
+    assert agreement.kind == "near-tie", (f"budget {budget}, row {row}: the larger tree accepted less and the "
+                                          f"rounds part with {agreement}")
 
 
 def test_tau_non_decreasing_in_budget_on_a_prompt_set():
@@ -283,14 +298,25 @@ def test_tau_non_decreasing_in_budget_on_a_prompt_set():
     from specjax import zoo
 
     tcfg, tparams, tok, dcfg, dparams = zoo_pair()
-    tokens, lengths = pad_prompts([zoo.encode(tok, p) for _, p in PROMPTS])
+    prompts = [zoo.encode(tok, p) for _, p in PROMPTS]
+    tokens, lengths = pad_prompts(prompts)
+    ar = generate_ar(tparams, tcfg, tokens, lengths, 48, eos_ids=())
     chain = generate(tparams, tcfg, D.DFlashDrafter(dcfg, tcfg), dparams, tokens, lengths, 48, eos_ids=())
-    taus = []
-    for budget in (1, 4, 16, 64):
-        out = generate(tparams, tcfg, ddtree(dcfg, tcfg, budget), dparams, tokens, lengths, 48, eos_ids=())
-        np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(chain.tokens))
-        taus.append(float(out.stats.mean_accepted_length().mean()))
-    tau_chain = float(chain.stats.mean_accepted_length().mean())
+    runs = [generate(tparams, tcfg, ddtree(dcfg, tcfg, budget), dparams, tokens, lengths, 48, eos_ids=())
+            for budget in (1, 4, 16, 64)]
+    # The same text in every run, so tau is compared on the same continuations: each run is AR's output or
+    # parts from it at a classified near-tie (the verify widths differ, and on a GPU so do the kernels and
+    # their rounding); rows where any run parted leave the comparison. On a CPU every row is identical.
+    same = np.ones(len(prompts), bool)
+    for out in (chain, *runs):
+        for b, prompt in enumerate(prompts):
+            agreement = compare_with_ar(tparams, tcfg, prompt, ar.tokens[b, : int(ar.num_tokens[b])],
+                                        out.tokens[b, : int(out.num_tokens[b])])
+            assert agreement.kind != "MISMATCH", f"row {b}: {agreement}"
+            same[b] &= agreement.kind == "identical"
+    assert same.sum() >= 0.75 * len(prompts), f"only {same.sum()} of {len(prompts)} rows identical to AR"
+    taus = [float(out.stats.mean_accepted_length()[same].mean()) for out in runs]
+    tau_chain = float(chain.stats.mean_accepted_length()[same].mean())
     print(f"tau chain {tau_chain:.3f}; DDTree budgets 1/4/16/64: {np.round(taus, 3).tolist()}")
     assert all(a <= b for a, b in zip(taus, taus[1:])), taus
     assert taus[2] > tau_chain

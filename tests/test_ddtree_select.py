@@ -14,6 +14,7 @@ unnormalised integer log-probs whose sums tie exactly across depths, with -0.0).
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -167,6 +168,23 @@ def test_known_answers_depth_rule_and_signed_zero():
         out = run(log_q, 7, method)
         for row in range(2):
             assert prefixes(out, row) == want[row], (method, row)
+
+
+def test_log_q_rounded_above_zero_inside_a_trace_keeps_parents_before_children():
+    """Regression (found by `check_trees` on a 200x-sharpened drafter): a log_softmax fused into a larger
+    program rounds the dominant token's log q to a tiny positive value; unclamped, every deeper prefix then
+    outscored its parent and the chain came out deepest first (parents [1, 2, 3, -1]). Inside a trace the
+    selection reads such values as q = 1: the same tree as exact zeros."""
+    log_q = np.full((1, 4, 48), -30.0, np.float32)
+    rounded = log_q.copy()
+    log_q[:, :, 31], rounded[:, :, 31] = 0.0, 1e-7
+    for method in METHODS:
+        traced = jax.jit(lambda x, m=method: select_tree(x, 16, method=m))(jnp.asarray(rounded))
+        exact = select_tree(jnp.asarray(log_q), 16, method=method)
+        assert np.asarray(traced.parents[0, :4]).tolist() == [-1, 0, 1, 2], method
+        jax.tree.map(np.testing.assert_array_equal, traced, exact)
+    with pytest.raises(ValueError, match="must be log-probabilities"):  # a direct call still names them
+        select_tree(jnp.asarray(rounded), 16)
 
 
 # ---------------------------------------------------------------- the paper's claims

@@ -23,16 +23,16 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # public API re-exporting everything) sits on top with the CLI.
 LAYERS = {
     "specjax.inputs": 0, "specjax.numerics": 0, "specjax.ops": 0, "specjax.sampling": 0, "specjax.tree": 0,
-    "specjax.streaming": 0, "specjax.atomic": 0,
+    "specjax.streaming": 0, "specjax.atomic": 0, "specjax.declared": 0,
     "specjax.models": 1,
-    "specjax.verify": 2, "specjax.sharding": 2, "specjax.equality": 2, "specjax.distributed": 2,
+    "specjax.verify": 2, "specjax.sharding": 2, "specjax.equality": 2, "specjax.distributed": 2, "specjax.launch": 2,
     "specjax.drafters": 3,
     "specjax.decode": 4, "specjax.core": 4,
     "specjax.data": 5, "specjax.zoo": 5,
     "specjax.pipeline": 6, "specjax.recipe": 8,
     "specjax.bench": 7, "specjax.train": 7, "specjax.testing": 7,
     "specjax": 8, "specjax.cli": 8,
-    "specjax.showcase": 9, "specjax.__main__": 9, "specjax.train.__main__": 9, "specjax.launch": 9,
+    "specjax.showcase": 9, "specjax.__main__": 9, "specjax.train.__main__": 9, "specjax.launch.__main__": 9,
 }
 
 

@@ -221,3 +221,47 @@ def test_products_of_a_few_rows_run_kernel_first_on_a_cpu_and_equal_the_product(
     dots = [e for e in jax.make_jaxpr(project_out_major)(x, kernel).eqns if e.primitive.name == "dot_general"]
     kernel_first = [e.invars[0].aval.shape == (1, 60, 96) for e in dots]
     assert kernel_first == [jax.default_backend() == "cpu" and 2 <= rows <= KERNEL_FIRST_MAX_ROWS]
+
+
+REFERENCES = ("parameter", "get-tuple-element", "bitcast", "tuple")  # HLO ops that name a buffer, copying nothing
+
+
+def _weight_shaped_ops(params, cfg) -> dict[str, int]:
+    """The compiled greedy `generate_ar` program's ops whose output has the shape of one layer's weight matrix
+    (with or without a leading axis of 1) and that compute or copy (not REFERENCES): per-layer slices or copies
+    of the weights, counted by op kind."""
+    import collections
+    import re
+
+    from specjax.decode import _generate_ar, eos_table
+    from specjax.sampling import Sampling
+
+    matrices = {tuple(x.shape[1:]) for x in jax.tree.leaves(stack_layers(params)["layers"]) if x.ndim >= 3}
+    tokens, lengths = pad_prompts([[1, 2, 3], [4, 5]], 8)
+    hlo = _generate_ar.lower(params, cfg, tokens, lengths, init_cache(cfg, 2, 24, jnp.float32), None, 16,
+                             eos_table(()), Sampling(), 0).compile().as_text()
+    ops = collections.Counter()
+    for line in hlo.splitlines():
+        if m := re.search(r"= (?:f32|bf16)\[([\d,]*)\]\{[^}]*\} ([a-z-]+)\(", line):
+            shape = tuple(int(d) for d in m[1].split(",") if d)
+            if (shape in matrices or (shape[:1] == (1,) and shape[1:] in matrices)) and m[2] not in REFERENCES:
+                ops[m[2]] += 1
+    return dict(ops)
+
+
+def test_the_unstacked_program_copies_no_layer_weight_and_the_scanned_one_does():
+    """Why a GPU serves unstacked (`NamedModel.serving`): in the compiled AR program of a scanned stack, XLA slices
+    each layer's weight matrices out of the stacked arrays (dynamic-slice, and fusions that copy them) -- on a
+    CPU this was the decode loop's largest cost, and an 8B layer is ~450 MB of such copies per step on a GPU.
+    The unstacked program reads every weight where it lies: no op outputs a weight matrix. The HLO is XLA:CPU's
+    (the same program is what a GPU compiles from; its fusion decisions differ, the slices of a scan do not)."""
+    from specjax.models.llama import LlamaConfig
+    from specjax.models.model import init_params
+
+    # sizes no activation of this batch of 2 has, so a weight-shaped output is a weight
+    cfg = LlamaConfig(vocab_size=72, hidden_size=56, num_layers=5, num_heads=4, num_kv_heads=2, head_dim=14,
+                      intermediate_size=88)
+    params = init_params(cfg, jax.random.key(0), jnp.float32)
+    assert _weight_shaped_ops(with_layout(params, "unstacked"), cfg) == {}
+    scanned = _weight_shaped_ops(with_layout(params, "stacked"), cfg)
+    assert scanned.get("dynamic-slice", 0) >= 5, scanned  # at least one per weight matrix of a layer

@@ -15,15 +15,30 @@ import specjax
 # The modules a researcher imports: found by walking the package (a module added tomorrow is checked),
 # except private ones (`_x`, `__main__`) and the rooms that are programs rather than an import API, each
 # with its reason. Inside those rooms, the library pieces they hold are public again (`ALSO_PUBLIC`).
+# The benchmarks and training are walked too (a researcher imports the harness, the suite's plans, the
+# trainers), but for the modules that are programs (`PROGRAMS`).
 NOT_IMPORTED = {
     "specjax.cli": "the command line: argv in, an exit status out",
     "specjax.showcase": "a command-line demo (`make run`)",
     "specjax.launch": "a command-line launcher of joined JAX processes",
-    "specjax.train": "training programs behind `specjax train`",
-    "specjax.bench": "benchmark programs behind `specjax bench`",
     "specjax.models.": "the model ports: `specjax.models` re-exports what they offer",
 }
-ALSO_PUBLIC = ("specjax.bench.harness", "specjax.bench.methods", "specjax.models.draft_vocab")
+ALSO_PUBLIC = ("specjax.models.draft_vocab",)
+PROGRAMS = {
+    "specjax.bench": "the benchmarks' package docstring: its modules are imported one by one",
+    "specjax.train": "the training package's docstring: its modules are imported one by one",
+    "specjax.bench.ddtree_select": "the `specjax bench-select` program",
+    "specjax.bench.device": "the `specjax bench-device` program",
+}
+# Library modules of bench/ and train/ that do not declare their exports yet, with what is missing; a
+# ratchet: `test_the_known_gaps_are_still_gaps` fails once one is fixed, so the entry goes.
+KNOWN_GAPS = {
+    "specjax.bench.round_split": "no __all__",
+    "specjax.bench.timing": "no __all__",
+    "specjax.train.tokenizer": "no __all__",
+    "specjax.train.lm": "exports without a docstring",
+    "specjax.train.domino": "exports without a docstring",
+}
 
 
 def _in_room(name: str, room: str) -> bool:
@@ -33,7 +48,7 @@ def _in_room(name: str, room: str) -> bool:
 
 def _walk_public() -> list[str]:
     names = ["specjax"] + [info.name for info in pkgutil.walk_packages(specjax.__path__, "specjax.")]
-    return [n for n in names if not any(part.startswith("_") for part in n.split("."))
+    return [n for n in names if not any(part.startswith("_") for part in n.split(".")) and n not in PROGRAMS
             and (n in ALSO_PUBLIC or not any(_in_room(n, room) for room in NOT_IMPORTED))]
 
 
@@ -42,9 +57,26 @@ PUBLIC_MODULES = _walk_public()
 
 def test_the_walk_finds_the_library_and_leaves_out_the_programs():
     assert {"specjax.tree", "specjax.decode", "specjax.drafters.registry", "specjax.drafters.ddtree", "specjax.models",
-            "specjax.pipeline", "specjax.testing", *ALSO_PUBLIC} <= set(PUBLIC_MODULES)
-    assert not [m for m in PUBLIC_MODULES if m.startswith(("specjax.cli", "specjax.train."))]
-    assert len(PUBLIC_MODULES) >= 35, PUBLIC_MODULES
+            "specjax.pipeline", "specjax.testing", "specjax.testing.conformance", "specjax.bench.harness",
+            "specjax.bench.methods", "specjax.bench.suite", "specjax.train.trainer", "specjax.train.run",
+            *ALSO_PUBLIC, *KNOWN_GAPS} <= set(PUBLIC_MODULES)
+    assert not [m for m in PUBLIC_MODULES if m.startswith("specjax.cli") or m in PROGRAMS]
+    assert len(PUBLIC_MODULES) >= 55, PUBLIC_MODULES
+
+
+def _export_problems(name: str) -> list[str]:
+    """What `name` fails of the public-module rules (empty: it declares what it exports, documented)."""
+    module = importlib.import_module(name)
+    if not (module.__doc__ or "").strip():
+        return [f"{name} has no module docstring"]
+    if not hasattr(module, "__all__"):
+        return [f"{name} has no __all__"]
+    missing = [n for n in module.__all__ if not hasattr(module, n)]
+    undocumented = [n for n in module.__all__ if n not in missing and (inspect.isfunction(getattr(module, n)) or
+                                                                        inspect.isclass(getattr(module, n)))
+                    and not (inspect.getdoc(getattr(module, n)) or "").strip()]
+    return ([f"{name}.__all__ names what it does not define: {missing}"] if missing else []) + (
+        [f"{name} exports names without a docstring: {undocumented}"] if undocumented else [])
 
 
 def test_the_stable_core_imports_from_the_top():
@@ -56,17 +88,15 @@ def test_the_stable_core_imports_from_the_top():
     assert len(set(specjax.__all__)) == len(specjax.__all__)
 
 
-@pytest.mark.parametrize("name", PUBLIC_MODULES)
+@pytest.mark.parametrize("name", [m for m in PUBLIC_MODULES if m not in KNOWN_GAPS])
 def test_every_public_module_declares_what_it_exports(name):
-    module = importlib.import_module(name)
-    assert module.__doc__ and module.__doc__.strip(), f"{name} has no module docstring"
-    assert hasattr(module, "__all__"), f"{name} has no __all__"
-    missing = [n for n in module.__all__ if not hasattr(module, n)]
-    assert not missing, f"{name}.__all__ names what it does not define: {missing}"
-    undocumented = [n for n in module.__all__ if (inspect.isfunction(getattr(module, n)) or
-                                                  inspect.isclass(getattr(module, n)))
-                    and not (inspect.getdoc(getattr(module, n)) or "").strip()]
-    assert not undocumented, f"{name} exports names without a docstring: {undocumented}"
+    problems = _export_problems(name)
+    assert not problems, "; ".join(problems)
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_GAPS))
+def test_the_known_gaps_are_still_gaps(name):
+    assert _export_problems(name), f"{name} now declares its exports: remove it from KNOWN_GAPS"
 
 
 def test_array_holding_classes_state_their_shapes():

@@ -28,10 +28,12 @@ def reuse_blocks() -> list[str]:
 
 def test_reuse_snippets_run():
     blocks = reuse_blocks()
-    # three reuse cases, then the property-testing example (run by tests/test_testing_kit.py), then your own
-    # method by name (run by tests/test_register.py)
-    assert len(blocks) == 5 and "testing.assert_greedy_lossless" in blocks[3], "three reuse cases, then the kit"
-    assert "specjax.load_methods" in blocks[4], "then your own method, by name"
+    # three reuse cases, then the property-testing example (run by tests/test_testing_kit.py), every check in
+    # one call (`assert_drafter`: tests/test_assert_drafter.py makes the same call on a drafter of its own), then
+    # your own method by name (run by tests/test_register.py)
+    assert len(blocks) == 6 and "testing.assert_greedy_lossless" in blocks[3], "three reuse cases, then the kit"
+    assert "testing.assert_drafter(" in blocks[4], "then every check in one call"
+    assert "specjax.load_methods" in blocks[5], "then your own method, by name"
     namespace: dict = {"__name__": "readme"}
     for i, block in enumerate(blocks[:3]):
         exec(compile(block, f"docs/reusing.md block {i + 1}", "exec"), namespace)  # noqa: S102

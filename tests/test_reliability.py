@@ -3,6 +3,7 @@ files, host-side argument checks before anything compiles, and streaming routed 
 
 Each test names the failure it guards; each failed on the code before the fix."""
 
+import dataclasses
 import json
 import threading
 
@@ -81,6 +82,29 @@ def test_a_dtype_the_loader_cannot_read_is_refused_before_anything_is_written(tm
     with pytest.raises(ValueError, match=r"tensor '[a-z_.0-9]+' is int32"):
         save_checkpoint(tmp_path / "new", CFG, jax.tree.map(lambda x: np.asarray(x).astype(np.int32), params_of(1)))
     assert not (tmp_path / "new").exists() or not any((tmp_path / "new").iterdir())
+
+
+@pytest.mark.parametrize("field, value", [("num_layers", 3), ("num_layers", 1), ("vocab_size", 43),
+                                          ("intermediate_size", 24)])
+def test_params_of_another_config_are_refused_before_anything_is_written(tmp_path, field, value):
+    """Guards: saving one config's params under another config raised a raw `IndexError: index 2 is out of
+    bounds for axis 0 with size 2` (more layers), or, with another vocabulary or width, wrote a checkpoint
+    whose config.json contradicts its tensors (it did not load again). Now a CheckpointError names each
+    differing tensor with both shapes, and the checkpoint already there is left byte for byte."""
+    save_checkpoint(tmp_path, CFG, params_of(0))
+    before = snapshot(tmp_path)
+    other = dataclasses.replace(CFG, **{field: value})
+    with pytest.raises(CheckpointError, match="do not belong to the LlamaConfig given .*nothing was written") as e:
+        save_checkpoint(tmp_path, other, params_of(1))
+    assert snapshot(tmp_path) == before
+    want = jax.eval_shape(lambda: init_params(other, jax.random.key(0)))
+    pairs = [(jax.tree_util.keystr(k), list(a.shape), list(np.shape(b)))
+             for (k, a), b in zip(jax.tree_util.tree_leaves_with_path(want), jax.tree.leaves(params_of(1)))]
+    differing = [f"{name} is {have}, the config's is {need}" for name, need, have in pairs if need != have]
+    assert differing and all(d in str(e.value) for d in differing), str(e.value)
+    with pytest.raises(CheckpointError, match=r"params the config has no place for: \["):
+        save_checkpoint(tmp_path, CFG, {**params_of(1), "extra_head": np.zeros((3, 16), np.float32)})
+    assert snapshot(tmp_path) == before
 
 
 def test_16_bit_saves_still_load(tmp_path):

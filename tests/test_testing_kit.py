@@ -2,7 +2,8 @@
 
 * the on-device tree check (`specjax.tree.tree_violations`) agrees with the host's `check_tree` on valid and
   corrupted trees, row by row;
-* `check_trees=True` is off by default and adds nothing to the compiled round when off; on, a drafter whose
+* `check_trees=True` adds nothing to the compiled round when off (the default for the package's own drafters:
+  tests/test_check_trees_default.py); on, a drafter whose
   trees are one level too deep is stopped with an error naming the row, the round, the node and the rule,
   through `generate` and `Pipeline.generate`, while a correct drafter's output is unchanged;
 * that depth-off-by-one drafter fails `assert_greedy_lossless` (on the trained zoo target: random weights
@@ -27,7 +28,6 @@ from jax.experimental import checkify
 from specjax import testing
 from specjax.decode import cache_sizes, generate, initial_state, speculative_round
 from specjax.drafters.chain import ChainDrafter
-from specjax.drafters.protocol import Wrapper
 from specjax.drafters import registry
 from specjax.drafters.registry import Method
 from specjax.inputs import pad_prompts
@@ -35,51 +35,12 @@ from specjax.models import GPTNeoXConfig, LlamaConfig
 from specjax.pipeline import Pipeline, load_pair
 from specjax.sampling import Sampling
 from specjax.tree import TREE_RULES, Tree, check_tree, tree_violations
+from tests.planted_drafters import DepthOffByOne, planted
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-@dataclasses.dataclass(frozen=True)
-class DepthOffByOne(Wrapper):
-    """Broken on purpose: the wrapped drafter's trees [B, N] with every valid node one level deeper than its
-    parent's depth + 1 says (positions and the depth bound shift; the tokens and parents stay).
-
-    Fields:
-      wrapped: the drafter whose trees it breaks.
-    """
-
-    wrapped: object
-
-    @property
-    def inner(self):
-        return self.wrapped
-
-    @property
-    def budget(self) -> int:
-        return self.wrapped.budget
-
-    @property
-    def target_topk(self) -> int:
-        return self.wrapped.target_topk
-
-    def uses_rejection(self, sampling) -> bool:
-        return self.wrapped.uses_rejection(sampling)
-
-    def init(self, params, tokens, prompt_lengths, max_new_tokens, context=None):
-        return self.wrapped.init(params, tokens, prompt_lengths, max_new_tokens, context)
-
-    def observe(self, state, verified):
-        return self.wrapped.observe(state, verified)
-
-    def propose(self, state, root, active, key, sampling):
-        tree, probs, state = self.wrapped.propose(state, root, active, key, sampling)
-        return tree.replace(depth=jnp.where(tree.valid, tree.depth + 1, 0)), probs, state
-
-
-def broken_chain(target):
-    """make(target) for the kit: the registry's chain3 for `target`, one level too deep."""
-    built = testing.build("chain3", target)
-    return None if built is None else (DepthOffByOne(built[0]), built[1])
+broken_chain = planted(DepthOffByOne)  # make(target): the registry's chain3, one level too deep
 
 
 # ------------------------------------------------------------------------------ the tree check itself
@@ -166,7 +127,7 @@ def test_check_trees_stops_a_tree_one_level_too_deep_and_passes_a_correct_one():
         generate(zoo.params, zoo.cfg, DepthOffByOne(drafter), dparams, tokens, lengths, 10, check_trees=True)
     pair = load_pair("zoo", ("draft",))
     pipe = Pipeline(pair, Method("chain3, off by one", DepthOffByOne(drafter), dparams))
-    assert pipe.generate("The river flows", 6)[0].num_tokens == 6  # unchecked: the broken tree runs silently
+    assert pipe.generate("The river flows", 6, check_trees=False)[0].num_tokens == 6  # off: it runs silently
     with pytest.raises(checkify.JaxRuntimeError, match=rf"row 0, round 0, node 0: {rule}"):
         pipe.generate("The river flows", 6, check_trees=True)
 

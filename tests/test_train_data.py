@@ -128,3 +128,23 @@ def test_the_committed_shards_share_no_prompt_with_any_evaluation_set():
     responses = np.diff(data.offsets) - data.prompt_lengths
     assert responses.sum() == manifest["totals"]["response_tokens"] and (responses <= 256).all()
     assert manifest["totals"]["response_tokens"] >= 250_000  # what is committed (goal 500k: the command continues it)
+
+
+def test_follow_on_sources_extend_the_order_without_moving_its_first_phase():
+    """The follow-on sources (later ShareGPT turns, wiki tasks) come only after every weighted source is
+    exhausted: the order without them is the order's prefix, prompt for prompt (so a data directory made
+    before them keeps its cursor); with them the order holds >= 50k distinct prompts (issue 59), none an
+    evaluation text, each (source, key) once, every follow-on source in it."""
+    from specjax.data.train_sources import FOLLOW_ON, evaluation_texts
+
+    first = training_prompts(dict(DEFAULT_WEIGHTS), 0, follow_on=False)
+    whole = training_prompts(dict(DEFAULT_WEIGHTS), 0)
+    assert whole[: len(first)] == first and len(whole) > len(first)
+    later = whole[len(first):]
+    assert {p.source for p in later} == {f for fs in FOLLOW_ON.values() for f in fs}
+    assert len({(p.source, p.key) for p in whole}) == len(whole)
+    texts = {normalise(p.text) for p in whole}
+    assert len(texts) >= 50_000, len(texts)
+    assert not texts & evaluation_texts()
+    first_turns = {normalise(p.text) for p in first if p.source == "sharegpt"}
+    assert not first_turns & {normalise(p.text) for p in later if p.source == "sharegpt-turns"}

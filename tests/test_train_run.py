@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib
+import importlib.util
 import io
 import json
 import pkgutil
-import sys
 import textwrap
 import time
 
@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 import specjax.train as train_package
-from specjax import zoo
+from specjax import declared, zoo
 from specjax.cli import train as train_cli
+from specjax.drafters.registry import needs_of
 from specjax.models import init_params
 from specjax.models.dflash_net import target_outer
 from specjax.train import dflash as train_dflash
@@ -33,19 +34,26 @@ from tests.train_fixtures import DRAFTER, TARGET, TARGET_PARAMS, trainset
 
 
 def test_every_training_module_with_a_trainer_record_is_collected():
-    declared = {importlib.import_module(f"specjax.train.{m.name}").TRAINER.kind
-                for m in pkgutil.iter_modules(train_package.__path__)
-                if not m.name.startswith("_") and m.name != "run"
-                and hasattr(importlib.import_module(f"specjax.train.{m.name}"), "TRAINER")}
-    assert declared == set(TRAINERS) == {"dflash", "domino", "draft-lm", "eagle3"}
+    """Every module of the package with a TRAINER (found here by importing them all, not by reading their
+    syntax trees as `specjax.declared` does) is a kind of `TRAINERS`, and what the recipe measures a kind with
+    (`Trainer.measured`) are methods that draft with that very kind's export (`Trainer.need`)."""
+    declared_kinds = {importlib.import_module(f"specjax.train.{m.name}").TRAINER.kind
+                      for m in pkgutil.iter_modules(train_package.__path__)
+                      if not m.name.startswith("_") and m.name != "run"
+                      and hasattr(importlib.import_module(f"specjax.train.{m.name}"), "TRAINER")}
+    assert declared_kinds == set(TRAINERS) and len(TRAINERS) >= 4
     for kind, t in TRAINERS.items():
         assert t.kind == kind and dataclasses.is_dataclass(t.arch) and dataclasses.is_dataclass(t.train_config)
+        assert t.measured and all(t.need in needs_of(m) for m in t.measured), (kind, t.measured)
+    with pytest.raises(ValueError, match="measured must name the methods"):
+        dataclasses.replace(TRAINERS["dflash"], measured=())
 
 
-def test_a_new_kind_in_its_own_module_is_collected_and_gets_its_command(tmp_path, monkeypatch):
-    """Adding a kind is its own file: a module with a TRAINER in the package's path becomes a trainer and a
-    `python -m specjax.train toy` command whose flags are its dataclasses' fields; no list names it."""
-    (tmp_path / "toy_kind.py").write_text(textwrap.dedent('''
+def test_a_new_kind_in_its_own_module_is_collected_and_gets_its_command(tmp_path):
+    """Adding a kind is its own file: a module with a TRAINER added from outside the package (what
+    ``--methods-from`` does, `specjax.declared.add`) becomes a trainer and a `python -m specjax.train toy` command
+    whose flags are its dataclasses' fields; no list names it, and it is gone when the block ends."""
+    (tmp_path / "toy_trainer_kind.py").write_text(textwrap.dedent('''
         import dataclasses
         from specjax.train.dflash import DFlashTrainConfig, build_config, make_step
         from specjax.train.trainer import Trainer, arch_field
@@ -57,15 +65,23 @@ def test_a_new_kind_in_its_own_module_is_collected_and_gets_its_command(tmp_path
 
         TRAINER = Trainer(kind="toy", help="a toy drafter", train_config=DFlashTrainConfig, arch=ToyArch,
                           build_config=build_config, make_step=make_step, layers=lambda d, t: (),
-                          drafter=lambda d, t: None, init=lambda touter, tcfg, vocab: (lambda p: p))
+                          drafter=lambda d, t: None, init=lambda touter, tcfg, vocab: (lambda p: p),
+                          measured=("chain4",), loads_as="draft")
     '''))
-    monkeypatch.setattr(train_package, "__path__", [*train_package.__path__, str(tmp_path)])
-    monkeypatch.delitem(sys.modules, "specjax.train.toy_kind", raising=False)
-    found = run_module._collect()
-    assert set(found) == {"dflash", "domino", "draft-lm", "eagle3", "toy"} and found["toy"].help == "a toy drafter"
-    monkeypatch.setattr(train_cli, "TRAINERS", found)
-    args = train_cli.parser().parse_args(["toy", "--data", "D", "--out", "O", "--width", "5", "--tied", "--lr", "0.5"])
-    assert (args.width, args.tied, args.lr, args.gamma) == (5, True, 0.5, 7.0)
+    spec = importlib.util.spec_from_file_location("toy_trainer_kind", tmp_path / "toy_trainer_kind.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    before = set(TRAINERS)
+    with declared.restoring():
+        declared.add(module)
+        assert set(TRAINERS) == before | {"toy"}
+        assert TRAINERS["toy"].help == "a toy drafter"
+        args = train_cli.parser().parse_args(["toy", "--data", "D", "--out", "O", "--width", "5", "--tied", "--lr",
+                                              "0.5"])
+        assert (args.width, args.tied, args.lr, args.gamma) == (5, True, 0.5, 7.0)
+        declared.add(module)  # the same module again: nothing new
+        assert list(TRAINERS).count("toy") == 1
+    assert "toy" not in TRAINERS
 
 
 def test_every_training_flag_says_what_it_does():

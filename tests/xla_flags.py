@@ -21,31 +21,122 @@ against 58-59 s at XLA's defaults and 74 s at TEST_XLA_FLAGS (one process each, 
 at O1 the graft notebook took 136 s against 114 s at O0: more compile than run saved, so the
 suite stays at O0). SPECJAX_TEST_XLA_FLAGS=off keeps XLA's defaults everywhere (e.g. to rule
 the flags out of a failure).
+
+The flags are XLA:CPU's, and XLA parses XLA_FLAGS once for every backend: a flag the jaxlib does
+not know aborts the process at backend start (measured on an H200, jax 0.11.2: "Unknown flag in
+XLA_FLAGS: --xla_cpu_use_fusion_emitters=false", pytest printed nothing). So the backend decides,
+not a variable the user must know (`applicable_flags`): they are used only where jax's default
+backend is the CPU, and only those a child process starts with (one its jaxlib does not know is dropped,
+so a newer jaxlib on a CPU keeps the others). The answer is
+cached per jaxlib, installed jax plugins and device variables (~/.cache/specjax-xla-flags.json),
+and handed to pytest-xdist workers and other children through SPECJAX_TEST_XLA_FLAGS_DECIDED.
 """
 
+import functools
+import importlib.metadata
+import json
 import os
+import pathlib
+import subprocess
+import sys
 
 TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true",
                   "--xla_cpu_use_fusion_emitters=false")
-
-
-def use_test_xla_flags() -> None:
-    """Append TEST_XLA_FLAGS to XLA_FLAGS (before jax creates its CPU backend)."""
-    if os.environ.get("SPECJAX_TEST_XLA_FLAGS") == "off":
-        return
-    flags = os.environ.get("XLA_FLAGS", "").split()
-    os.environ["XLA_FLAGS"] = " ".join(flags + [f for f in TEST_XLA_FLAGS if f not in flags])
-
-
 RUN_HEAVY_XLA_FLAGS = ("--xla_backend_optimization_level=1", "--xla_llvm_disable_expensive_passes=true",
                        "--xla_cpu_use_fusion_emitters=false")
 
+_DECIDED = "SPECJAX_TEST_XLA_FLAGS_DECIDED"  # the XLA:CPU flags that apply here, space-separated, or "none"
+_DEVICE_VARIABLES = ("JAX_PLATFORMS", "JAX_PLATFORM_NAME", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                     "TPU_VISIBLE_CHIPS")
+# Where XLA:CPU might not be the backend: the plugins that bring another one.
+_PLUGIN_PREFIXES = ("jax-cuda", "jax_cuda", "jax-rocm", "jax_rocm", "libtpu", "jax-tpu", "jax_tpu", "jax-metal")
+_UNKNOWN = "Unknown flag in XLA_FLAGS: "
+
+
+def _plugins() -> tuple[str, ...]:
+    names = {(d.metadata["Name"] or "").lower() for d in importlib.metadata.distributions()}
+    return tuple(sorted(n for n in names if n.startswith(_PLUGIN_PREFIXES)))
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _probe(flags: tuple[str, ...]) -> tuple[str, ...]:
+    """Those of `flags` a child process starts with on the CPU backend: () where its default backend is not
+    the CPU; a flag its jaxlib does not know is dropped (XLA names it) and the child started again."""
+    flags = tuple(flags)
+    for _ in range(len(flags) + 1):
+        env = dict(os.environ)
+        env["XLA_FLAGS"] = " ".join(env.get("XLA_FLAGS", "").split() + list(flags))
+        run = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"], env=env,
+                             capture_output=True, text=True, timeout=300)
+        if run.returncode == 0:
+            return flags if run.stdout.strip().splitlines()[-1:] == ["cpu"] else ()
+        unknown = [f for f in flags if f"{_UNKNOWN}{f}" in run.stderr or f"{_UNKNOWN}{f.split('=')[0]}" in run.stderr]
+        if not unknown:
+            return ()  # it did not start for another reason: keep XLA's defaults
+        flags = tuple(f for f in flags if f not in unknown)
+    return ()
+
+
+def applicable_flags(flags: tuple[str, ...] = TEST_XLA_FLAGS) -> tuple[str, ...]:
+    """Those of `flags` (XLA:CPU flags) that go into XLA_FLAGS here (module docstring): none where jax's
+    default backend is not the CPU, and only those this jaxlib knows. Decided once per jaxlib, plugins and
+    device variables by a child process (cached in ~/.cache/specjax-xla-flags.json, ~2 s the first time)
+    and handed to workers and children through SPECJAX_TEST_XLA_FLAGS_DECIDED."""
+    return tuple(f for f in flags if f.split("=")[0] in {d.split("=")[0] for d in _decided()})
+
+
+@functools.lru_cache(maxsize=None)
+def _decided() -> tuple[str, ...]:
+    if os.environ.get(_DECIDED):
+        value = os.environ[_DECIDED]
+        return () if value == "none" else tuple(value.split())
+    platforms = (os.environ.get("JAX_PLATFORMS") or os.environ.get("JAX_PLATFORM_NAME") or "").lower()
+    if platforms and platforms.split(",")[0].strip() != "cpu":
+        decided: tuple[str, ...] = ()
+    else:
+        key = json.dumps({"jax": _version("jax"), "jaxlib": _version("jaxlib"), "plugins": _plugins(),
+                          "python": sys.executable, "flags": TEST_XLA_FLAGS,
+                          "env": {v: os.environ.get(v) for v in _DEVICE_VARIABLES}}, sort_keys=True)
+        cache = pathlib.Path(os.path.expanduser("~")) / ".cache" / "specjax-xla-flags.json"
+        try:
+            known = json.loads(cache.read_text())
+        except (OSError, ValueError):
+            known = {}
+        if key in known:
+            decided = tuple(known[key])
+        else:
+            decided = _probe(TEST_XLA_FLAGS)
+            known[key] = list(decided)
+            try:
+                cache.parent.mkdir(parents=True, exist_ok=True)
+                cache.write_text(json.dumps(known, indent=1))
+            except OSError:
+                pass
+    os.environ[_DECIDED] = " ".join(decided) or "none"  # workers and children inherit the decision
+    return decided
+
+
+def use_test_xla_flags() -> None:
+    """Append the applicable TEST_XLA_FLAGS to XLA_FLAGS (before jax creates its backend);
+    SPECJAX_TEST_XLA_FLAGS=off: none."""
+    if os.environ.get("SPECJAX_TEST_XLA_FLAGS") == "off":
+        return
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    os.environ["XLA_FLAGS"] = " ".join(flags + [f for f in applicable_flags() if f not in flags])
+
 
 def child_env(flags: tuple[str, ...] = ()) -> dict[str, str]:
-    """This process's environment with TEST_XLA_FLAGS in XLA_FLAGS replaced by `flags` (none: XLA's defaults)."""
+    """This process's environment with TEST_XLA_FLAGS in XLA_FLAGS replaced by `flags` (none: XLA's
+    defaults), such as RUN_HEAVY_XLA_FLAGS, those of them that apply here (`applicable_flags`)."""
     env = default_flags_env()
     if flags and os.environ.get("SPECJAX_TEST_XLA_FLAGS") != "off":
-        env["XLA_FLAGS"] = " ".join(env.get("XLA_FLAGS", "").split() + list(flags))
+        env["XLA_FLAGS"] = " ".join(env.get("XLA_FLAGS", "").split() + list(applicable_flags(flags)))
     return env
 
 

@@ -2,8 +2,9 @@
    `make proofs` fails unless every line says "Closed under the global context"
    (nothing assumed, not even what the standard library may assume). *)
 From Specjax Require Import GreedyWalk GraftCoverage DDTreeSurrogate DDTreeOrder ChainRejection
-  SamplingWalk DDTreeSelect DDTreeHeap TreeAttention DDTreeWalk
-  ArgmaxStable LoopSlots DDTreeCorollaries WalkSurrogate StreamHist DDTreeLevelPlan SlotSampling.
+  SamplingWalk DDTreeSelect DDTreeHeap DDTreeSlots TreeAttention DDTreeWalk
+  ArgmaxStable LoopSlots LoopLink MaskHops LoopTrunc DDTreeCorollaries WalkSurrogate StreamHist
+  DominoStream DynaTreeLevels DDTreeLevelPlan SlotSampling LoopBatch SlotStream DDTreeLevelsPlan TreePrune.
 
 Print Assumptions greedy_walk_lossless.
 Print Assumptions greedy_walk_progress.
@@ -70,12 +71,23 @@ Print Assumptions slot_walk_root_path.
 Print Assumptions slot_walk_eq_path_walk.
 Print Assumptions loop_round_exact.
 Print Assumptions loop_lossless_slots.
+Print Assumptions toy_loop_lossless.
+Print Assumptions hop_mask_exact.
+Print Assumptions hop_mask_deep_row.
+Print Assumptions tx_hop_mask.
+Print Assumptions cut_app.
+Print Assumptions loop_trunc_cut.
+Print Assumptions loop_trunc_lossless.
 Print Assumptions select_nested.
 Print Assumptions select_surrogate_monotone.
 Print Assumptions select_acceptance_monotone.
 Print Assumptions select_expected_acceptance_monotone.
 Print Assumptions prune_nested.
 Print Assumptions pruned_acceptance_monotone.
+Print Assumptions mass_threshold_falls.
+Print Assumptions prune_mass_nested.
+Print Assumptions prune_mass_nested_sorted.
+Print Assumptions pruned_mass_acceptance_monotone.
 Print Assumptions graft_surrogate_bound.
 Print Assumptions seq_prob_q.
 Print Assumptions walk_expected_accepted_q.
@@ -103,3 +115,27 @@ Print Assumptions grafting_cannot_lose_pointwise.
 Print Assumptions graft_identity_eq26.
 Print Assumptions sampling_walk_is_accept.
 Print Assumptions slot_sampling_walk_eq.
+Print Assumptions domino_rejection_stream.
+Print Assumptions mismatched_emit_matched.
+Print Assumptions mismatched_law_example.
+Print Assumptions build_valid.
+Print Assumptions slots_invariant.
+Print Assumptions slots_no_duplicate.
+Print Assumptions batch_done_row.
+Print Assumptions batch_row_loop.
+Print Assumptions batch_row_sim.
+Print Assumptions batch_row_independent.
+Print Assumptions batch_loop_lossless.
+Print Assumptions slot_walk_canonical.
+Print Assumptions slot_round_exp.
+Print Assumptions slot_stream_law.
+Print Assumptions plan_bound_prec.
+Print Assumptions level_plan_eq.
+Print Assumptions levels_plan_select_spec.
+Print Assumptions select_levels_plan_spec.
+Print Assumptions prune_alive_spec.
+Print Assumptions prune_sub.
+Print Assumptions prune_closed.
+Print Assumptions prune_valid_tree.
+Print Assumptions prune_leaf.
+Print Assumptions prune_leaf_valid.

@@ -8,9 +8,16 @@
                                            limit -- the walk accepts non-decreasingly many
                                            tokens in N, and in expectation under any finite law
                                            on rules: select_expected_acceptance_monotone)
-           prune_nested                   (pruning q(u) >= tau keeps the pruned trees nested
-                                           in N, for any list: DD10's "nested in N")
-           pruned_acceptance_monotone     (hence the walk on the pruned selection accepts
+           prune_nested                   (pruning at one fixed tau keeps the pruned trees
+                                           nested in N, for any list)
+           pruned_acceptance_monotone     (hence, at one fixed tau, the walk on the pruned
+                                           selection accepts non-decreasingly many tokens in N)
+   - DD10: prune_mass_nested              (at the code's threshold m / N, which falls as N
+                                           grows -- mass_threshold_falls -- the tree kept at N
+                                           is a subtree of the tree kept at N' >= N)
+           prune_mass_nested_sorted       (and an initial part of it when the list is listed
+                                           by non-increasing q, the selection's order)
+           pruned_mass_acceptance_monotone (the walk on the selection pruned at m / N accepts
                                            non-decreasingly many tokens in N)
    - GD1 : graft_surrogate_bound          (any duplicate-free set of <= N prefixes -- the
                                            grafted tree included -- has surrogate sum q(u) at
@@ -21,7 +28,7 @@
    g : list nat -> nat, which covers the greedy walk and the sampling walk under the coupling
    of proofs/graft.md). *)
 
-From Coq Require Import List Arith Lia QArith Lqa.
+From Coq Require Import List Arith Lia QArith Lqa Sorting.
 From Specjax Require Import GreedyWalk QSums DDTreeSurrogate DDTreeOrder DDTreeSelect GraftCoverage.
 Import ListNotations.
 Local Open Scope nat_scope.
@@ -90,6 +97,103 @@ Proof.
   destruct N as [|N]; [lia|]. destruct l as [|x l]; [exists []; simpl; destruct (N' - S N); reflexivity|].
   cbn [firstn skipn app prune]. rewrite filter_app.
   exists (filter (fun u => Qle_bool tau (f u)) (firstn (N' - S N) (skipn N l))). reflexivity.
+Qed.
+
+(* ---------- pruning at the code's threshold m / N (issue 61, item 2) ---------- *)
+
+(* DDTreeDrafter prunes its N-node selection at q(u) >= prune_mass / N (ddtree.py,
+   log_min_prob): the threshold falls as N grows, so prune_nested (one fixed tau) does not
+   cover it. What holds: the threshold m / N' is at most m / N; the tree kept at N is a
+   subtree of the tree kept at N' (for any list and any f); when the list is listed by
+   non-increasing f -- the code's selection order -- it is even an initial part of it; and
+   the walk accepts non-decreasingly many tokens in N. *)
+
+Lemma mass_threshold_falls : forall m N N', (0 <= m)%Q -> 1 <= N <= N' ->
+  (m / qnat N' <= m / qnat N)%Q.
+Proof.
+  intros m N N' Hm HN.
+  assert (HqN : (1 <= qnat N)%Q) by (unfold qnat, Qle; simpl; lia).
+  assert (HqN' : (qnat N <= qnat N')%Q) by (unfold qnat, Qle; simpl; lia).
+  apply Qle_shift_div_r; [lra|].
+  setoid_replace (m / qnat N * qnat N')%Q with (m * (qnat N' / qnat N))%Q
+    by (field; intro H0; rewrite H0 in HqN; lra).
+  assert (Hr : (1 <= qnat N' / qnat N)%Q) by (apply Qle_shift_div_l; lra).
+  setoid_replace m with (1 * m)%Q at 1 by ring.
+  setoid_replace (m * (qnat N' / qnat N))%Q with (qnat N' / qnat N * m)%Q by ring.
+  apply Qmult_le_compat_r; auto.
+Qed.
+
+Lemma prune_threshold_subtree : forall f tau tau' (l : list (list nat)) N N',
+  1 <= N <= N' -> (tau' <= tau)%Q ->
+  subtree (prune f tau (firstn N l)) (prune f tau' (firstn N' l)).
+Proof.
+  intros f tau tau' l N N' HN Ht u Hu.
+  destruct N as [|N]; [lia|]. destruct N' as [|N']; [lia|].
+  destruct l as [|x l]; [exact Hu|]. cbn [firstn prune] in *.
+  destruct Hu as [<-|Hu]; [left; reflexivity|right].
+  apply filter_In in Hu as [Hin Hq]. apply filter_In. split.
+  - rewrite <- (firstn_skipn N (firstn N' l)), firstn_firstn, Nat.min_l by lia.
+    apply in_or_app. left. exact Hin.
+  - apply Qle_bool_iff in Hq. apply Qle_bool_iff. lra.
+Qed.
+
+(* DD10 with the code's threshold: the tree pruned at m / N (from the first N nodes) is a
+   subtree of the tree pruned at m / N' (from the first N'), N <= N'. *)
+Theorem prune_mass_nested : forall f m (l : list (list nat)) N N', (0 <= m)%Q -> 1 <= N <= N' ->
+  subtree (prune f (m / qnat N) (firstn N l)) (prune f (m / qnat N') (firstn N' l)).
+Proof.
+  intros f m l N N' Hm HN. apply prune_threshold_subtree; auto.
+  apply mass_threshold_falls; auto.
+Qed.
+
+Lemma filter_threshold_prefix : forall (f : list nat -> Q) tau tau' (l : list (list nat)) n n',
+  StronglySorted (fun u w => (f w <= f u)%Q) l -> (tau' <= tau)%Q -> n <= n' ->
+  exists r, filter (fun u => Qle_bool tau' (f u)) (firstn n' l)
+            = filter (fun u => Qle_bool tau (f u)) (firstn n l) ++ r.
+Proof.
+  intros f tau tau' l. induction l as [|x l IH]; intros n n' HS Ht Hn.
+  { exists []. rewrite !firstn_nil. reflexivity. }
+  destruct n as [|n].
+  { exists (filter (fun u => Qle_bool tau' (f u)) (firstn n' (x :: l))). reflexivity. }
+  destruct n' as [|n']; [lia|].
+  apply StronglySorted_inv in HS as [HS HF]. rewrite Forall_forall in HF. cbn [firstn filter].
+  destruct (Qle_bool tau (f x)) eqn:E.
+  - assert (E' : Qle_bool tau' (f x) = true) by (apply Qle_bool_iff; apply Qle_bool_iff in E; lra).
+    rewrite E'. destruct (IH n n' HS Ht ltac:(lia)) as [r Hr]. exists r. rewrite Hr. reflexivity.
+  - rewrite (filter_none _ (fun u => Qle_bool tau (f u)) (firstn n l)).
+    + eexists. cbn [app]. reflexivity.
+    + intros y Hy. destruct (Qle_bool tau (f y)) eqn:Ey; [|reflexivity].
+      apply Qle_bool_iff in Ey. assert (f y <= f x)%Q by (apply HF; exact (In_firstn_any _ _ _ _ Hy)).
+      assert (Qle_bool tau (f x) = true) by (apply Qle_bool_iff; lra). congruence.
+Qed.
+
+(* The same as lists, when l is listed by non-increasing f (DDTree's selection order): the
+   tree kept at N is an initial part of the tree kept at N'. *)
+Theorem prune_mass_nested_sorted : forall f m (l : list (list nat)) N N', (0 <= m)%Q -> 1 <= N <= N' ->
+  StronglySorted (fun u w => (f w <= f u)%Q) l ->
+  exists r, prune f (m / qnat N') (firstn N' l) = prune f (m / qnat N) (firstn N l) ++ r.
+Proof.
+  intros f m l N N' Hm HN HS.
+  destruct N as [|N]; [lia|]. destruct N' as [|N']; [lia|].
+  destruct l as [|x l]; [exists []; reflexivity|]. cbn [firstn prune].
+  apply StronglySorted_inv in HS as [HS _].
+  destruct (filter_threshold_prefix f (m / qnat (S N)) (m / qnat (S N')) l N N' HS
+              (mass_threshold_falls m (S N) (S N') Hm HN) ltac:(lia)) as [r Hr].
+  exists r. rewrite Hr. reflexivity.
+Qed.
+
+(* Hence, with the code's threshold, the walk on DDTree's pruned selection accepts
+   non-decreasingly many tokens in N (pointwise, any rule g). *)
+Theorem pruned_mass_acceptance_monotone : forall tbl V L N N' f m g ctx D, (0 <= m)%Q -> 1 <= N <= N' ->
+  length (accept g (prune f (m / qnat N) (select tbl V L N)) ctx [] D)
+  <= length (accept g (prune f (m / qnat N') (select tbl V L N')) ctx [] D).
+Proof.
+  intros tbl V L N N' f m g ctx D Hm HN. apply walk_monotone.
+  rewrite (select_nested tbl V L N N') by lia.
+  intros u Hu. pose proof (prune_mass_nested f m (select tbl V L N') N N' Hm HN u Hu) as H.
+  rewrite firstn_all2 in H; [exact H|].
+  destruct (existence_of_the_order (rq tbl V) V L) as [He Hs].
+  rewrite (select_spec tbl V L _ _ He Hs), map_length, firstn_length. lia.
 Qed.
 
 (* Hence the walk on DDTree's pruned selection accepts non-decreasingly many tokens in N. *)

@@ -25,12 +25,11 @@ import dataclasses
 import importlib.util
 import json
 import pathlib
-import time
 
 import jax
 import numpy as np
 
-from specjax.bench.timing import median_seconds
+from specjax.bench.timing import median_seconds, timed_call
 from specjax.drafters.ddtree import select_tree
 
 BUDGETS = (16, 32, 64, 128, 256, 512, 1024)
@@ -58,9 +57,7 @@ def _load_reference():
 def bench_one(log_q: jax.Array, budget: int, method: str, repeats: int) -> dict:
     """Compile time and steady-state median time of select_tree on one input."""
     fn = jax.jit(lambda x: select_tree(x, budget, method=method))
-    t0 = time.perf_counter()
-    compiled = fn.lower(log_q).compile()
-    jit_s = time.perf_counter() - t0
+    compiled, jit_s = timed_call(lambda: fn.lower(log_q).compile())
     jax.block_until_ready(compiled(log_q))  # warm-up
     steady = median_seconds(compiled, log_q, repeats=repeats)
     return dict(method=method, batch=int(log_q.shape[0]), budget=budget, jit_s=jit_s,

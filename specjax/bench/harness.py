@@ -120,7 +120,7 @@ from tqdm import tqdm
 from specjax.bench.batching import call_times, calls_of, check_batches, group_batches, row_outputs
 from specjax.bench.methods import Method, parse_method
 from specjax.bench.timing import format_figure, timed_call
-from specjax.decode import generate, generate_ar
+from specjax.decode import checks_trees_by_default, generate, generate_ar
 from specjax.drafters.protocol import CarriesOver
 from specjax.equality import Agreement, compare_with_ar
 from specjax.equality import count as equality_count
@@ -270,9 +270,9 @@ class _Runner:
     state the previous call left; `draft_params` is what the next call starts from."""
 
     def __init__(self, method: Method, target, draft, sampling: Sampling, eos_ids: tuple[int, ...], seed: int = 0,
-                 check_trees: bool = False):
+                 check_trees: bool | None = None):
         self.method, self.target, self.sampling, self.eos_ids = method, target, sampling, eos_ids
-        self.check_trees = check_trees
+        self.check_trees = not method.is_ar and checks_trees_by_default(check_trees, method.drafter, method.name)
         self.draft_params = None if method.is_ar else (
             method.params if method.params is not None else draft[1])
         self.key = None if sampling.greedy else jax.random.key(seed)
@@ -359,7 +359,7 @@ def _measure(runners, calls, max_new_tokens: int, warmup: int, ttft: bool, progr
 def run_benchmark(target, draft, prompts: list[list[int]], methods: list[Method | str], *, max_new_tokens: int,
                   prompt_width: int | None = None, warmup: int = 1, sampling: Sampling = GREEDY,
                   eos_ids: tuple[int, ...] = (), progress: bool = True, ttft: bool = True,
-                  batch: int = 1, seed: int = 0, check_trees: bool = False) -> list[MethodResult]:
+                  batch: int = 1, seed: int = 0, check_trees: bool | None = None) -> list[MethodResult]:
     """Benchmark `methods` (Method objects or specs, see `specjax.bench.methods`) on `prompts`.
 
     target / draft: (cfg, params) pairs (draft may be None for AR only); prompts: token id
@@ -368,7 +368,9 @@ def run_benchmark(target, draft, prompts: list[list[int]], methods: list[Method 
     and the metrics are in the module docstring; `ttft=False` skips the TTFT calls (and
     their compiles): TTFT / TPOT are then None. `seed`: the PRNG seed of a sampling run (each
     method draws every call with its own key split from it). `check_trees`: validate every proposed tree in the
-    loop (`specjax.decode.generate`'s; the timings include the checks). Returns one MethodResult per method, in order.
+    loop (`specjax.decode.generate`'s; the timings include the checks); None (default): for the methods from
+    outside specjax only (`specjax.decode.from_outside`), False: for none. Returns one MethodResult per method, in
+    order.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")

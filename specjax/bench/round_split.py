@@ -13,6 +13,12 @@ over repetitions (milliseconds):
                  not exactly the sum)
     ar_step      one autoregressive step of the target (forward over 1 token + argmax)
 
+`DOMINO_PARTS` and `GRAFT_PARTS` are Domino's and Graft's; any other drafter gets the whole round and
+one AR step (`round_cost`). Each split is a `RoundSplit` record (drafter class, parts, timing function);
+this module declares its own in ``ROUND_SPLITS`` and `SPLITS` collects every module's (`specjax.declared`:
+a drafter kind declared outside the package brings its own), which `method_split` and the bench's
+``--round-split`` read.
+
 `project_speedup` combines such costs with a table of tau per budget (measured here, or
 a paper's published values as cited input) into the speedup the costs predict:
 tau * ar_step / round. It is a projection, not a measurement.
@@ -22,12 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from specjax.bench.timing import median_seconds
+from specjax.declared import Registry
 from specjax.decode import cache_sizes, initial_state, speculative_round
 from specjax.drafters.ddtree import DDTreeDrafter
 from specjax.drafters.domino import DominoDrafter
@@ -41,15 +49,24 @@ from specjax.sampling import Sampling
 from specjax.tree import ancestor_mask, chain_tree, node_positions
 from specjax.verify import slot_targets, tree_forward, walk
 
-SPLITS: dict[type, object] = {}  # drafter class -> its round split (`splits_rounds_of`), read by `method_split`
+@dataclasses.dataclass(frozen=True)
+class RoundSplit:
+    """What a drafter class's round split times.
+
+    Fields:
+      drafter: the drafter class it splits (its subclasses too, unless a nearer class has a split).
+      parts: the millisecond entries it returns, "round" and "ar_step" among them.
+      time: (target, drafter, draft_params, tokens, lengths, *, rounds_before, reps, sampling, max_new,
+        matmul_precision) -> {part: ms, ...} (extra entries, e.g. "width", are not parts).
+    """
+
+    drafter: type
+    parts: tuple[str, ...]
+    time: Callable[..., dict]
 
 
-def splits_rounds_of(drafter_class: type):
-    """Register the decorated function as the round split of `drafter_class` (and its subclasses)."""
-    def register(fn):
-        SPLITS[drafter_class] = fn
-        return fn
-    return register
+# drafter class -> its `RoundSplit`: every module's ``ROUND_SPLITS`` (`specjax.declared`), read at each use
+SPLITS = Registry(__package__, "ROUND_SPLITS", key=lambda split: split.drafter, several=True)
 
 PARTS = ("draft", "select", "mask", "verify", "walk_commit", "round", "ar_step")
 
@@ -79,7 +96,7 @@ def _ar_step(target, batch: int):
     return _with_params(ar_step, params)
 
 
-def _state_after(target, drafter, draft_params, tokens, lengths, rounds: int, max_new: int, sampling: Sampling):
+def state_after(target, drafter, draft_params, tokens, lengths, rounds: int, max_new: int, sampling: Sampling):
     cfg, params = target
     slots, reserve = cache_sizes(drafter, tokens.shape[1], max_new)
     static = dict(max_new_tokens=max_new, eos_ids=(), sampling=sampling)
@@ -92,7 +109,6 @@ def _state_after(target, drafter, draft_params, tokens, lengths, rounds: int, ma
     return state, lambda s: step(params, cfg, drafter, s)
 
 
-@splits_rounds_of(DDTreeDrafter)
 def round_split(target, drafter, draft_params, tokens, lengths, *, rounds_before: int = 2, reps: int = 10,
                 sampling: Sampling = Sampling(), max_new: int = 64,
                 matmul_precision: str = DEFAULT_PRECISION) -> dict[str, float]:
@@ -110,7 +126,7 @@ def round_split(target, drafter, draft_params, tokens, lengths, *, rounds_before
 
 def _round_split(target, drafter, draft_params, tokens, lengths, rounds_before, reps, sampling, max_new):
     cfg, params = target
-    state, run_round = _state_after(target, drafter, draft_params, tokens, lengths, rounds_before, max_new, sampling)
+    state, run_round = state_after(target, drafter, draft_params, tokens, lengths, rounds_before, max_new, sampling)
     active = ~state.done
     base = drafter.block_drafter
     draft = jax.jit(lambda ds, root, act: base.block_logits(ds.block, root, act)[0])
@@ -180,7 +196,6 @@ def costs_from_figures(budgets, ar_ms: float, verify_ms: dict[int, float], selec
 DOMINO_PARTS = ("backbone", "head", "verify", "round", "ar_step")
 
 
-@splits_rounds_of(DominoDrafter)
 def domino_split(target, drafter, draft_params, tokens, lengths, *, rounds_before: int = 2, reps: int = 10,
                  sampling: Sampling = Sampling(), max_new: int = 64,
                  matmul_precision: str = DEFAULT_PRECISION) -> dict[str, float]:
@@ -196,7 +211,7 @@ def domino_split(target, drafter, draft_params, tokens, lengths, *, rounds_befor
     """
     with matmul_scope(matmul_precision):
         cfg, params = target
-        state, run_round = _state_after(target, drafter, draft_params, tokens, lengths, rounds_before, max_new,
+        state, run_round = state_after(target, drafter, draft_params, tokens, lengths, rounds_before, max_new,
                                         sampling)
         ds, root, active = state.draft_state, state.root, ~state.done
         backbone = jax.jit(lambda ds, root, active: drafter.base_logits(ds, root, active)[:2])
@@ -223,7 +238,6 @@ GRAFT_PARTS = ("draft", "draft_dense", "retrieve", "propose", "mask", "verify", 
                "ar_step")
 
 
-@splits_rounds_of(GraftDrafter)
 def graft_split(target, drafter, draft_params, tokens, lengths, *, rounds_before: int = 2, reps: int = 10,
                 sampling: Sampling = Sampling(), max_new: int = 64,
                 matmul_precision: str = DEFAULT_PRECISION) -> dict[str, float]:
@@ -248,7 +262,7 @@ def graft_split(target, drafter, draft_params, tokens, lengths, *, rounds_before
     """
     with matmul_scope(matmul_precision):
         cfg, params = target
-        state, run_round = _state_after(target, drafter, draft_params, tokens, lengths, rounds_before, max_new,
+        state, run_round = state_after(target, drafter, draft_params, tokens, lengths, rounds_before, max_new,
                                         sampling)
         ds, root, active = state.draft_state, state.root, ~state.done
         dense = dataclasses.replace(drafter, prune=False, retrieval=False)
@@ -304,16 +318,31 @@ def round_cost(target, drafter, draft_params, tokens, lengths, *, rounds_before:
     real mid-generation state: {"round", "ar_step"}. round / ar_step is what a round costs in AR steps,
     so tau * ar_step / round is the speedup those costs allow (eta = speedup / tau = ar_step / round)."""
     with matmul_scope(matmul_precision):
-        state, run_round = _state_after(target, drafter, draft_params, tokens, lengths, rounds_before, max_new,
+        state, run_round = state_after(target, drafter, draft_params, tokens, lengths, rounds_before, max_new,
                                         sampling)
         ar_step = _ar_step(target, tokens.shape[0])
         return {"round": _median_ms(run_round, state, reps=reps),
                 "ar_step": _median_ms(ar_step, state.cache, state.root, reps=reps)}
 
 
+WHOLE_ROUND = RoundSplit(object, ("round", "ar_step"), round_cost)  # any drafter without a split of its own
+
+
+def split_of(drafter) -> RoundSplit:
+    """The round split of `drafter`: the one declared for its class or its nearest base class with one,
+    else `WHOLE_ROUND`."""
+    mro = type(drafter).__mro__
+    found = [s for cls, s in SPLITS.items() if cls in mro]
+    return min(found, key=lambda s: mro.index(s.drafter)) if found else WHOLE_ROUND
+
+
 def method_split(target, drafter, draft_params, tokens, lengths, **kw) -> dict[str, float]:
-    """The round parts of a speculative method's drafter, in ms, with "round" and "ar_step" always:
-    `round_split` for DDTree drafters, `domino_split` for Domino, `graft_split` for Graft, else
-    `round_cost` (the whole round only). kw: their shared keywords (reps, sampling, max_new, ...)."""
-    split = next((fn for cls, fn in SPLITS.items() if isinstance(drafter, cls)), round_cost)
-    return split(target, drafter, draft_params, tokens, lengths, **kw)
+    """The round parts of a speculative method's drafter, in ms, with "round" and "ar_step" always
+    (`split_of`: `round_split` for DDTree drafters, `domino_split` for Domino, `graft_split` for Graft, a
+    kind's own split where it declares one, else `round_cost`). kw: their shared keywords (reps,
+    sampling, max_new, ...)."""
+    return split_of(drafter).time(target, drafter, draft_params, tokens, lengths, **kw)
+
+
+ROUND_SPLITS = (RoundSplit(DDTreeDrafter, PARTS, round_split), RoundSplit(DominoDrafter, DOMINO_PARTS, domino_split),
+                RoundSplit(GraftDrafter, GRAFT_PARTS, graft_split))

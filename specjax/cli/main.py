@@ -9,6 +9,7 @@
     python -m specjax bench-device [--shapes ...] [--parts ...] [--json PATH]   # raw device costs
     python -m specjax versus-transformers | bench-select | bench-draft-vocab | bench-generation | bench-train-step
     python -m specjax assets [--list] [NAME ...]                         # prefetch registry assets
+    python -m specjax launch --processes N [--cpu-devices K] -- COMMAND  # N local joined JAX processes
 
     python -m specjax methods [--methods-from FILE.py]                   # every method spec, its fields
     python -m specjax methods --readme README.md                         # rewrite the README's table
@@ -45,7 +46,7 @@ import pathlib
 import sys
 
 from specjax import __version__
-from specjax.cli import bench, generate, tools
+from specjax.cli import bench, generate, launch, tools
 from specjax.cli.common import UsageError, load_methods_from, methods_from_flag, methods_from_sources
 from specjax.data import compile_cache
 from specjax.drafters.registry import markdown_table, with_method_table
@@ -67,6 +68,7 @@ def parser() -> argparse.ArgumentParser:
     methods.set_defaults(run=run_methods)
     bench.add_parsers(sub)
     tools.add_parsers(sub)
+    launch.add_parser(sub)
     return ap
 
 

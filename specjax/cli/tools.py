@@ -7,14 +7,16 @@
     python -m specjax bench-generation [--target smollm2-135m] [--seconds 240] # the data engine's speed
     python -m specjax bench-train-step --data DATA [--kind dflash]          # drafter step time vs draft vocabulary
     python -m specjax assets [--list] [NAME ...]                            # prefetch registry assets
+    python -m specjax gpu-check [--out DIR] [--steps ...] [--quick]         # make gpu-check: one JSON + a table
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-from specjax.bench import ddtree_select, draft_vocab, generation, train_step, versus_transformers
+from specjax.bench import ddtree_select, draft_vocab, generation, gpu_check, train_step, versus_transformers
 from specjax.bench.device import DTYPES
 from specjax.cli.common import UsageError
 from specjax.data.assets import MANIFEST, AssetError, fetch
@@ -26,10 +28,23 @@ __all__ = ["add_parsers"]
 def _versus(args) -> int:
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     try:
-        versus_transformers.run(models, args.prompts, args.warmup, args.max_new_tokens, args.prompt_len, args.json)
+        versus_transformers.run(models, args.prompts, args.warmup, args.max_new_tokens, args.prompt_len, args.json,
+                                best=args.best)
     except ValueError as e:
         raise UsageError(str(e)) from None
     return 0
+
+
+def _gpu_check(args) -> int:
+    plan = gpu_check.CheckPlan(out=args.out, steps=tuple(s.strip() for s in args.steps.split(",") if s.strip()),
+                               quick=args.quick)
+    try:
+        plan.check()
+    except ValueError as e:
+        raise UsageError(f"--steps: {e}") from None
+    report = gpu_check.run_check(plan)
+    failed = [name for name, step in report["steps"].items() if step["status"] != 0]
+    return 1 if failed else 0
 
 
 def _select(args) -> int:
@@ -102,8 +117,20 @@ def add_parsers(sub) -> None:
     p.add_argument("--warmup", type=int, default=2, help="first prompts run and discarded (default 2)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt (default 64)")
     p.add_argument("--prompt-len", type=int, default=192, help="keep each prompt's last N tokens (default 192)")
+    p.add_argument("--best", action="store_true",
+                   help="also run specjax's measured best method for each model on this backend")
     p.add_argument("--json", help="write the tables and the environment here")
     p.set_defaults(run=_versus)
+
+    p = sub.add_parser("gpu-check", help="the GPU checks in one command (make gpu-check): tests, device, "
+                       "SmolLM2, transformers; one JSON and a table", description=gpu_check.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="gpu-check", help="directory of gpu-check.json / .md and the steps' files "
+                   "(default: %(default)s)")
+    p.add_argument("--steps", default=",".join(gpu_check.STEPS),
+                   help="comma-separated, some of: " + ", ".join(gpu_check.STEPS) + " (default: all)")
+    p.add_argument("--quick", action="store_true", help="toy sizes: the same pipeline on a CPU in minutes")
+    p.set_defaults(run=_gpu_check)
 
     d = ddtree_select.SelectBench()
     p = sub.add_parser("bench-select", help="DDTree's select_tree: compile and steady times per budget and batch",

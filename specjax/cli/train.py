@@ -13,7 +13,8 @@
 
 `python -m specjax.train COMMAND --help` lists a command's options with their defaults. A drafter
 kind's flags are made from its `Trainer` record (`specjax.train.run.TRAINERS`): its architecture's
-and its training config's fields. Every error is one line, ``specjax.train <command>: error: <what
+and its training config's fields; ``--methods-from FILE`` before COMMAND adds the kinds a module outside
+the package declares (its ``TRAINER``: `specjax.declared`). Every error is one line, ``specjax.train <command>: error: <what
 to fix>``, exit status 2, with every value checked before anything loads; `--resume` with a changed
 recipe field (seed included) is refused unless `--override FIELD,...` allows it (recorded in
 run.json and recipe.json with every command of the run).
@@ -33,7 +34,9 @@ import time
 import ml_dtypes
 import numpy as np
 
-from specjax.cli.common import UsageError
+from specjax.cli.common import UsageError, load_methods_from, methods_from_flag
+from specjax.cli.plans import as_flags, field_docs, flags_of, plan_from
+from specjax.cli.plans import number as _number
 from specjax.data import compile_cache
 from specjax.data.train_sources import write_prompt_order
 from specjax.train import data
@@ -52,63 +55,8 @@ __all__ = ["main", "parser"]
 PROG = "specjax.train"
 
 
-def _number(kind):
-    """An argparse type that accepts only finite numbers of `kind` (int or float)."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not {'an integer' if kind is int else 'a number'}: {text!r}") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
-        return value
-    parse.__name__ = kind.__name__
-    return parse
-
-
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
-
-
-def field_docs(cls) -> dict[str, str]:
-    """{field: its text} from the "Fields:" sections of the docstrings of `cls` and its bases (a subclass's
-    text wins), each entry `name: text` one indent deeper than "Fields:", continued on deeper lines."""
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        lines, current, indent = inspect.cleandoc(klass.__doc__ or "").splitlines(), None, None
-        for line in lines[next((i + 1 for i, x in enumerate(lines) if x.strip().startswith("Fields")), len(lines)):]:
-            depth = len(line) - len(line.lstrip())
-            match = re.match(r"(\w+): (.*)", line.strip())
-            if match and (indent is None or depth == indent):
-                indent, current = depth, match.group(1)
-                docs[current] = match.group(2)
-            elif current and line.strip() and depth > (indent or 0):
-                docs[current] += " " + line.strip()
-            elif line.strip():
-                break  # the section ended
-    return docs
-
-
-def _dataclass_flags(ap, cls, skip=()) -> None:
-    """One flag per field of dataclass `cls`: bools are switches, else typed by `metadata["parse"]` or the
-    default's type; the help is the field's `arch_field` help or its docstring entry (`field_docs`) and says
-    the default."""
-    docs = field_docs(cls)
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        default = f.default
-        doc = f.metadata.get("help") or docs.get(f.name, f"{cls.__name__} field {f.name}")
-        if isinstance(default, bool):
-            ap.add_argument(_flag(f.name), action="store_true", help=doc)
-            continue
-        parse = f.metadata.get("parse") or type(default)
-        parse = _number(parse) if parse in (int, float) else parse
-        ap.add_argument(_flag(f.name), type=parse, default=default, help=f"{doc} (default: %(default)s)")
-
-
-def _of(cls, args):
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -188,100 +136,42 @@ def _data(args) -> int:
 # ------------------------------------------------------------------------------------------- drafters
 
 
-_PLAN_HELP = {
-    "target": "zoo | smollm2-135m | HF checkpoint directory",
-    "data": "data directory of `python -m specjax.train data`",
-    "out": "run directory: checkpoint (ckpt/), run.json and log",
-    "cache": "feature cache directory (default: under $SPECJAX_CACHE/features, named by the target and data "
-             "checksums)",
-    "export": "write the trained drafter + recipe.json here",
-    "resume": "continue from OUT/ckpt (bit-exact); a changed recipe field is refused unless --override names it",
-    "init": "start from this exported drafter's weights (same architecture and draft vocabulary; a fresh optimiser "
-            "and schedule); domino also takes a DFlash drafter of its backbone's exact architecture",
-    "stop_after": "run at most this many steps now, then checkpoint (continue with --resume)",
-    "seq_len": "padded sequence length S",
-    "valid_rows": "held-out sequences",
-    "draft_vocab": "K most frequent response tokens the drafter predicts over; 0 = the full vocabulary",
-    "mesh": "data=D,model=M: run the step over D x M devices (default: one)",
-    "eval_prompts": "at export, measure τ by decoding this many held-out prompts of the data, 64 new tokens each",
-    "override": "comma-separated recipe fields a --resume may change (seed, lr, ...; recorded)",
-    "features": "cache: the target's features computed once and memory-mapped; online: each step runs the frozen "
-                "target over its batch (no cache); auto: online on an accelerator, cache on a CPU",
-    "target_dtype": "the online features' target forward: float32, bfloat16, or auto (bfloat16 on an accelerator)",
-    "drafter_dtype": "the drafter's products in a training step: float32, bfloat16, or auto (bfloat16 on an "
-                     "accelerator); weights and optimizer state stay float32",
-    "minutes": "time box: stop training at a checkpoint this many minutes after the start (loading included), "
-               "then export",
-    "fit_steps": "with --minutes: set the schedule's length from the step time measured after the first compiled "
-                 "steps, so its decay ends on time (--steps is then an upper bound)",
-}
-
-
 def _drafter_flags(ap, kind: str) -> None:
-    plan_defaults = {f.name: f.default for f in dataclasses.fields(TrainPlan)}
-    for name, doc in _PLAN_HELP.items():
-        default = plan_defaults[name]
-        if name in ("data", "out"):
-            ap.add_argument(_flag(name), required=True, help=doc)
-        elif name in ("resume", "fit_steps"):
-            ap.add_argument(_flag(name), action="store_true", help=doc)
-        elif name == "minutes":
-            ap.add_argument(_flag(name), type=_number(float), default=default, help=f"{doc} (default: %(default)s)")
-        elif name in ("seq_len", "valid_rows", "draft_vocab", "eval_prompts", "stop_after"):
-            ap.add_argument(_flag(name), type=_number(int), default=default, help=f"{doc} (default: %(default)s)")
-        else:
-            ap.add_argument(_flag(name), default=default, help=f"{doc} (default: %(default)s)")
+    """The flags of `TrainPlan` and of the kind's architecture and training config (`specjax.cli.plans`)."""
     trainer = TRAINERS[kind]
-    _dataclass_flags(ap, trainer.arch)
-    _dataclass_flags(ap, trainer.train_config)
-
-
-def _mesh(spec: str | None) -> tuple[int, int] | None:
-    if not spec:
-        return None
-    try:
-        sizes = {k.strip(): int(v) for k, v in (kv.split("=") for kv in spec.split(","))}
-    except ValueError:
-        raise UsageError(f"--mesh must look like data=2,model=1, got {spec!r}") from None
-    if set(sizes) - {"data", "model"}:
-        raise UsageError(f"--mesh names {sorted(set(sizes) - {'data', 'model'})}; the axes are data and model")
-    return sizes.get("data", 1), sizes.get("model", 1)
+    flags_of(ap, TrainPlan, skip=("command",))
+    flags_of(ap, trainer.arch)
+    flags_of(ap, trainer.train_config)
 
 
 def _drafter(args, argv) -> int:
     kind = args.command
     trainer = TRAINERS[kind]
-    plan = TrainPlan(data=args.data, out=args.out, target=args.target, cache=args.cache, export=args.export,
-                     resume=args.resume, init=args.init, stop_after=args.stop_after, seq_len=args.seq_len,
-                     valid_rows=args.valid_rows, draft_vocab=args.draft_vocab, mesh=_mesh(args.mesh),
-                     eval_prompts=args.eval_prompts, features=args.features, target_dtype=args.target_dtype,
-                     drafter_dtype=args.drafter_dtype, minutes=args.minutes, fit_steps=args.fit_steps,
-                     override=tuple(x.strip().replace("-", "_") for x in (args.override or "").split(",") if x.strip()),
-                     command=f"python -m specjax.train {' '.join(argv)}")
+    classes = (TrainPlan, trainer.arch, trainer.train_config)
+    plan = plan_from(args, TrainPlan, command=f"python -m specjax.train {' '.join(argv)}")
+    arch, tc = plan_from(args, trainer.arch), plan_from(args, trainer.train_config)
     try:
-        arch, tc = _of(trainer.arch, args), _of(trainer.train_config, args)
         check_run(kind, plan, arch, tc)
-    except (ValueError, TypeError) as e:
-        raise UsageError(_as_flags(str(e), trainer)) from None
+    except (ValueError, TypeError) as e:  # the plan's and the configs' messages name their fields
+        raise UsageError(as_flags(str(e), *classes)) from None
     run_drafter(kind, plan, arch, tc)
     return 0
-
-
-def _as_flags(text: str, trainer) -> str:
-    """A library message names fields (lr, batch_size, ...): the command line's user reads them as flags."""
-    names = [f.name for cls in (TrainPlan, trainer.arch, trainer.train_config) for f in dataclasses.fields(cls)]
-    head, sep, rest = text.partition(" ")
-    return (_flag(head) + sep + rest) if head in names else text
 
 
 # ------------------------------------------------------------------------------- features, lm, eval, tokenizer
 
 
-def _features(args) -> int:
+def _read(parse, text: str, says: str):
+    """`parse(text)`, or UsageError `says`, naming the text."""
     try:
-        layers = tuple(int(x) for x in args.layers.split(","))
+        return parse(text)
     except ValueError:
-        raise UsageError(f"--layers must be comma-separated layer ids, got {args.layers!r}") from None
+        raise UsageError(f"{says}, got {text!r}") from None
+
+
+def _features(args) -> int:
+    layers = _read(lambda t: tuple(int(x) for x in t.split(",")), args.layers,
+                   "--layers must be comma-separated layer ids")
     cfg, params, _, _ = load_target(args.target)
     cache = build_feature_cache((cfg, params), args.target, load_shards(args.data), args.data, layers, args.out)
     print(json.dumps({k: cache.manifest[k] for k in ("total_tokens", "build_seconds", "bytes")}))
@@ -296,7 +186,7 @@ def _lm_flags(ap) -> None:
                     "(default: no export)")
     ap.add_argument("--export-dtype", choices=("float16", "bfloat16"), default="float16", help="(default: %(default)s)")
     ap.add_argument("--resume", action="store_true", help="continue from OUT/ckpt")
-    _dataclass_flags(ap, TrainConfig)
+    flags_of(ap, TrainConfig)
     for flag, what in (("--hidden", "hidden size"), ("--layers", "layers"), ("--heads", "heads"),
                        ("--ffn", "MLP width")):
         ap.add_argument(flag, type=_number(int), default=None, help=f"override the preset's {what} (default: the "
@@ -304,7 +194,7 @@ def _lm_flags(ap) -> None:
 
 
 def _lm(args) -> int:
-    tc = _of(TrainConfig, args)
+    tc = plan_from(args, TrainConfig)
     for f in dataclasses.fields(TrainConfig):
         value = getattr(tc, f.name)
         if isinstance(value, (int, float)) and (value < 0 or (value == 0 and f.name not in ("min_lr_ratio", "weight_decay",
@@ -345,44 +235,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _recipe_flags(ap) -> None:
-    d = RecipeConfig()
-    ap.add_argument("--target", default=d.target, help="zoo | smollm2-135m | HF checkpoint directory "
-                    "(default: %(default)s)")
-    ap.add_argument("--minutes", type=_number(float), default=d.minutes, help="the whole budget (default: %(default)s)")
-    ap.add_argument("--out", default=d.out, help="run directory: data/, runs/, the exported drafters, recipe.json; "
-                    "an existing one is continued (default: %(default)s)")
-    ap.add_argument("--kinds", default=",".join(d.kinds), help=f"drafter kinds to train in turn, of "
-                    f"{', '.join(TRAINERS)} (default: %(default)s)")
-    ap.add_argument("--data", default=None, help="data directory to continue (default: OUT/data)")
-    ap.add_argument("--shares", default=",".join(str(x) for x in d.shares), help="data,train,measure fractions of "
-                    "the budget (default: %(default)s)")
-    ap.add_argument("--device", choices=sorted(DEVICE_PROFILES), default=None, help="plan for this device "
-                    "(default: this machine)")
+    flags_of(ap, RecipeConfig)
     ap.add_argument("--plan-only", action="store_true", help="print the plan (device, dtype, batch sizes, memory, "
                     "expected tokens and steps) and exit, loading no weights")
-    ap.add_argument("--steps", type=_number(int), default=None, help="training steps per kind (default: what the "
-                    "plan expects the budget to buy)")
-    ap.add_argument("--prompt-order", default=None, metavar="FILE", help="the data's prompt order from FILE "
-                    "(`data --write-prompt-order`) on a machine without the registry (default: the registry's)")
-    ap.add_argument("--eval-prompts", type=_number(int), default=d.eval_prompts, help="held-out data prompts decoded "
-                    "at export for τ (default: %(default)s)")
-    ap.add_argument("--measure-prompts", type=_number(int), default=d.measure_prompts, help="evaluation prompts of "
-                    "the speedup measurement (default: %(default)s)")
 
 
 def _recipe(args) -> int:
-    try:
-        shares = tuple(float(x) for x in args.shares.split(","))
-    except ValueError:
-        raise UsageError(f"--shares must be three numbers data,train,measure, got {args.shares!r}") from None
-    cfg = RecipeConfig(target=args.target, out=args.out, minutes=args.minutes, shares=shares,
-                       kinds=tuple(k.strip() for k in args.kinds.split(",") if k.strip()), data=args.data,
-                       device=args.device, eval_prompts=args.eval_prompts, measure_prompts=args.measure_prompts,
-                       steps=args.steps, prompt_order=args.prompt_order)
+    cfg = plan_from(args, RecipeConfig)
     try:
         cfg.check()
     except ValueError as e:
-        raise UsageError(f"--{str(e).replace('_', '-')}") from None
+        raise UsageError(as_flags(str(e), RecipeConfig)) from None
     if args.plan_only:
         print(json.dumps(plan(cfg), indent=1))
         return 0
@@ -394,6 +257,7 @@ def _recipe(args) -> int:
 
 def parser() -> argparse.ArgumentParser:
     ap = _Parser(prog=f"python -m {PROG}", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    methods_from_flag(ap)  # before COMMAND: a drafter kind declared outside the package gets its command
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name, help, run, flags, description=None):
@@ -445,6 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run `python -m specjax.train` on `argv` (default sys.argv[1:]); returns the exit status (2: a user error,
     printed as one line naming the command)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    methods_from_flag(first)
+    try:  # the kinds declared outside the package join before the commands are made from `TRAINERS`
+        load_methods_from(first.parse_known_args(argv)[0])
+    except UsageError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
     try:
         args = parser().parse_args(argv)
     except SystemExit as e:  # argparse printed its usage error (naming the sub-command) or the help

@@ -12,7 +12,17 @@ source             size     the user message
 ``math``           4,500    a MATH competition problem: MATH's test set (5,000, seven subjects)
                             *minus* every problem of MATH-500 (its evaluation subset)
 ``code``           ~2.0k    "Complete this Python function" + an OLMES basic-skills stub
+``sharegpt-turns`` ~28.1k   a later user turn (the second on) of a ``train`` ShareGPT conversation, as a
+                            message of its own: at least 40 characters, each text once, no first turn
+``wiki-tasks``     ~18.1k   two tasks per ``train`` Wikipedia opening: summarise the opening's text, and
+                            explain its title to a student
 =================  =======  =====================================================================
+
+The last two are *follow-on* sources (`FOLLOW_ON`): a weighted order (:func:`training_prompts`) runs
+through its own sources first, exactly as it did before they existed, and only when all of those are
+exhausted goes on, in the same seeded draw, through their follow-ons at the same weights. So a data
+directory made before them keeps its prompt order and cursor, and continues with new prompts: ~28.7k
+distinct prompts in the first phase, ~75k in all.
 
 Nothing here is an evaluation prompt: :func:`evaluation_texts` lists every prompt specjax
 evaluates on (GSM8K, MATH-500, HumanEval, MBPP, MT-Bench both turns, and the ``valid`` /
@@ -36,9 +46,11 @@ import numpy as np
 
 from specjax.data.assets import fetch
 from specjax.data.prompts import (gsm8k_prompts, humaneval_prompts, math500_prompts, mbpp_prompts, mtbench_prompts,
-                                  normalise, read_jsonl, sharegpt_prompts, wiki_articles, wiki_prompts)
+                                  normalise, read_jsonl, sharegpt_conversations, sharegpt_prompts, wiki_articles,
+                                  wiki_prompts)
 
-__all__ = ["TrainPrompt", "SOURCES", "DEFAULT_WEIGHTS", "source_prompts", "training_prompts", "write_prompt_order",
+__all__ = ["TrainPrompt", "SOURCES", "FOLLOW_ON", "DEFAULT_WEIGHTS", "source_prompts", "training_prompts",
+           "write_prompt_order",
            "read_prompt_order", "evaluation_texts",
            "is_evaluation_text"]
 
@@ -93,7 +105,35 @@ def _code() -> list[TrainPrompt]:
     return out
 
 
-SOURCES = {"sharegpt": _sharegpt, "wiki": _wiki, "math": _math, "code": _code}
+def _sharegpt_turns() -> list[TrainPrompt]:
+    firsts = {normalise(p.text) for p in _sharegpt()}
+    seen, out = set(firsts), []
+    for c in sharegpt_conversations("train"):
+        users = [t for role, t in c["turns"] if role == "user"]
+        for i, text in enumerate(users[1:], start=1):
+            key = normalise(text)
+            if len(text.strip()) >= MIN_TURN_CHARS and key not in seen:
+                seen.add(key)
+                out.append(TrainPrompt("sharegpt-turns", f"{c['id']}/{i}", text))
+    return out
+
+
+def _wiki_tasks() -> list[TrainPrompt]:
+    out = []
+    for a in wiki_articles():
+        if a["split"] == "train":
+            out.append(TrainPrompt("wiki-tasks", f"{a['title']}/summary",
+                                   f"Summarize this passage in two sentences:\n\n{a['text']}"))
+            out.append(TrainPrompt("wiki-tasks", f"{a['title']}/explain",
+                                   f"Explain what {a['title']} is to a curious high-school student."))
+    return out
+
+
+MIN_TURN_CHARS = 40  # a later turn shorter than this is mostly "continue" / "thanks": no prompt of its own
+SOURCES = {"sharegpt": _sharegpt, "wiki": _wiki, "math": _math, "code": _code,
+           "sharegpt-turns": _sharegpt_turns, "wiki-tasks": _wiki_tasks}
+# source -> the sources that follow it once every source of an order is exhausted (module docstring)
+FOLLOW_ON = {"sharegpt": ("sharegpt-turns",), "wiki": ("wiki-tasks",)}
 # Mixture weights [choice]: four of the six evaluation sets are math or code, so they get more
 # than their share of the pool; a source that runs out drops out of the draw.
 DEFAULT_WEIGHTS = {"sharegpt": 0.4, "math": 0.3, "wiki": 0.15, "code": 0.15}
@@ -107,12 +147,24 @@ def source_prompts(source: str) -> tuple[TrainPrompt, ...]:
     return tuple(p for p in SOURCES[source]() if not is_evaluation_text(p.text))
 
 
-def training_prompts(weights: dict[str, float] | None = None, seed: int = 0) -> list[TrainPrompt]:
+def training_prompts(weights: dict[str, float] | None = None, seed: int = 0,
+                     follow_on: bool = True) -> list[TrainPrompt]:
     """Every prompt of the weighted sources in one seeded order: each position draws a source with
     probability proportional to its weight (among those not yet exhausted) and takes that source's
-    next prompt of a seeded shuffle. A pure function of (weights, seed, the assets)."""
+    next prompt of a seeded shuffle. Then, with `follow_on`, the same for the follow-on sources of the
+    weighted ones (`FOLLOW_ON`, each at the weight of the source it follows; those already weighted are
+    not drawn twice), the generator continuing: the first phase is the order without them, unchanged.
+    A pure function of (weights, seed, follow_on, the assets)."""
     weights = dict(DEFAULT_WEIGHTS if weights is None else weights)
     rng = np.random.default_rng(seed)
+    order = _weighted_order(weights, rng)
+    if follow_on:
+        after = {f: w for name, w in sorted(weights.items()) for f in FOLLOW_ON.get(name, ()) if f not in weights}
+        order += _weighted_order(after, rng)
+    return order
+
+
+def _weighted_order(weights: dict[str, float], rng) -> list[TrainPrompt]:
     queues = {}
     for name in sorted(weights):
         items = list(source_prompts(name))

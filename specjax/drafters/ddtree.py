@@ -241,7 +241,12 @@ def _select(log_q, budget: int, method: str):
     _, depth, vocab = log_q.shape
     k = min(budget, vocab)
     n_out = selection_size(budget, depth, vocab)
-    log_q = log_q.astype(jnp.float32)
+    # Clamped at 0: a log_softmax fused into a larger program can round the dominant token's log q to a tiny
+    # positive value (its log(sum exp) approximated a few ulp below the max; seen under jit with a 200x-sharpened
+    # drafter on XLA:CPU), and with log q > 0 a child outscores its parent: the "first n prefixes" came out
+    # child before parent, a tree `check_trees` rejects. A direct call still refuses positive entries (they are
+    # not log-probabilities); inside a trace they can only be such rounding, and q <= 1 is what they round.
+    log_q = jnp.minimum(log_q.astype(jnp.float32), 0.0)
     # [B, L, K]: ranks, ties -> lower token id; the selection order treats -0.0 and +0.0 as equal.
     top_lq, top_ids = top_k(log_q, k, equal_zeros=True)
     row = functools.partial(_METHODS[method], budget=budget, n_out=n_out)

@@ -238,9 +238,6 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: Knobs, *, max_nodes: 
     n, k = max_nodes, max_branch
     widths = level_widths(n, num_levels, k)
     depth_count, w = len(widths), max(widths)  # L' levels; W: every level's arrays are this wide
-    rows = jnp.arange(b)[:, None]
-    node_ids = jnp.arange(n, dtype=jnp.int32)
-    positions = jnp.arange(w, dtype=jnp.int32)[None]  # [1, W]
     clip_b = lambda x: jnp.clip(x, 1, k).astype(jnp.int32)  # noqa: E731
     b_min, b_mid, b_max = clip_b(knobs.b_min), clip_b(knobs.b_mid), clip_b(knobs.b_max)
     log_t = {name: x[:, None] for name, x in log_thresholds(knobs).items()}  # f32[B, 1]
@@ -251,15 +248,6 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: Knobs, *, max_nodes: 
                expandable=jnp.zeros((b, n), bool), branching=jnp.zeros((b, n), jnp.int32),
                log_conf=jnp.zeros((b, n), jnp.float32))
 
-    def put(out, lvl, **values):  # scatter a level's values to its tree slots
-        idx = jnp.where(lvl["valid"], lvl["slots"], n)  # out of range -> dropped
-        return {**out, **{name: out[name].at[rows, idx].set(v.astype(out[name].dtype), mode="drop")
-                          for name, v in values.items()}}
-
-    def put_nodes(out, lvl, d):  # what every level writes, the deepest one included
-        return put(out, lvl, tokens=lvl["tokens"], parents=lvl["parent_slots"],
-                   depth=jnp.broadcast_to(d, lvl["slots"].shape), valid=lvl["valid"], cum_logp=lvl["cum"])
-
     def more(state):
         """Level d is expanded iff it is above the deepest static one and some row has a node
         there: deeper levels cost nothing once every row's tree has stopped growing."""
@@ -269,8 +257,8 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: Knobs, *, max_nodes: 
     def grow(state):
         """Write level d (< L'), expand it, and build level d + 1 (all [B, W])."""
         d, lvl, out, carry = state
-        out = put_nodes(out, lvl, d)
-        tokens, cum, valid, slots, used = lvl["tokens"], lvl["cum"], lvl["valid"], lvl["slots"], lvl["used"]
+        out = _put_nodes(out, lvl, d)
+        tokens, cum, valid, slots = lvl["tokens"], lvl["cum"], lvl["valid"], lvl["slots"]
         level = Level(tokens=tokens, slots=slots, parent_slots=lvl["parent_slots"], valid=valid,
                       mask_rows=lvl["anc"], offset=slots[:, 0])
         # The depth/probability gate does not need the draft: a level in which no node of
@@ -286,51 +274,81 @@ def build_tree(root_logp, level_fn: LevelFn, carry, knobs: Knobs, *, max_nodes: 
         log_conf = top_lp[..., 0]
         nb = jnp.where(log_conf >= log_t["tau_h"], b_min[:, None],
                        jnp.where(log_conf >= log_t["tau_l"], b_mid[:, None], b_max[:, None]))
-        out = put(out, lvl, forwarded=valid & expands, expandable=gate, branching=nb, log_conf=log_conf)
+        out = _put(out, lvl, forwarded=valid & expands, expandable=gate, branching=nb, log_conf=log_conf)
+        return d + 1, _next_level(lvl, gate, nb, top_lp, top_tok, log_t["tau"], n), out, carry
 
-        # Candidates in BFS order (parent position, rank); keep the first `N - used` live ones.
-        # Only the first W_d positions of the level can be valid, so the live candidates sit
-        # in the first W_d * K of the W * K: the cumsum ranks are those of a W_d-wide level,
-        # and at most W_{d+1} <= W are kept (Lemma 1), so none is lost to the W-wide level.
-        child_cum = cum[..., None] + top_lp  # [B, W, K]
-        live = (gate[..., None] & (jnp.arange(k)[None, None] < nb[..., None])
-                & (child_cum >= log_t["tau"][..., None])).reshape(b, w * k)
-        rank = jnp.cumsum(live, axis=1, dtype=jnp.int32)  # 1-based position among live candidates
-        keep = live & (rank <= (n - used)[:, None])
-        count = jnp.sum(keep, axis=1, dtype=jnp.int32)
-        src = jnp.zeros((b, w), jnp.int32).at[rows, jnp.where(keep, rank - 1, w)].set(
-            jnp.broadcast_to(jnp.arange(w * k, dtype=jnp.int32), (b, w * k)), mode="drop")  # candidate of each position
-        parent_pos = src // k
-        valid = positions < count[:, None]
-        next_slots = used[:, None] + positions  # o_{d+1} + j
-        parent_anc = jnp.take_along_axis(lvl["anc"], parent_pos[..., None], axis=1)  # [B, W, N]
-        nxt = dict(
-            tokens=jnp.where(valid, jnp.take_along_axis(top_tok.reshape(b, w * k), src, axis=1), 0).astype(jnp.int32),
-            cum=jnp.where(valid, jnp.take_along_axis(child_cum.reshape(b, w * k), src, axis=1), 0.0),
-            parent_slots=jnp.where(valid, jnp.take_along_axis(slots, parent_pos, axis=1), -1),
-            valid=valid, used=used + count, slots=next_slots,
-            anc=(parent_anc | (node_ids[None, None, :] == next_slots[..., None])) & valid[..., None])
-        return d + 1, nxt, out, carry
-
-    # Level 1: u_0 = the draft's top-1 token (Algorithm 1, line 10), at position 0 of a W-wide level.
-    top_lp, top_tok = top_k(root_logp.astype(jnp.float32), 1, equal_zeros=True)  # [B, 1]
-    pad = lambda x, value: jnp.pad(x, ((0, 0), (0, w - 1)), constant_values=value)  # noqa: E731  [B, 1] -> [B, W]
-    first_valid = jnp.ones((b, 1), bool) if active is None else active[:, None]
-    # anc[:, 0] sees slot 0 in every row, inactive ones included (as the level-1 mask row always has).
-    anc = (node_ids[None, None, :] == 0) & (positions == 0)[..., None] & jnp.ones((b, 1, 1), bool)  # [B, W, N]
-    first = dict(tokens=pad(top_tok.astype(jnp.int32), 0), cum=pad(top_lp, 0.0),
-                 parent_slots=jnp.full((b, w), -1, jnp.int32), valid=pad(first_valid, False),
-                 used=jnp.ones((b,), jnp.int32), slots=jnp.broadcast_to(positions, (b, w)), anc=anc)
-    d, last, out, carry = jax.lax.while_loop(more, grow, (jnp.int32(1), first, out, carry))
+    d, last, out, carry = jax.lax.while_loop(more, grow, (jnp.int32(1), _first_level(root_logp, active, w, n), out,
+                                                          carry))
     # The loop stopped at level d: the deepest static level (d = L'), verified by the target
     # and never forwarded, of which only the nodes are written (its TreeInfo stays 0 but for
     # cum_logp); or an empty level, for which the writes below are all dropped.
-    out = put_nodes(out, last, d)
+    out = _put_nodes(out, last, d)
 
     tree = Tree(tokens=out["tokens"], parents=out["parents"], depth=out["depth"], valid=out["valid"])
     info = TreeInfo(cum_logp=out["cum_logp"], forwarded=out["forwarded"], expandable=out["expandable"],
                     branching=out["branching"], log_conf=out["log_conf"])
     return tree, info, carry
+
+
+def _put(out: dict, lvl: dict, **values) -> dict:
+    """`out` ([B, N] per field) with a level's values ([B, W]) scattered to its tree slots (invalid nodes dropped)."""
+    b, n = out["tokens"].shape
+    idx = jnp.where(lvl["valid"], lvl["slots"], n)  # out of range -> dropped
+    return {**out, **{name: out[name].at[jnp.arange(b)[:, None], idx].set(v.astype(out[name].dtype), mode="drop")
+                      for name, v in values.items()}}
+
+
+def _put_nodes(out: dict, lvl: dict, d) -> dict:
+    """What every level writes, the deepest one included: its tokens, parents, depth d, validity and cum_logp."""
+    return _put(out, lvl, tokens=lvl["tokens"], parents=lvl["parent_slots"],
+                depth=jnp.broadcast_to(d, lvl["slots"].shape), valid=lvl["valid"], cum_logp=lvl["cum"])
+
+
+def _first_level(root_logp, active, w: int, n: int) -> dict:
+    """Level 1: u_0 = the draft's top-1 token (Algorithm 1, line 10), at position 0 of a W-wide level; the
+    level's fields (tokens, cum, parent_slots, valid, slots [B, W], used [B], anc bool[B, W, N])."""
+    b = root_logp.shape[0]
+    positions = jnp.arange(w, dtype=jnp.int32)[None]  # [1, W]
+    top_lp, top_tok = top_k(root_logp.astype(jnp.float32), 1, equal_zeros=True)  # [B, 1]
+    pad = lambda x, value: jnp.pad(x, ((0, 0), (0, w - 1)), constant_values=value)  # noqa: E731  [B, 1] -> [B, W]
+    first_valid = jnp.ones((b, 1), bool) if active is None else active[:, None]
+    # anc[:, 0] sees slot 0 in every row, inactive ones included (as the level-1 mask row always has).
+    anc = (jnp.arange(n, dtype=jnp.int32)[None, None, :] == 0) & (positions == 0)[..., None] & jnp.ones((b, 1, 1), bool)
+    return dict(tokens=pad(top_tok.astype(jnp.int32), 0), cum=pad(top_lp, 0.0),
+                parent_slots=jnp.full((b, w), -1, jnp.int32), valid=pad(first_valid, False),
+                used=jnp.ones((b,), jnp.int32), slots=jnp.broadcast_to(positions, (b, w)), anc=anc)
+
+
+def _next_level(lvl: dict, gate, nb, top_lp, top_tok, log_tau, n: int) -> dict:
+    """Level d + 1 from level d's expansion: gate bool[B, W] (the nodes that expand), nb int32[B, W] (their
+    branching), top_lp / top_tok [B, W, K] (their children's draft log-probs and tokens), log_tau f32[B, 1];
+    at most N - used nodes in all.
+
+    Candidates in BFS order (parent position, rank); keep the first `N - used` live ones. Only the first W_d
+    positions of the level can be valid, so the live candidates sit in the first W_d * K of the W * K: the
+    cumsum ranks are those of a W_d-wide level, and at most W_{d+1} <= W are kept (Lemma 1), so none is lost
+    to the W-wide level."""
+    b, w, k = top_lp.shape
+    rows, positions = jnp.arange(b)[:, None], jnp.arange(w, dtype=jnp.int32)[None]
+    cum, slots, used = lvl["cum"], lvl["slots"], lvl["used"]
+    child_cum = cum[..., None] + top_lp  # [B, W, K]
+    live = (gate[..., None] & (jnp.arange(k)[None, None] < nb[..., None])
+            & (child_cum >= log_tau[..., None])).reshape(b, w * k)
+    rank = jnp.cumsum(live, axis=1, dtype=jnp.int32)  # 1-based position among live candidates
+    keep = live & (rank <= (n - used)[:, None])
+    count = jnp.sum(keep, axis=1, dtype=jnp.int32)
+    src = jnp.zeros((b, w), jnp.int32).at[rows, jnp.where(keep, rank - 1, w)].set(
+        jnp.broadcast_to(jnp.arange(w * k, dtype=jnp.int32), (b, w * k)), mode="drop")  # candidate of each position
+    parent_pos = src // k
+    valid = positions < count[:, None]
+    next_slots = used[:, None] + positions  # o_{d+1} + j
+    parent_anc = jnp.take_along_axis(lvl["anc"], parent_pos[..., None], axis=1)  # [B, W, N]
+    return dict(
+        tokens=jnp.where(valid, jnp.take_along_axis(top_tok.reshape(b, w * k), src, axis=1), 0).astype(jnp.int32),
+        cum=jnp.where(valid, jnp.take_along_axis(child_cum.reshape(b, w * k), src, axis=1), 0.0),
+        parent_slots=jnp.where(valid, jnp.take_along_axis(slots, parent_pos, axis=1), -1),
+        valid=valid, used=used + count, slots=next_slots,
+        anc=(parent_anc | (jnp.arange(n, dtype=jnp.int32)[None, None, :] == next_slots[..., None])) & valid[..., None])
 
 
 def draft_lm_level_fn(draft_cfg: ModelConfig, log_probs: Callable) -> LevelFn:

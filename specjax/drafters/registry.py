@@ -9,8 +9,11 @@ the package, read and built in one place.
     load_methods("my_drafter.py")                             a file's or module's METHODS (`--methods-from`)
 
 Each module of `specjax.drafters` may declare ``METHODS`` (its `MethodSpec`s) and ``READER`` (a
-kind of trained drafter reading the target); this module collects them when it is imported,
-in module order with ``ar`` first. Methods from outside the package join at run time: `register`,
+kind of trained drafter reading the target); this module collects them through `specjax.declared` (the
+one mechanism of every registry) when it is imported, in module order with ``ar`` first. `READERS` is
+live: a module added from outside the package (`load_methods`, an entry point) brings its ``READER``
+too, and with it its ``TRAINER`` and ``ROUND_SPLITS`` join `specjax.train.run.TRAINERS` and
+`specjax.bench.round_split.SPLITS`; `registered()` forgets them again. Methods from outside the package join at run time: `register`,
 `load_methods` (a module name or a .py path: what ``--methods-from`` imports), and the entry points of
 group ``specjax.methods`` (`ENTRY_POINT_GROUP`) of installed packages, each naming a module that declares
 ``METHODS`` or a callable returning MethodSpecs, read once, the first time a name is resolved. Every
@@ -30,7 +33,6 @@ import difflib
 import importlib
 import importlib.metadata
 import importlib.util
-import pkgutil
 import re
 import sys
 import types
@@ -38,6 +40,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import specjax.drafters as _package
+from specjax import declared
+from specjax.declared import Registry, own
 from specjax.drafters.spec import AR, Build, MethodSpec, Parsed, Reader, parse_fields, render_form
 
 __all__ = ["ALIASES", "ENTRY_POINT_GROUP", "METHOD_SPECS", "READERS", "Method", "describe_readers", "forms",
@@ -48,21 +52,15 @@ ENTRY_POINT_GROUP = "specjax.methods"
 TABLE_START, TABLE_END = "<!-- methods:", "<!-- /methods -->"  # the README's markers around the table
 
 
-def _collect_modules() -> tuple[list[MethodSpec], dict[str, Reader]]:
-    specs, readers = [], {}
-    for info in sorted(pkgutil.iter_modules(_package.__path__), key=lambda i: i.name):
-        if info.name == "registry":
-            continue
-        module = importlib.import_module(f"{_package.__name__}.{info.name}")
-        specs.extend(getattr(module, "METHODS", ()))
-        reader = getattr(module, "READER", None)
-        if reader is not None:
-            readers[reader.kind] = reader
-    specs.sort(key=lambda s: s is not AR)  # stable: ar first, then module order
-    return specs, readers
+def _own_specs() -> list[MethodSpec]:
+    specs = [spec for _, methods in own(_package, "METHODS") for spec in methods]
+    return sorted(specs, key=lambda s: s is not AR)  # stable: ar first, then module order
 
 
-_OWN_SPECS, READERS = _collect_modules()
+_OWN_SPECS = _own_specs()
+# reader kind -> its Reader: the package's own and those of the modules added from outside (`load_methods`,
+# entry points), read at each use
+READERS = Registry(_package.__name__, "READER", key=lambda reader: reader.kind)
 _NEED_WORDS = {"draft": "a draft model", "target": "the target config"}
 
 
@@ -160,7 +158,7 @@ def _own_table() -> _Table:
 
 
 _TABLE = _own_table()
-_LOADED: dict[str, tuple[MethodSpec, ...]] = {}  # load_methods: source -> the methods it brought
+_LOADED: dict[str, tuple] = {}  # load_methods: source -> (its module, the methods it brought)
 
 
 def _specs_of(obj, origin: str) -> tuple[MethodSpec, ...]:
@@ -189,16 +187,19 @@ def _read_plugins() -> None:
         return
     table.plugins, before = "reading", dict(table.added)
     try:
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            dist = getattr(getattr(ep, "dist", None), "name", None)
-            origin = f"entry point {ep.name} = {ep.value} ({ENTRY_POINT_GROUP}{f', package {dist}' if dist else ''})"
-            try:
-                loaded = ep.load()
-            except Exception as e:
-                raise ImportError(f"{origin} does not load: {type(e).__name__}: {e}; fix or uninstall that "
-                                  f"package") from e
-            for spec in _specs_of(loaded, origin):
-                table.add(spec, origin)
+        with declared.restoring(always=False):  # all of them or none
+            for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+                dist = getattr(getattr(ep, "dist", None), "name", None)
+                origin = f"entry point {ep.name} = {ep.value} ({ENTRY_POINT_GROUP}{f', package {dist}' if dist else ''})"
+                try:
+                    loaded = ep.load()
+                except Exception as e:
+                    raise ImportError(f"{origin} does not load: {type(e).__name__}: {e}; fix or uninstall that "
+                                      f"package") from e
+                if isinstance(loaded, types.ModuleType):  # its other declarations (reader, trainer, ...) join too
+                    declared.add(loaded)
+                for spec in _specs_of(loaded, origin):
+                    table.add(spec, origin)
     except BaseException:
         table.added, table.plugins = before, "unread"
         raise
@@ -280,7 +281,8 @@ def registered(*specs: MethodSpec) -> Iterator[tuple[MethodSpec, ...]]:
     _read_plugins()
     before = dict(_TABLE.added)
     try:
-        yield tuple(register(s) for s in specs)
+        with declared.restoring():  # the modules `load_methods` adds inside the block (their readers, trainers, ...)
+            yield tuple(register(s) for s in specs)
     finally:
         _TABLE.added = before
 
@@ -315,8 +317,10 @@ def load_methods(source: str) -> tuple[MethodSpec, ...]:
     source: a module name ("my_pkg.drafters", importable from sys.path) or the path of a .py file
     ("docs/examples/my_drafter.py"). Its methods: its ``METHODS`` and those it registers itself when
     imported. It is imported once; calling again registers the same methods again (nothing, while they are).
+    The module's other declarations (``READER``, ``TRAINER``, ``ROUND_SPLITS``: a whole drafter kind) join
+    their registries with its methods (`specjax.declared.add`).
     Raises ImportError / FileNotFoundError when it does not import, ValueError when it brings no method
-    or a method clashes (`register`).
+    or a method clashes (`register`), TypeError for a READER that is not a `Reader`.
     """
     if not isinstance(source, str) or not source.strip():
         raise ValueError(f"load_methods takes a module name or a .py path, got {source!r}")
@@ -336,13 +340,19 @@ def load_methods(source: str) -> tuple[MethodSpec, ...]:
                                   f"a .py file") from e
         at_import = tuple(s for name, (s, _) in _TABLE.added.items() if name not in before)
         specs = at_import + tuple(s for s in _specs_of(module, source) if s not in at_import)
-        if not specs:
+        if not specs and getattr(module, "NAMED_MODELS", None) is None:  # a module may bring models alone
             raise ValueError(f"{source} declares no METHODS and registers no method: add "
                              f"METHODS = (MethodSpec(...),) to it")
-        _LOADED[key] = specs
-    for spec in _LOADED[key]:
-        _TABLE.add(spec, source)
-    return _LOADED[key]
+        reader = getattr(module, "READER", None)
+        if reader is not None and not isinstance(reader, Reader):
+            raise TypeError(f"{source}: READER is a {type(reader).__name__}; make it a specjax.drafters.spec.Reader")
+        _LOADED[key] = module, specs
+    module, specs = _LOADED[key]
+    with declared.restoring(always=False):  # its reader, trainer and round split join with its methods, or none
+        declared.add(module)
+        for spec in specs:
+            _TABLE.add(spec, source)
+    return specs
 
 
 # ------------------------------------------------------------------------------------------ reading and building
@@ -488,15 +498,16 @@ def _check_models(target_cfg, draft, readers: dict) -> None:
                             f"the params; got ({type(cfg).__name__}, {type(params).__name__})")
 
 
-def _build(text: str, target_cfg, draft, readers: dict, target_params=None) -> Method:
+def _build(text: str | Parsed, target_cfg, draft, readers: dict, target_params=None) -> Method:
     unknown = set(readers) - set(READERS)
     if unknown:
         raise TypeError(f"unknown drafter kinds {sorted(unknown)}; the kinds are {', '.join(READERS)}")
     _check_models(target_cfg, draft, readers)
     if target_params is not None and target_cfg is None:
         raise TypeError("target_params= given without target_cfg: pass the target's config with its params")
-    p = parse(text)
-    b = Build(text, p.values, p.given, target_cfg, draft, {k: v for k, v in readers.items() if v is not None},
+    p = text if isinstance(text, Parsed) else parse(text)  # a method read once (`BenchPlan.check`) is not read again
+    b = Build(p.name if isinstance(text, Parsed) else text, p.values, p.given, target_cfg, draft,
+              {k: v for k, v in readers.items() if v is not None},
               {k: _describe_need(k) for k in READERS}, target_params)
     needs = p.spec.required(p.values)
     for kind in needs:
@@ -522,9 +533,10 @@ def method(spec: str, target_cfg=None, *, draft: tuple | None = None, target_par
     return m
 
 
-def parse_method(spec: str, draft_cfg=None, *, target_cfg=None, draft_params=None, target_params=None,
+def parse_method(spec: str | Parsed, draft_cfg=None, *, target_cfg=None, draft_params=None, target_params=None,
                  **readers) -> Method:
-    """`method` in the benchmarks' older argument order: the draft LM's config first, its params apart.
+    """`method` in the benchmarks' older argument order: the draft LM's config first, its params apart; `spec`
+    a method string or one already read (`parse`).
 
     A draft-LM method comes back with ``params`` None (the harness passes the draft LM's).
     """

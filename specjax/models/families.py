@@ -11,11 +11,12 @@ or None (replicated) per dimension.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import importlib
-import pathlib
+import sys
 import types
+
+from specjax.declared import declaring
 
 __all__ = ["DATA", "MODEL", "NORM_RULES", "Family", "FAMILIES", "MODEL_TYPES", "family_modules", "load_families",
            "register"]
@@ -71,16 +72,9 @@ def register(module: types.ModuleType, config: type, model_types: tuple[str, ...
 
 
 def family_modules() -> tuple[str, ...]:
-    """The modules of `specjax.models` that register a family: those with a top-level ``FAMILY = register(...)``,
-    found by reading their syntax trees (nothing is imported), so a new architecture or draft network
-    needs no entry in any list."""
-    found = []
-    for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
-        for node in ast.parse(path.read_text()).body:
-            if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "FAMILY" for t in node.targets)
-                    and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "register"):
-                found.append(f"{__package__}.{path.stem}")
-    return tuple(found)
+    """The modules of `specjax.models` that declare a ``FAMILY`` (`specjax.declared.declaring`: read from their
+    syntax trees, nothing imported), so a new architecture or draft network needs no entry in any list."""
+    return declaring(sys.modules[__package__], "FAMILY")
 
 
 def load_families() -> dict[type, Family]:

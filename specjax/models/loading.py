@@ -405,6 +405,25 @@ def tensors_from_params(cfg: ModelConfig, params: dict, dtype=None, layout: str 
     return out
 
 
+def check_params_match(cfg: ModelConfig, params: dict) -> None:
+    """Raise `CheckpointError` unless `params` is a params pytree of `cfg` (either layer layout; an
+    optional draft vocabulary): it names every tensor `cfg` expects and `params` lack, every tensor
+    `params` hold that `cfg` has no place for, and every shape that differs (params of another config:
+    a save would otherwise fail halfway, or write tensors its config.json contradicts)."""
+    def shapes(tree) -> dict[str, tuple[int, ...]]:
+        return {jax.tree_util.keystr(k): tuple(np.shape(v)) for k, v in jax.tree_util.tree_leaves_with_path(tree)}
+
+    if not isinstance(params, dict):
+        raise CheckpointError(f"params must be a dict pytree of a {type(cfg).__name__}, got {type(params).__name__}")
+    want = shapes(param_shapes(cfg))
+    got = shapes({k: v for k, v in stack_layers(params).items() if k != "draft_vocab"})
+    bad = [f"{k} is {list(got[k])}, the config's is {list(want[k])}" for k in want if k in got and got[k] != want[k]]
+    raise_on_mismatch(CheckpointError, f"these params do not belong to the {type(cfg).__name__} given (layers "
+                      f"{getattr(cfg, 'num_layers', '?')}, hidden size {getattr(cfg, 'hidden_size', '?')}, vocabulary "
+                      f"{getattr(cfg, 'vocab_size', '?')}); nothing was written", sorted(set(want) - set(got)),
+                      sorted(set(got) - set(want)), bad, unexpected_label="params the config has no place for")
+
+
 def save_checkpoint(directory: str | os.PathLike, cfg: ModelConfig, params: dict, dtype=None,
                     layout: str = "specjax") -> Path:
     """Write config.json + model.safetensors (tensors in `dtype`, default: as stored), atomically
@@ -420,9 +439,13 @@ def save_checkpoint(directory: str | os.PathLike, cfg: ModelConfig, params: dict
       `dflash_config`; no draft vocabulary: a drafter's ids are left out, with a `ReferenceLayoutWarning`),
       SpecForge / EAGLE `LlamaForCausalLMEagle3` (Llama config.json,
       the own `lm_head` and `d2t` / `t2d`; without `embed_tokens.weight`, which the reference takes from the
-      target, as SpecForge's own saved checkpoints)."""
+      target, as SpecForge's own saved checkpoints).
+
+    Params that belong to another config (another layer count, width, vocabulary: `check_params_match`)
+    raise `CheckpointError` naming every differing tensor before anything is written."""
     if layout not in ("specjax", "reference"):
         raise ValueError(f"layout must be 'specjax' or 'reference', got {layout!r}")
+    check_params_match(cfg, params)
     if layout == "reference":
         if not isinstance(cfg, (DFlashConfig, Eagle3Config)):
             raise ValueError(f"layout='reference' is a DFlash, Domino or EAGLE-3 drafter's reference layout; a "

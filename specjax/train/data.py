@@ -5,7 +5,8 @@
 A drafter learns the target's own distribution, so its training text is the target's answers
 (DFlash / EAGLE-3 / Domino all regenerate responses with the target). The prompts are
 `specjax.data.train_sources.training_prompts` (ShareGPT, wiki, MATH minus MATH-500, code
-stubs; never an evaluation prompt), in one seeded order; each goes through the target's chat
+stubs, then the follow-on sources: later ShareGPT turns and wiki tasks, ~75k distinct prompts in all;
+never an evaluation prompt), in one seeded order; each goes through the target's chat
 template when it has one, cut to `max_prompt_tokens`. Generation keeps `batch_size` rows busy
 (`specjax.train.continuous`: a finished row is refilled with the next prompt at once; the
 "batched" engine runs `generate_ar` per batch instead); every `round(1 / sampled_fraction)`-th

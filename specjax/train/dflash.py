@@ -58,17 +58,6 @@ class DFlashTrainConfig(DrafterTrainConfig):
 # ============================================================================ data
 
 
-def choose_mask_token(counts: np.ndarray, reserved: tuple[int, ...] = ()) -> int:
-    """A token id that (almost) never occurs in the data: the least frequent id outside
-    `reserved` (ties -> the highest id). The frozen target embedding of a never-seen token
-    is a fixed vector the target never used, which is what DFlash's dedicated mask id is."""
-    order = np.lexsort((-np.arange(len(counts)), counts))
-    for i in order:
-        if int(i) not in reserved:
-            return int(i)
-    raise ValueError("every token id is reserved")
-
-
 def make_dataset(target, prompts: list[list[int]], *, seq_len: int, max_new_tokens: int, batch_size: int = 64,
                  sampled_fraction: float = 0.25, seed: int = 0, progress: bool = True) -> dict[str, np.ndarray]:
     """Target-regenerated training sequences: {"tokens" int32[N, seq_len], "loss_mask" bool[N, seq_len]}.
@@ -228,7 +217,7 @@ def build_config(arch: DFlashArch, tcfg, mask_id: int, draft_vocab: int = 0, cls
 TRAINER = Trainer(kind="dflash", help="a DFlash block drafter (also the backbone DDTree drafts with)",
                   train_config=DFlashTrainConfig, arch=DFlashArch, build_config=build_config, make_step=make_step,
                   layers=lambda dcfg, tcfg: feature_layers(dcfg), drafter=DFlashDrafter,
-                  init=lambda touter, tcfg, vocab: init_norm_from_target(touter))
+                  init=lambda touter, tcfg, vocab: init_norm_from_target(touter), measured=("ddtree-8",))
 
-__all__ = ["DFlashArch", "DFlashTrainConfig", "TRAINER", "build_config", "choose_mask_token", "make_dataset", "draw_anchors", "block_labels",
+__all__ = ["DFlashArch", "DFlashTrainConfig", "TRAINER", "build_config", "make_dataset", "draw_anchors", "block_labels",
            "weighted_block_ce", "block_loss", "feature_layers", "make_step", "init_norm_from_target"]

@@ -165,6 +165,6 @@ def build_domino_config(arch: DominoArch, tcfg, mask_id: int, draft_vocab: int =
 TRAINER = Trainer(kind="domino", help="a Domino drafter: DFlash backbone + GRU head, base-anchored curriculum",
                   train_config=DominoTrainConfig, arch=DominoArch, build_config=build_domino_config,
                   make_step=make_step, layers=lambda dcfg, tcfg: feature_layers(dcfg), drafter=DominoDrafter,
-                  init=lambda touter, tcfg, vocab: init_norm_from_target(touter))
+                  init=lambda touter, tcfg, vocab: init_norm_from_target(touter), measured=("domino",))
 
 __all__ = ["DominoArch", "DominoTrainConfig", "TRAINER", "build_domino_config", "curriculum_lambda", "block_logits_pair", "domino_loss", "make_step"]

@@ -177,4 +177,5 @@ def make_step(dcfg: LlamaConfig, tcfg, opt, tc: DraftLMTrainConfig, compute_dtyp
 TRAINER = Trainer(kind="draft-lm", help="a small draft LM (for chains, fixed trees and DynaTree) distilled on the "
                   "target's answers", train_config=DraftLMTrainConfig, arch=DraftLMArch, build_config=build_config,
                   make_step=make_step, layers=lambda dcfg, tcfg: (), drafter=lambda dcfg, tcfg: ChainDrafter(dcfg, CHAIN),
-                  init=init_from_target, uses_mask_token=False)
+                  init=init_from_target, measured=("chain4", "dynatree"), uses_mask_token=False,
+                  loads_as="draft")

@@ -153,6 +153,6 @@ def build_config(arch: Eagle3Arch, tcfg, mask_id: int, draft_vocab: int = 0) -> 
 
 TRAINER = Trainer(kind="eagle3", help="an EAGLE-3 drafter with the training-time test", train_config=Eagle3TrainConfig,
                   arch=Eagle3Arch, build_config=build_config, make_step=make_step, layers=feature_layers,
-                  drafter=eagle3_drafter, init=init_head_from_target, uses_mask_token=False)
+                  drafter=eagle3_drafter, init=init_head_from_target, measured=("eagle3",), uses_mask_token=False)
 
 __all__ = ["Eagle3Arch", "Eagle3TrainConfig", "TRAINER", "build_config", "feature_layers", "draft_logits", "init_head_from_target", "ttt_loss", "make_step"]

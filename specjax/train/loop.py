@@ -5,7 +5,7 @@
 
 A step never runs the target's layers: the features it reads (`specjax.train.features`) were
 computed once, so a step costs the drafter's forward / backward and the (reduced) LM head only.
-`touter` is the target's embedding, final norm and LM head (`target_outer`), frozen.
+`touter` is the target's embedding, final norm and LM head (`specjax.models.model.outer_params`), frozen.
 
 Step contract (`step_factory(dcfg, tcfg, opt, tc) -> (step, evaluate)`, both jitted):
   step(dparams, opt_state, touter, batch, vocab, key, step_index) -> (dparams, opt_state, loss, metrics)
@@ -85,8 +85,8 @@ class DrafterTrainConfig:
     steps: int = 1200
     batch_size: int = 8
     lr: float = 1e-3
-    warmup_frac: float = 0.04
-    min_lr_ratio: float = 0.0
+    warmup_frac: float = dataclasses.field(default=0.04, metadata={"at_most": 1})
+    min_lr_ratio: float = dataclasses.field(default=0.0, metadata={"at_most": 1})
     weight_decay: float = 0.0
     clip: float = 1.0
     log_every: int = 50
@@ -299,7 +299,8 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
           progress: bool = True, deadline: float | None = None, target_params=None,
           target_dtype=None, fit_steps: bool = False, compute_dtype=None) -> tuple[dict, list]:
     """Train a drafter; returns (params, log). target: (tcfg, touter) — the target's config and its
-    outer params (`target_outer`: embedding, final norm, LM head); vocab: a `DraftVocabTables` or None.
+    outer params (`specjax.models.model.outer_params`: embedding, final norm, LM head); vocab: a
+    `DraftVocabTables` or None.
 
     `stop_after`: run at most that many steps in this call, then checkpoint and return (`deadline`, a
     `time.time()`: stop at the first step that would start after it, likewise, one process only); `resume`
@@ -314,28 +315,142 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
     the time left buys at the step time measured over `FIT_TIMED_STEPS` compiled steps (the first, compiling
     step excluded; a held-out evaluation falling inside the window counts too, so the estimate errs long and
     a run ends early rather than late; one more compile of the step with the fitted schedule is paid for out
-    of the time left),
-    so a time-boxed run ends its cosine decay at the deadline instead of being cut mid-schedule. The fitted
-    length is kept in the checkpoint's train_config; a resumed run continues to it.
+    of the time left), so a time-boxed run ends its cosine decay at the deadline instead of being cut
+    mid-schedule. The fitted length is kept in the checkpoint's train_config; a resumed run continues to it.
 
     `compute_dtype` (e.g. bfloat16 on an accelerator): the dtype of the step's products (the kind's
     `make_step(..., compute_dtype=)`); master weights and optimizer state stay float32."""
     tcfg, touter = target
     if hasattr(dcfg, "check_target"):  # a drafter reading the target (a draft LM was checked when built)
         dcfg.check_target(tcfg)
-    out = pathlib.Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    ckpt = out / "ckpt"
+    pathlib.Path(out).mkdir(parents=True, exist_ok=True)
+    ckpt = pathlib.Path(out) / "ckpt"
+    fit = fit_steps and deadline is not None and not (resume and ckpt.exists())
+    vocab_ids = None if vocab is None else np.asarray(vocab.ids)
+    tc, opt, schedule, dparams, opt_state, start, log, seconds_before = _initial(dcfg, tc, ckpt, resume, init,
+                                                                                 vocab_ids)
+    online = trainset.features is None and bool(trainset.layers)  # a draft LM's batches need no features
+    if online and target_params is None:
+        raise ValueError("a TrainSet without a feature cache computes its features in the step: pass target_params")
+    touter, dparams, opt_state, vocab = _placed(target, dparams, opt_state, vocab, mesh, online, target_params,
+                                                compute_dtype, target_dtype)
+    n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams)))
+    dtype_arg = {} if compute_dtype is None else {"compute_dtype": compute_dtype}  # a kind without it still runs
+
+    def steps_for(opt, tc):
+        """The kind's jitted (step, evaluate) for this optimiser, computing the features when online."""
+        step_fn, eval_fn = step_factory(dcfg, tcfg, opt, tc, **dtype_arg)
+        return online_steps(step_fn, eval_fn, tcfg, trainset.layers) if online else (step_fn, eval_fn)
+
+    end = tc.steps if stop_after is None else min(tc.steps, start + stop_after)
+    run = _Run(tc, schedule, *steps_for(opt, tc), dparams, opt_state, log, start, end)
+    main = is_main()  # process 0 logs and writes the checkpoints (one process: always)
+    bar = tqdm(total=tc.steps, initial=start, unit="step", disable=not (progress and main), mininterval=10,
+               smoothing=0.05)
+    say = bar.write if main else (lambda _: None)
+    say(f"drafter: {n_params:,} params; {trainset.num_train} train / {trainset.valid_rows} held-out sequences; "
+        f"steps {start} -> {end} of {tc.steps}")
+    if deadline is not None and jax.process_count() > 1:
+        raise ValueError("deadline stops one process on its own clock: with several processes use stop_after")
+    t0 = time.time()  # this call's seconds, on top of the checkpoint's
+
+    def checkpoint(step: int) -> None:
+        if main:
+            save_state(ckpt, dcfg, run.dparams, run.opt_state, step, run.tc, run.log, seconds_before + time.time() - t0,
+                       vocab_ids, fitted=run.fitted is not None)
+
+    def refit(fitted: int) -> None:  # the schedule's new length: a new optimiser (same state layout), its steps
+        run.tc = dataclasses.replace(run.tc, steps=fitted)
+        opt, run.schedule = make_optimizer(run.tc)  # the count carries on
+        run.step_fn, run.eval_fn = steps_for(opt, run.tc)
+        run.end = fitted if stop_after is None else min(fitted, start + stop_after)
+        run.fitted = bar.total = fitted
+
+    stopped = _run_steps(run, trainset, touter, vocab, mesh, bar, say, checkpoint, refit if fit else None, deadline,
+                         lambda: seconds_before + time.time() - t0)
+    if stopped is not None:
+        if stopped % run.tc.ckpt_every:
+            checkpoint(stopped)
+        say(f"stopped at step {stopped} of {run.tc.steps}: the deadline passed (continue with resume)")
+    bar.close()
+    return jax.device_get(run.dparams), run.log
+
+
+@dataclasses.dataclass
+class _Run:
+    """What `train`'s step loop advances: the config (its steps refitted once at most), the schedule, the jitted
+    step and evaluation, the drafter's params and optimizer state, the log, the first and the last step of this
+    call, and the fitted schedule length (None: not fitted)."""
+
+    tc: DrafterTrainConfig
+    schedule: object
+    step_fn: object
+    eval_fn: object
+    dparams: dict
+    opt_state: object
+    log: list
+    start: int
+    end: int
+    fitted: int | None = None
+
+
+def _run_steps(run: _Run, trainset: TrainSet, touter, vocab, mesh, bar, say, checkpoint, refit, deadline,
+               seconds) -> int | None:
+    """`train`'s steps from run.start to run.end: log records every `log_every` steps, checkpoints every
+    `ckpt_every`, the schedule refitted to the deadline once (`refit`, None: never); returns the step at which
+    the deadline stopped it (None: it ran to the end)."""
+    recent, last_tau, timer, valid = [], float("nan"), None, trainset.valid_batch()
+    t0, s, tc = time.time(), run.start, run.tc
+    while s < run.end:
+        if deadline is not None and s > run.start and time.time() >= deadline:
+            return s  # on time (a time-boxed run): the steps done so far are checkpointed by the caller
+        batch = _place_rows(trainset.batch, trainset.rows_at(s, tc.batch_size, tc.seed), mesh)
+        key = jax.random.fold_in(jax.random.key(tc.seed), s)
+        run.dparams, run.opt_state, loss, metrics = run.step_fn(run.dparams, run.opt_state, touter, batch, vocab, key,
+                                                                jnp.int32(s))
+        recent = (recent + [loss])[-tc.log_every:]  # device scalars: read back at a log step, not every step
+        bar.update(1)
+        if s == run.start:  # the first step compiled (jit compiles in the call): rate, ETA, elapsed count from here
+            bar.reset()
+            bar.n = bar.last_print_n = bar.initial = run.start + 1
+            bar.refresh()
+        done = s = s + 1
+        if refit is not None and run.fitted is None and done in (run.start + 1, run.start + 1 + FIT_TIMED_STEPS):
+            jax.block_until_ready(loss)  # two reads in the whole run: the timing needs the device's clock
+            if timer is None:
+                timer = (time.time(), time.time() - t0)  # (end of the compiling step, its seconds)
+            else:
+                fitted, step_s = _fitted_length(done, deadline, timer)
+                refit(fitted)
+                tc = run.tc
+                say(f"fitted the schedule to the deadline: {step_s * 1e3:.1f} ms a step after the first compile "
+                    f"({timer[1]:.1f} s) -> {fitted} steps")
+        if done % tc.log_every == 0 or done == tc.steps:
+            recent = [float(x) for x in recent]
+            bar.set_postfix_str(f"loss {np.mean(recent):.3f} tau {float(metrics['tau']):.2f} valid tau "
+                                f"{last_tau:.2f}", refresh=False)
+            rec, last_tau = _log_record(run.eval_fn, run.dparams, touter, valid, vocab, tc, mesh, recent, done,
+                                        float(run.schedule(done)), seconds())
+            run.log.append(rec)
+            say(json.dumps(rec))
+        if done % tc.ckpt_every == 0 or done == run.end:
+            checkpoint(done)
+            barrier(f"specjax-ckpt-{done}")  # every process returns / resumes after the checkpoint is whole
+    return None
+
+
+def _initial(dcfg, tc: DrafterTrainConfig, ckpt: pathlib.Path, resume: bool, init, vocab_ids):
+    """Where a run starts: (tc, opt, schedule, dparams, opt_state, start step, log, seconds before) of a fresh
+    drafter (`init` applied) or of the checkpoint a resumed run continues (its fitted schedule length kept;
+    ValueError when it holds another config or draft vocabulary)."""
     if resume and ckpt.exists():  # a fitted schedule's length is the checkpoint's, not the config's
         saved = json.loads((ckpt / "state.json").read_text())
         if saved.get("fitted"):
             tc = dataclasses.replace(tc, steps=saved["train_config"]["steps"])
-    fit = fit_steps and deadline is not None and not (resume and ckpt.exists())
     opt, schedule = make_optimizer(tc)
     dparams = init_params(dcfg, jax.random.key(tc.seed), jnp.float32)
     opt_state = opt.init(dparams)
     start, log, seconds_before = 0, [], 0.0
-    vocab_ids = None if vocab is None else np.asarray(vocab.ids)
     if resume and ckpt.exists():
         saved_cfg, dparams, opt_state, start, log, seconds_before, saved_ids = load_state(ckpt, opt_state)
         if saved_cfg != dcfg:
@@ -345,96 +460,46 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
             raise ValueError(f"{ckpt} was trained with another draft vocabulary; resume with the same --draft-vocab")
     elif init is not None:
         dparams = init(dparams)
-    online = trainset.features is None and bool(trainset.layers)  # a draft LM's batches need no features
-    if online and target_params is None:
-        raise ValueError("a TrainSet without a feature cache computes its features in the step: pass target_params")
+    return tc, opt, schedule, dparams, opt_state, start, log, seconds_before
+
+
+def _placed(target, dparams, opt_state, vocab, mesh, online: bool, target_params, compute_dtype, target_dtype):
+    """(the target's params as the step takes them, dparams, opt_state, vocab) on `mesh` (None: as they are):
+    the drafter's state and the vocabulary replicated, the target's params sharded; its outer params cast once
+    to `compute_dtype` (the step's own cast is then a no-op), and, `online` (features computed in the step),
+    (outer, whole params in `target_dtype`)."""
+    tcfg, touter = target
     if mesh is not None:
         dparams, opt_state = replicate(dparams, mesh), replicate(opt_state, mesh)
         touter = shard_params(touter, tcfg, mesh)
         target_params = None if not online else shard_params(target_params, tcfg, mesh)
         vocab = None if vocab is None else replicate(vocab, mesh)
-    n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams)))
-    dtype_arg = {} if compute_dtype is None else {"compute_dtype": compute_dtype}  # a kind without it still runs
-
-    def steps_for(opt, tc):
-        """The kind's jitted (step, evaluate) for this optimiser, computing the features when online."""
-        step_fn, eval_fn = step_factory(dcfg, tcfg, opt, tc, **dtype_arg)
-        return online_steps(step_fn, eval_fn, tcfg, trainset.layers) if online else (step_fn, eval_fn)
-
-    step_fn, eval_fn = steps_for(opt, tc)
-    # the frozen params cast once, not in every step (the step's own cast is then a no-op)
     touter = for_compute(touter, compute_dtype)
     if online:
         if target_dtype is not None:  # half the memory in bfloat16, too
             target_params = jax.tree.map(lambda x: x.astype(target_dtype), target_params)
         touter = (touter, target_params)
-    valid = trainset.valid_batch()
-    end = tc.steps if stop_after is None else min(tc.steps, start + stop_after)
-    main = is_main()  # process 0 logs and writes the checkpoints (one process: always)
-    bar = tqdm(total=tc.steps, initial=start, unit="step", disable=not (progress and main), mininterval=10,
-               smoothing=0.05)
-    say = bar.write if main else (lambda _: None)
-    say(f"drafter: {n_params:,} params; {trainset.num_train} train / {trainset.valid_rows} held-out sequences; "
-        f"steps {start} -> {end} of {tc.steps}")
-    if deadline is not None and jax.process_count() > 1:
-        raise ValueError("deadline stops one process on its own clock: with several processes use stop_after")
-    recent, t0, last_tau, stopped = [], time.time(), float("nan"), None
-    fitted, timer = None, None
-    s = start
-    while s < end:
-        if deadline is not None and s > start and time.time() >= deadline:
-            stopped = s  # on time (a time-boxed run): the steps done so far are checkpointed below
-            break
-        batch = _place_rows(trainset.batch, trainset.rows_at(s, tc.batch_size, tc.seed), mesh)
-        key = jax.random.fold_in(jax.random.key(tc.seed), s)
-        dparams, opt_state, loss, metrics = step_fn(dparams, opt_state, touter, batch, vocab, key, jnp.int32(s))
-        recent = (recent + [loss])[-tc.log_every:]  # device scalars: read back at a log step, not every step
-        bar.update(1)
-        if s == start:  # the first step compiled (jit compiles in the call): rate, ETA and elapsed count from here
-            bar.reset()
-            bar.n = bar.last_print_n = bar.initial = start + 1
-            bar.refresh()
-        done = s + 1
-        s = done
-        if fit and fitted is None and done in (start + 1, start + 1 + FIT_TIMED_STEPS):
-            jax.block_until_ready(loss)  # two reads in the whole run: the timing needs the device's clock
-            if timer is None:
-                timer = (time.time(), time.time() - t0)  # (end of the compiling step, its seconds)
-            else:
-                step_s = (time.time() - timer[0]) / FIT_TIMED_STEPS
-                left = deadline - time.time() - timer[1]  # the refit schedule compiles once more
-                fitted = max(done + 1, done + int(0.97 * left / step_s))
-                tc = dataclasses.replace(tc, steps=fitted)
-                opt, schedule = make_optimizer(tc)  # the same state layout: the count carries on
-                step_fn, eval_fn = steps_for(opt, tc)
-                end = fitted if stop_after is None else min(fitted, start + stop_after)
-                bar.total = fitted
-                say(f"fitted the schedule to the deadline: {step_s * 1e3:.1f} ms a step after the first compile "
-                    f"({timer[1]:.1f} s) -> {fitted} steps")
-        if done % tc.log_every == 0 or done == tc.steps:
-            recent = [float(x) for x in recent]
-            bar.set_postfix_str(f"loss {np.mean(recent):.3f} tau {float(metrics['tau']):.2f} valid tau "
-                                f"{last_tau:.2f}", refresh=False)
-            vloss, vm = _evaluate(eval_fn, dparams, touter, valid, vocab, tc.batch_size, mesh)
-            last_tau = float(vm["tau"])
-            rec = {"step": done, "train_loss": round(float(np.mean(recent)), 5), "valid_loss": round(float(vloss), 5),
-                   "valid_tau_estimate": round(last_tau, 4), "valid_acc": [round(float(a), 4) for a in vm["acc"]],
-                   "lr": float(schedule(done)), "seconds": round(seconds_before + time.time() - t0, 1),
-                   **{f"valid_{k}": round(float(v), 4) for k, v in vm.items() if k not in ("acc", "tau")}}
-            log.append(rec)
-            say(json.dumps(rec))
-        if done % tc.ckpt_every == 0 or done == end:
-            if main:
-                save_state(ckpt, dcfg, dparams, opt_state, done, tc, log, seconds_before + time.time() - t0, vocab_ids,
-                           fitted=fitted is not None)
-            barrier(f"specjax-ckpt-{done}")  # every process returns / resumes after the checkpoint is whole
-    if stopped is not None:
-        if stopped % tc.ckpt_every and main:
-            save_state(ckpt, dcfg, dparams, opt_state, stopped, tc, log, seconds_before + time.time() - t0, vocab_ids,
-                       fitted=fitted is not None)
-        say(f"stopped at step {stopped} of {tc.steps}: the deadline passed (continue with resume)")
-    bar.close()
-    return jax.device_get(dparams), log
+    return touter, dparams, opt_state, vocab
+
+
+def _fitted_length(done: int, deadline: float, timer: tuple[float, float]) -> tuple[int, float]:
+    """(the schedule length the time left buys, seconds a step): the step time measured over the
+    `FIT_TIMED_STEPS` steps since `timer[0]`, the time left less one more compile (`timer[1]`, the first
+    step's seconds), 3 % spare."""
+    step_s = (time.time() - timer[0]) / FIT_TIMED_STEPS
+    left = deadline - time.time() - timer[1]  # the refit schedule compiles once more
+    return max(done + 1, done + int(0.97 * left / step_s)), step_s
+
+
+def _log_record(eval_fn, dparams, touter, valid, vocab, tc, mesh, recent: list, done: int, lr: float,
+                seconds: float) -> tuple[dict, float]:
+    """(the log record of step `done`, its held-out τ estimate): the mean of the `recent` train losses, and the
+    held-out loss, τ estimate, per-position accuracy and the kind's other metrics (`_evaluate`)."""
+    vloss, vm = _evaluate(eval_fn, dparams, touter, valid, vocab, tc.batch_size, mesh)
+    return {"step": done, "train_loss": round(float(np.mean(recent)), 5), "valid_loss": round(float(vloss), 5),
+            "valid_tau_estimate": round(float(vm["tau"]), 4), "valid_acc": [round(float(a), 4) for a in vm["acc"]],
+            "lr": lr, "seconds": round(seconds, 1),
+            **{f"valid_{k}": round(float(v), 4) for k, v in vm.items() if k not in ("acc", "tau")}}, float(vm["tau"])
 
 
 def export(directory: str | pathlib.Path, dcfg, dparams, recipe: dict, vocab_ids=None) -> pathlib.Path:

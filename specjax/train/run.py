@@ -5,8 +5,8 @@
     run("dflash", TrainPlan(target="zoo", data=DATA, out=RUN, export=DIR), t.arch(layers=1, block_size=8),
         t.train_config(steps=400, batch_size=8))
 
-`TRAINERS` holds every kind's `Trainer` record (`specjax.train.trainer`), collected from the `TRAINER`
-of each module of `specjax.train`. The target's features for the data are computed once into the plan's
+`TRAINERS` holds every kind's `Trainer` record (`specjax.train.trainer`): the `TRAINER` of each module of
+`specjax.train` and of each module added from outside the package (`specjax.declared`). The target's features for the data are computed once into the plan's
 `cache` (default: a directory under `$SPECJAX_CACHE/features` named by the target's checksum and the
 data's first shard; only missing layers, and the shards the data gained since, are computed) and
 memory-mapped by every step. `draft_vocab` K restricts the drafter to the K most frequent response tokens
@@ -21,34 +21,31 @@ training config, every command): `resume` with any of them changed is refused, n
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import importlib
 import json
 import pathlib
-import pkgutil
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax import train as _package
 from specjax.data.assets import cache_root
+from specjax.declared import Registry
 from specjax.decode import generate
 from specjax.distributed import barrier, is_main
-from specjax.models.draft_vocab import with_draft_vocab
 from specjax.models import pad_prompts
-from specjax.models.dflash_net import target_outer
+from specjax.models.draft_vocab import with_draft_vocab
+from specjax.models.model import outer_params
 from specjax.sharding import make_mesh
 from specjax.train.data import load_shards, load_target, params_sha256
-from specjax.train.dflash import choose_mask_token
 from specjax.train.features import build_feature_cache, data_sha256
 from specjax.train.loop import TrainSet, export, init_vocab_ids, machine, train, warm_start
-from specjax.train.trainer import Trainer, check_values
+from specjax.train.trainer import Trainer, check_values, choose_mask_token
 from specjax.train.vocab import tables_of_ids, vocab_tables
 
-__all__ = ["FEATURE_MODES", "RUN_FILE", "TRAINERS", "TrainPlan", "check_resume", "features_online", "run"]
+__all__ = ["FEATURE_MODES", "RUN_FILE", "TRAINERS", "TrainPlan", "check_resume", "features_online", "read_fields",
+           "read_mesh", "run"]
 
 RUN_FILE = "run.json"
 FEATURE_MODES = ("auto", "cache", "online")
@@ -67,50 +64,47 @@ def features_online(mode: str) -> bool:
     return mode == "online" or (mode == "auto" and jax.default_backend() != "cpu")
 
 
-def _declares_trainer(path: pathlib.Path) -> bool:
-    """Whether a module assigns ``TRAINER`` at its top level (read from its syntax tree, nothing imported:
-    modules that use the trainers, as the recipe does, are not imported by collecting them)."""
-    return any(isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "TRAINER" for t in node.targets)
-               for node in ast.parse(path.read_text()).body)
+# kind -> its `Trainer`: every module's ``TRAINER`` (`specjax.declared`), read at each use
+TRAINERS = Registry(__package__, "TRAINER", key=lambda trainer: trainer.kind)
 
 
-def _collect() -> dict[str, Trainer]:
-    found = {}
-    for info in sorted(pkgutil.iter_modules(_package.__path__), key=lambda i: i.name):
-        path = pathlib.Path(info.module_finder.path) / f"{info.name}.py"
-        if info.name.startswith("_") or info.ispkg or not path.is_file() or not _declares_trainer(path):
-            continue
-        trainer = getattr(importlib.import_module(f"{_package.__name__}.{info.name}"), "TRAINER", None)
-        if trainer is not None:
-            if trainer.kind in found:
-                raise RuntimeError(f"two training modules declare the drafter kind {trainer.kind!r}")
-            found[trainer.kind] = trainer
-    return found
+def read_mesh(text: str) -> tuple[int, int]:
+    """"data=2,model=1" -> (2, 1) (an axis left out: 1); ValueError naming what does not read."""
+    try:
+        sizes = {k.strip(): int(v) for k, v in (kv.split("=") for kv in text.split(","))}
+    except ValueError:
+        raise ValueError(f"mesh must look like data=2,model=1, got {text!r}") from None
+    if set(sizes) - {"data", "model"}:
+        raise ValueError(f"mesh names {sorted(set(sizes) - {'data', 'model'})}; the axes are data and model")
+    return sizes.get("data", 1), sizes.get("model", 1)
 
 
-TRAINERS = _collect()
+def read_fields(text: str) -> tuple[str, ...]:
+    """"lr, warmup-frac" -> ("lr", "warmup_frac"): field names as a flag's text writes them."""
+    return tuple(x.strip().replace("-", "_") for x in text.split(",") if x.strip())
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainPlan:
     """Where a drafter's training reads and writes, and the choices that are not its architecture's or its
-    optimiser's.
+    optimiser's (`python -m specjax.train KIND`'s flags are made from these fields: `specjax.cli.plans`).
 
     Fields:
       data: data directory of `python -m specjax.train data`.
-      out: run directory (checkpoint ckpt/, run.json).
+      out: run directory: checkpoint (ckpt/), run.json and log.
       target: zoo | smollm2-135m | an HF checkpoint directory.
-      cache: feature cache directory (None: under $SPECJAX_CACHE/features, named by the target and the data).
+      cache: feature cache directory (None: under $SPECJAX_CACHE/features, named by the target and data checksums).
       export: write the trained drafter + recipe.json here (None: no export).
-      resume: continue from out/ckpt (bit-exact).
-      init: start from this exported drafter's weights instead of a fresh initialisation (domino also takes
-        a DFlash drafter of its backbone's exact architecture).
-      stop_after: run at most this many steps now, then checkpoint (None: to the end).
+      resume: continue from out/ckpt (bit-exact); a changed recipe field is refused unless `override` names it.
+      init: start from this exported drafter's weights instead of a fresh initialisation (same architecture and
+        draft vocabulary; a fresh optimiser and schedule); domino also takes a DFlash drafter of its backbone's
+        exact architecture.
+      stop_after: run at most this many steps now, then checkpoint (continue with resume) (None: to the end).
       seq_len: padded sequence length S.
       valid_rows: held-out sequences.
       draft_vocab: K most frequent response tokens the drafter predicts over (0: the full vocabulary).
-      mesh: (data, model) device counts of the step's mesh (None: one device).
-      eval_prompts: at export, measure τ by decoding this many held-out prompts of the data.
+      mesh: (data, model) device counts of the step's mesh, on the command line data=D,model=M (None: one device).
+      eval_prompts: at export, measure τ by decoding this many held-out prompts of the data, 64 new tokens each.
       features: "cache" (the target's features computed once into `cache`, memory-mapped by every step),
         "online" (each step runs the frozen target over its batch: no cache) or "auto" (online on an
         accelerator, the cache on a CPU). Both give the same loss on the same batch.
@@ -123,7 +117,8 @@ class TrainPlan:
       fit_steps: with `minutes`, set the schedule's length from the step time measured after the first
         compiled steps so its cosine decay ends at the time box (`specjax.train.loop.train`); the train
         config's `steps` is then only an upper bound of the first compile's schedule.
-      override: recipe fields a resumed run may change (recorded in run.json and recipe.json).
+      override: recipe fields a resumed run may change (seed, lr, ...; comma-separated on the command line;
+        recorded in run.json and recipe.json).
       command: the command line as run (recorded).
     """
 
@@ -138,14 +133,14 @@ class TrainPlan:
     seq_len: int = 448
     valid_rows: int = 64
     draft_vocab: int = 0
-    mesh: tuple[int, int] | None = None
+    mesh: tuple[int, int] | None = dataclasses.field(default=None, metadata={"parse": read_mesh})
     eval_prompts: int = 0
     features: str = "auto"
     target_dtype: str = "auto"
     drafter_dtype: str = "auto"
     minutes: float | None = None
     fit_steps: bool = False
-    override: tuple[str, ...] = ()
+    override: tuple[str, ...] = dataclasses.field(default=(), metadata={"parse": read_fields})
     command: str = ""
 
     def check(self) -> None:
@@ -251,6 +246,10 @@ def check(kind: str, plan: TrainPlan, arch, tc) -> tuple[Trainer, list[str]]:
     plan.check()
     check_values(arch)
     check_values(tc)
+    rows, data = getattr(tc, "batch_size", None), plan.mesh[0] if plan.mesh is not None else 1
+    if rows is not None and rows % data:  # else a raw partitioning error at the first step
+        raise ValueError(f"batch_size {rows} is not a multiple of the mesh's data axis size {data} (every data "
+                         f"shard takes an equal share of each batch): give a multiple of {data}")
     changed = check_resume(plan.out, _recipe(kind, plan, arch, tc), plan.override) if plan.resume else []
     return trainer, changed
 
@@ -294,7 +293,7 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
         vocab = tables_of_ids(init_ids, tcfg.vocab_size)
     elif plan.draft_vocab:
         vocab = vocab_tables(responses, plan.draft_vocab, always=tuple(tcfg.eos_token_ids))
-    touter = target_outer(tparams)
+    touter = outer_params(tparams)  # the target params a drafter shares: all but the layers
     init = (warm_start(plan.init, dcfg, None if vocab is None else vocab.ids) if plan.init
             else trainer.init(touter, tcfg, vocab))
     commands = _write_run(out, recipe_fields, plan.command, changed) if is_main() else []

@@ -3,12 +3,15 @@
 Each training module of a drafter kind (`specjax.train.dflash`, `eagle3`, `domino`) ends with
 
     TRAINER = Trainer(kind="dflash", help=..., train_config=DFlashTrainConfig, arch=DFlashArch,
-                      build_config=..., make_step=make_step, layers=..., drafter=..., init=...)
+                      build_config=..., make_step=make_step, layers=..., drafter=..., init=...,
+                      measured=("ddtree-8",))
 
-and `specjax.train.run.TRAINERS` collects every such record when it is imported (the way
-`specjax.drafters.registry` collects `METHODS`): the command line (`python -m specjax.train KIND`,
-its flags made from the two dataclasses), `run(kind, plan)` and the benchmarks read the records,
-so adding a kind touches its own files and no list.
+and `specjax.train.run.TRAINERS` collects every such record (`specjax.declared`, the mechanism that
+collects `METHODS` and every other declaration; a module outside the package joins through
+`specjax.load_methods` / ``--methods-from``): the command line (`python -m specjax.train KIND`, its
+flags made from the two dataclasses), `run(kind, plan)`, the recipe (what it trains, how it passes
+the export on, what it measures) and the benchmarks read the records, so adding a kind touches its
+own files and no list.
 """
 
 from __future__ import annotations
@@ -19,9 +22,22 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
-__all__ = ["Trainer", "arch_field", "check_values", "for_compute", "int_tuple", "optimizer_steps"]
+__all__ = ["Trainer", "arch_field", "check_values", "choose_mask_token", "for_compute", "int_tuple",
+           "optimizer_steps"]
+
+
+def choose_mask_token(counts: np.ndarray, reserved: tuple[int, ...] = ()) -> int:
+    """A token id that (almost) never occurs in the data: the least frequent id outside
+    `reserved` (ties -> the highest id). The frozen target embedding of a never-seen token
+    is a fixed vector the target never used, which is what DFlash's dedicated mask id is."""
+    order = np.lexsort((-np.arange(len(counts)), counts))
+    for i in order:
+        if int(i) not in reserved:
+            return int(i)
+    raise ValueError("every token id is reserved")
 
 
 def for_compute(tree, dtype):
@@ -74,7 +90,12 @@ class Trainer:
       drafter: (dcfg, tcfg) -> a Drafter that decodes with it (the τ measured at export).
       init: (target outer params, tcfg, draft vocabulary tables or None) -> init(dparams) -> dparams for
         a fresh drafter (e.g. its final norm or head from the target's).
+      measured: the methods (`specjax.drafters.registry` strings) the recipe measures a trained one with
+        (`specjax.recipe`), e.g. ("ddtree-8",); at least one.
       uses_mask_token: whether the drafter has a mask token (chosen from the data unless given).
+      loads_as: the name methods need it by (`MethodSpec.needs`), which is also its `--<name> DIR` flag and
+        the suffix of its zoo directory (`<model prefix>-<name>`): None for the kind itself (a drafter
+        that reads the target, its `READER`'s kind), "draft" for a draft LM.
     """
 
     kind: str
@@ -86,7 +107,19 @@ class Trainer:
     layers: Callable
     drafter: Callable
     init: Callable
+    measured: tuple[str, ...]
     uses_mask_token: bool = True
+    loads_as: str | None = None
+
+    def __post_init__(self):
+        if isinstance(self.measured, str) or not self.measured:
+            raise ValueError(f"trainer {self.kind!r}: measured must name the methods the recipe measures it with, "
+                             f"e.g. measured=({self.kind!r},), got {self.measured!r}")
+
+    @property
+    def need(self) -> str:
+        """The name methods need a trained one by: `loads_as`, else the kind."""
+        return self.loads_as or self.kind
 
 
 # Ranges of the training fields, checked before anything loads; a field not named here must be a finite
@@ -118,5 +151,6 @@ def check_values(obj, flag: Callable[[str], str] = lambda name: name) -> None:
                 raise ValueError(f"{flag(f.name)} must be > 0, got {value!r}")
             if f.name in _NONNEGATIVE and value < 0:
                 raise ValueError(f"{flag(f.name)} must be >= 0, got {value!r}")
-            if f.name in _AT_MOST_ONE and value > 1:
-                raise ValueError(f"{flag(f.name)} must be <= 1, got {value!r}")
+            at_most = f.metadata.get("at_most", 1 if f.name in _AT_MOST_ONE else None)  # declared, or by name
+            if at_most is not None and value > at_most:
+                raise ValueError(f"{flag(f.name)} must be <= {at_most}, got {value!r}")

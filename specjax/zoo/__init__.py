@@ -37,24 +37,22 @@ from specjax.models import load_checkpoint
 
 ZOO_DIR = pathlib.Path(__file__).resolve().parent
 NAMES = ("tiny-neox-target", "tiny-neox-draft")
-# Drafters that read the target: every committed "<model prefix>-<reader kind>" directory (the reader kinds of
-# `specjax.drafters.registry`: DFlash, EAGLE-3, Domino), so a new kind's zoo checkpoint needs no entry here.
-DRAFTERS = tuple(d.name for d in sorted(ZOO_DIR.iterdir())
-                 if d.is_dir() and d.name.rsplit("-", 1)[-1] in READERS and (d / "config.json").is_file())
-# Draft LMs of a named target, "<model prefix>-draft" (`python -m specjax.train draft-lm`; they share the target's
-# tokenizer, so the directory needs none): tiny-neox-draft and smollm2-135m-draft.
-DRAFT_LMS = tuple(d.name for d in sorted(ZOO_DIR.iterdir())
-                  if d.is_dir() and d.name.endswith("-draft") and (d / "config.json").is_file())
+
+
+def _committed(suffixes) -> tuple[str, ...]:
+    """The committed checkpoint directories named "<model prefix>-<suffix>" for a suffix in `suffixes`."""
+    return tuple(d.name for d in sorted(ZOO_DIR.iterdir())
+                 if d.is_dir() and d.name.rsplit("-", 1)[-1] in suffixes and (d / "config.json").is_file())
+
+
+# Drafters that read the target, "<model prefix>-<reader kind>" (the reader kinds of `specjax.drafters.registry`:
+# DFlash, EAGLE-3, Domino), and draft LMs of a named target, "<model prefix>-draft" (what methods need a draft LM
+# by; `python -m specjax.train draft-lm`; they share the target's tokenizer): a new kind's zoo checkpoint needs no
+# entry here.
+DRAFTERS = _committed(READERS)
+DRAFT_LMS = _committed(("draft",))
 EOS_ID = 0
 
-# The fastest method measured for SmolLM2-135M-Instruct on 2 CPU cores with the zoo's drafters: DDTree
-# over the block-8 DFlash drafter at a budget of 7 (8 verified tokens, a width the CPU's products run
-# fastest at): 1.26x / 1.51x / 1.35x AR (mean 1.37x, tau 2.53) on 20 test prompts of GSM8K / MATH-500 /
-# HumanEval, with ddtree-3 1.38x, ddtree-7:ret=4 1.35x, ddtree-8 1.17x, the DFlash chain 1.22x in the same
-# run. The target's (and draft LM's) layers unstacked: on a CPU the faster AR step and speculative round
-# (docs/results.md, "Speculative rounds on a CPU").
-SMOLLM2_METHOD = "ddtree-7"
-SMOLLM2_LAYOUT = "unstacked"  # `make run` (specjax.showcase) and the quickstart use them
 
 __all__ = ["ZOO_DIR", "NAMES", "DRAFTERS", "DRAFT_LMS", "EOS_ID", "path", "load", "load_drafter", "has", "load_tokenizer",
            "encode"]

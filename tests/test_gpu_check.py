@@ -1,0 +1,125 @@
+"""`make gpu-check` (`specjax.bench.gpu_check`): the goals it reads from its steps' files, its table, its test
+step end to end (a real child pytest), and its refusals.
+
+References: goals computed by hand from figures in the files' own layouts (bench-device's JSON, the bench
+suite's JSON, pytest's junit XML as pytest writes it); the quick run of the tests step in a child process.
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from specjax.bench import gpu_check
+from specjax.bench.gpu_check import CheckPlan, goals, markdown, run_check
+
+
+def _device_figures(ar_ms: float, floor_ms: float, round_ms: float, ar_step_ms: float, v1: float, v64: float,
+                    layout: str = "stacked") -> dict:
+    """bench-device's JSON for one shape and one layout, with the figures the goals read."""
+    return {"environment": {"platform": "gpu", "device_kind": "NVIDIA H200", "jax": "0.11.2"},
+            "shapes": {"qwen3-8b": {"products_floor": {"ms": floor_ms},
+                                    "layouts": {layout: {
+                                        "ar": {"ms_per_token": ar_ms},
+                                        "verify": [{"T": 1, "ms": v1}, {"T": 64, "ms": v64}],
+                                        "round": {"draft_ms": 1.7, "select_ms": 1.15, "mask_ms": 0.35,
+                                                  "verify_ms": 14.66, "walk_commit_ms": 0.27, "round_ms": round_ms,
+                                                  "ar_step_ms": ar_step_ms}}}}}}
+
+
+def _report(device=None, smollm2=None, tests=None) -> dict:
+    steps = {}
+    for name, figures in (("tests", tests), ("device", device), ("smollm2", smollm2)):
+        if figures is not None:
+            steps[name] = {"status": 0, "seconds": 120.0, "figures": figures}
+    return {"plan": {"quick": False}, "steps": steps, "environment": (device or {}).get("environment", {})}
+
+
+def test_goals_from_the_h200_figures_of_the_issue():
+    """The issue's H200 figures (AR 9.90 ms against products 4.52; round 19.84 against an AR step 10.58; verify
+    15.43 / 10.82; select 1.15; draft 1.70; SmolLM2 AR 725 tok/s, best 1.27x): every goal computed and missed."""
+    device = _device_figures(9.903, 4.520, 19.84, 10.58, 10.82, 15.43)
+    smollm2 = {"results": [{"method": "ar", "throughput": 725.1, "speedup": 1.0, "identical_to_ar": True},
+                           {"method": "ddtree-7", "throughput": 920.5, "speedup": 1.27, "identical_to_ar": True}]}
+    tests = {"passed": 30, "failed": 3, "skipped": 0, "seconds": 200.0, "failures": []}
+    rows = {r["goal"]: r for r in goals(_report(device, smollm2, tests))}
+    expect = {"Qwen3-8B AR step / its weight products alone": 9.903 / 4.520,
+              "Qwen3-8B DDTree-64 round, AR steps": 19.84 / 10.58, "Qwen3-8B verify T=64 / T=1": 15.43 / 10.82,
+              "Qwen3-8B DDTree select, ms": 1.15, "Qwen3-8B DFlash draft, ms": 1.7,
+              "SmolLM2 AR, ms/token": 1000 / 725.1, "SmolLM2 best method vs AR (GSM8K)": 1.27,
+              "gpu subset: failures": 3}
+    for name, value in expect.items():
+        assert rows[name]["measured"] == pytest.approx(value) and rows[name]["met"] is False, name
+    assert rows["SmolLM2 every output identical to AR"]["met"] is True
+    table = markdown(_report(device, smollm2, tests) | {"goals": list(rows.values())})
+    assert "NVIDIA H200" in table and "| Qwen3-8B DDTree-64 round, AR steps | <= 1.3 | 1.88 | **no** |" in table
+
+
+def test_goals_met_and_the_faster_layout_chosen():
+    """Two layouts: the goals read the one with the faster AR step; figures at the goals are met."""
+    device = _device_figures(5.0, 4.5, 6.0, 5.0, 10.0, 12.0, layout="unstacked")
+    device["shapes"]["qwen3-8b"]["layouts"]["stacked"] = {"ar": {"ms_per_token": 9.9}}
+    smollm2 = {"results": [{"method": "ar", "throughput": 2600.0, "speedup": 1.0, "identical_to_ar": True},
+                           {"method": "ddtree-16", "throughput": 5500.0, "speedup": 2.1, "identical_to_ar": True}]}
+    rows = {r["goal"]: r for r in goals(_report(device, smollm2))}
+    assert rows["Qwen3-8B AR step / its weight products alone"]["measured"] == pytest.approx(5.0 / 4.5)
+    for name in ("Qwen3-8B AR step / its weight products alone", "Qwen3-8B DDTree-64 round, AR steps",
+                 "Qwen3-8B verify T=64 / T=1", "SmolLM2 AR, ms/token", "SmolLM2 best method vs AR (GSM8K)"):
+        assert rows[name]["met"] is True, name
+
+
+def test_a_step_that_did_not_run_is_not_measured_not_failed():
+    rows = goals(_report())
+    assert all(r["measured"] is None and r["met"] is None for r in rows)
+    assert "not measured" in markdown(_report() | {"goals": rows})
+
+
+def test_junit_failures_are_kept_with_their_messages(tmp_path):
+    """pytest's own junit XML of a file with a pass, a failure and a skip: counts and the failure's message."""
+    test = tmp_path / "test_three.py"
+    test.write_text(textwrap.dedent("""
+        import pytest
+        def test_ok(): pass
+        def test_bad(): assert 1 == 2, "the planted failure"
+        def test_skip(): pytest.skip("not here")
+    """))
+    xml = tmp_path / "out.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(test),
+                    "--junitxml", str(xml), "--rootdir", str(tmp_path), "-c", "/dev/null"], capture_output=True,
+                   cwd=tmp_path, timeout=120)
+    figures = gpu_check._junit(xml)
+    assert (figures["passed"], figures["failed"], figures["skipped"]) == (1, 1, 1)
+    assert figures["failures"][0]["test"].endswith("test_bad") and "the planted failure" in figures["failures"][0]["message"]
+
+
+def test_the_tests_step_end_to_end_writes_the_json_and_the_table(tmp_path):
+    """--quick's tests step for real: a child pytest of the gpu-marked flag tests, its junit read back."""
+    report = run_check(CheckPlan(out=str(tmp_path), steps=("tests",), quick=True), log=lambda *a: None)
+    step = report["steps"]["tests"]
+    assert step["status"] == 0, step["tail"]
+    assert step["figures"]["passed"] >= 4 and step["figures"]["failed"] == 0
+    saved = json.loads((tmp_path / "gpu-check.json").read_text())
+    assert saved["goals"][0] == {"goal": "gpu subset: failures", "target": "0", "measured": 0, "met": True}
+    assert "| tests | 0 |" in (tmp_path / "gpu-check.md").read_text()
+
+
+def test_unknown_steps_are_refused_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match="steps must be some of tests, device, smollm2, versus, xla-options, got gpus"):
+        CheckPlan(out=str(tmp_path), steps=("gpus",)).check()
+    run = subprocess.run([sys.executable, "-m", "specjax", "gpu-check", "--steps", "tests,gpus", "--out",
+                          str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "--steps" in run.stderr and not (tmp_path / "x").exists()
+
+
+def test_the_xla_options_step_times_the_baseline_in_a_child(tmp_path):
+    """--quick's xla-options step for real: bench-device's AR part (tiny shape) in a child, its ms/token read
+    back into the variants table; on a GPU the same step adds one child per XLA_VARIANTS entry."""
+    report = run_check(CheckPlan(out=str(tmp_path), steps=("xla-options",), quick=True), log=lambda *a: None)
+    step = report["steps"]["xla-options"]
+    assert step["status"] == 0, step["tail"]
+    baseline = step["figures"]["variants"]["default"]
+    assert baseline["status"] == 0 and baseline["ar_ms_per_token"] > 0
+    assert "| default |" in (tmp_path / "gpu-check.md").read_text()
+    assert set(gpu_check.XLA_VARIANTS) >= {"default", "command buffers off"}
