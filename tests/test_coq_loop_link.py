@@ -59,6 +59,7 @@ from specjax.decode import generate
 from specjax.models import pad_prompts
 from specjax.tree import ancestor_mask, tree_from_lists
 from tests.coq_loop_reference import MODA, MODP, ToyConfig, ToyMemoryDrafter, registered_toy, toy_greedy, toy_params
+from tests.coq_build import compile_copy, compiled_in_repo
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 COQ = ROOT / "proofs" / "coq"
@@ -80,26 +81,6 @@ def needed_modules() -> list[str]:
     files = [f for f in (COQ / "_CoqProject").read_text().split() if f.endswith(".v")]
     return [f for f in files
             if f in ("GreedyWalk.v", "TreeAttention.v", "LoopSlots.v", f"{MODULE}.v", "MaskHops.v", "LoopTrunc.v")]
-
-
-def compiled_in_repo() -> bool:
-    """`make proofs` has compiled every needed module since its source last changed."""
-    for f in needed_modules():
-        src, vo = COQ / f, COQ / (f[:-2] + ".vo")
-        if not vo.is_file() or vo.stat().st_mtime < src.stat().st_mtime:
-            return False
-    return True
-
-
-def compile_copy(workdir: pathlib.Path) -> pathlib.Path:
-    """Compile the needed modules in a copy under workdir (the tree's proofs/coq is not touched)."""
-    lib = workdir / "coq"
-    lib.mkdir()
-    for f in needed_modules():
-        shutil.copy(COQ / f, lib / f)
-        res = subprocess.run(["coqc", "-Q", ".", "Specjax", f], cwd=lib, capture_output=True, text=True)
-        assert res.returncode == 0, f"coqc {f} failed:\n{res.stdout}\n{res.stderr}"
-    return lib
 
 
 # ---------------------------------------------------------------- instances
@@ -161,9 +142,9 @@ def run_coqc(text: str, workdir: pathlib.Path) -> str:
     """coqc on a script (against the tree's .vo files when current, else a compiled copy): its stdout."""
     script = workdir / "LoopCheck.v"
     script.write_text(text)
-    libs = [COQ] if compiled_in_repo() else []
+    libs = [COQ] if compiled_in_repo(needed_modules()) else []
     for _ in range(2):
-        lib = libs[0] if libs else compile_copy(workdir)
+        lib = libs[0] if libs else compile_copy(workdir, needed_modules())
         res = subprocess.run(["coqc", "-Q", str(lib), "Specjax", script.name], cwd=workdir,
                              capture_output=True, text=True, timeout=600)
         if res.returncode == 0:

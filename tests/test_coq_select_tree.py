@@ -62,6 +62,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from tests.coq_build import compile_copy, compiled_in_repo
 
 from specjax.drafters.ddtree import select_tree
 
@@ -85,26 +86,6 @@ def needed_modules() -> list[str]:
     """The files of _CoqProject up to and including DDTreeHeap.v (its dependencies come first)."""
     files = [f for f in (COQ / "_CoqProject").read_text().split() if f.endswith(".v")]
     return files[: files.index(f"{LAST_MODULE}.v") + 1]
-
-
-def compiled_in_repo() -> bool:
-    """`make proofs` has compiled every needed module since its source last changed."""
-    for f in needed_modules():
-        src, vo = COQ / f, COQ / (f[:-2] + ".vo")
-        if not vo.is_file() or vo.stat().st_mtime < src.stat().st_mtime:
-            return False
-    return True
-
-
-def compile_copy(workdir: pathlib.Path) -> pathlib.Path:
-    """Compile the needed modules in a copy under workdir (the tree's proofs/coq is not touched)."""
-    lib = workdir / "coq"
-    lib.mkdir()
-    for f in needed_modules():
-        shutil.copy(COQ / f, lib / f)
-        res = subprocess.run(["coqc", "-Q", ".", "Specjax", f], cwd=lib, capture_output=True, text=True)
-        assert res.returncode == 0, f"coqc {f} failed:\n{res.stdout}\n{res.stderr}"
-    return lib
 
 
 # ---------------------------------------------------------------- instances
@@ -303,9 +284,9 @@ def parse_results(stdout: str, count: int) -> list[list[tuple[int, ...]]]:
 def run_coq(cases, workdir: pathlib.Path):
     script = workdir / "SelectCheck.v"
     script.write_text(coq_script(cases))
-    libs = [COQ] if compiled_in_repo() else []
+    libs = [COQ] if compiled_in_repo(needed_modules()) else []
     for attempt in range(2):
-        lib = libs[0] if libs else compile_copy(workdir)
+        lib = libs[0] if libs else compile_copy(workdir, needed_modules())
         res = subprocess.run(["coqc", "-Q", str(lib), "Specjax", script.name], cwd=workdir,
                              capture_output=True, text=True, timeout=300)
         if res.returncode == 0:
