@@ -6,6 +6,7 @@ suite's JSON, pytest's junit XML as pytest writes it); the quick run of the test
 """
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -106,16 +107,21 @@ def test_the_tests_step_end_to_end_writes_the_json_and_the_table(tmp_path):
 
 
 def test_unknown_steps_are_refused_before_anything_runs(tmp_path):
-    with pytest.raises(ValueError, match="steps must be some of tests, device, smollm2, versus, xla-options, got gpus"):
+    with pytest.raises(ValueError, match="steps must be some of device, tests, smollm2, versus, xla-options, got gpus"):
         CheckPlan(out=str(tmp_path), steps=("gpus",)).check()
     run = subprocess.run([sys.executable, "-m", "specjax", "gpu-check", "--steps", "tests,gpus", "--out",
                           str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "--steps" in run.stderr and not (tmp_path / "x").exists()
 
 
-def test_the_xla_options_step_times_the_baseline_in_a_child(tmp_path):
+def test_the_xla_options_step_times_the_baseline_in_a_child_and_keeps_an_earlier_runs_steps(tmp_path):
     """--quick's xla-options step for real: bench-device's AR part (tiny shape) in a child, its ms/token read
-    back into the variants table; on a GPU the same step adds one child per XLA_VARIANTS entry."""
+    back into the variants table; on a GPU the same step adds one child per XLA_VARIANTS entry. A tests step
+    an earlier run wrote to the same directory (a GPU session's first command) stays in the report and its
+    goals; one from a run of the other profile (not --quick) does not."""
+    earlier = {"status": 0, "seconds": 250.0, "figures": {"passed": 40, "failed": 0, "skipped": 2,
+                                                          "not_run_deadline": 2, "seconds": 240.0, "failures": []}}
+    (tmp_path / "gpu-check.json").write_text(json.dumps({"plan": {"quick": True}, "steps": {"tests": earlier}}))
     report = run_check(CheckPlan(out=str(tmp_path), steps=("xla-options",), quick=True), log=lambda *a: None)
     step = report["steps"]["xla-options"]
     assert step["status"] == 0, step["tail"]
@@ -123,3 +129,24 @@ def test_the_xla_options_step_times_the_baseline_in_a_child(tmp_path):
     assert baseline["status"] == 0 and baseline["ar_ms_per_token"] > 0
     assert "| default |" in (tmp_path / "gpu-check.md").read_text()
     assert set(gpu_check.XLA_VARIANTS) >= {"default", "command buffers off"}
+    assert report["steps"]["tests"] == earlier
+    rows = {r["goal"]: r for r in report["goals"]}
+    assert rows["gpu subset: failures"]["met"] is True
+    assert rows["gpu subset: tests not run by the deadline"] == {
+        "goal": "gpu subset: tests not run by the deadline", "target": "0", "measured": 2, "met": False}
+    (tmp_path / "gpu-check.json").write_text(json.dumps({"plan": {"quick": False}, "steps": {"tests": earlier}}))
+    assert gpu_check._earlier_steps(tmp_path, CheckPlan(out=str(tmp_path), quick=True)) == {}
+
+
+def test_a_deadline_skips_the_tests_not_started_and_the_xml_counts_them(tmp_path):
+    """tests/conftest.py's SPECJAX_TEST_DEADLINE in a real child pytest: a deadline in the past skips every
+    test with the reason the tests step counts as not run; none in the future skips none."""
+    test = "tests/test_gpu_check.py::test_a_step_that_did_not_run_is_not_measured_not_failed"
+    for deadline, not_run in (("1", 1), ("4102444800", 0)):  # 1970 and 2100
+        xml = tmp_path / f"{deadline}.xml"
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", test,
+                              "--junitxml", str(xml)], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "SPECJAX_TEST_DEADLINE": deadline})
+        assert run.returncode == 0, run.stdout[-2000:]
+        figures = gpu_check._junit(xml)
+        assert (figures["not_run_deadline"], figures["skipped"], figures["passed"]) == (not_run, not_run, 1 - not_run)

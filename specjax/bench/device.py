@@ -41,7 +41,10 @@ scanned, unstacked or dual: `specjax.models.model.LAYOUTS`; JSON: shapes.<shape>
              K/V: values do not change the cost), for T in `verify_widths`, causal mask
              (a tree's ancestor mask is the same dense bool[B, T, T]); ms per call and per
              token; with T = 1 among the widths, also extra_ms_per_token = (ms(T) - ms(1)) / (T - 1)
-             and ratio_to_T1 = ms(T) / ms(1) (a verify forward in decode steps).
+             and ratio_to_T1 = ms(T) / ms(1) (a verify forward in decode steps); products_ms: the
+             products_floor chain with B x T rows (the weight products of that forward alone) and
+             ratio_to_products = ms / products_ms (what the rest of the forward costs: attention,
+             norms, the cache, the logits).
   select     DDTree `specjax.drafters.ddtree.select_tree` jitted on random log-probs
              f32[B, L, V] (log_softmax of N(0, 3^2) logits), V = the shape's vocabulary,
              for every batch in `select_batches`, method "levels" and "pops"; ms per call.
@@ -76,6 +79,7 @@ import jax.numpy as jnp
 import jaxlib
 import numpy as np
 
+from specjax import atomic
 from specjax.bench.methods import parse_method
 from specjax.bench.round_split import round_split
 from specjax.bench.timing import compile_totals, format_figure, timed_call
@@ -291,9 +295,10 @@ def step_products(cfg, params) -> list[tuple[jax.Array, bool]]:
     return out
 
 
-def time_products_floor(cfg, params, s: Settings) -> dict:
+def time_products_floor(cfg, params, s: Settings, tokens: int = 1) -> dict:
     """`products_floor` (module docstring): the fastest of `reps` calls of one jitted dependent chain
-    of one-row products over `step_products`, ms, and the bytes it reads."""
+    of products x [batch * tokens, in] @ W over `step_products`, ms, and the bytes it reads. tokens > 1:
+    the products a T-token verify forward makes (the `verify` part's products_ms)."""
     mats = step_products(cfg, params)
     transposed = tuple(t for _, t in mats)
 
@@ -301,13 +306,13 @@ def time_products_floor(cfg, params, s: Settings) -> dict:
     def chain(weights, x):
         for w, t in zip(weights, transposed):
             width = w.shape[1] if t else w.shape[0]
-            x = jnp.resize(x[0], (width,))[None] if x.shape[1] != width else x  # the next input from this output
+            x = jnp.resize(x, (x.shape[0], width)) if x.shape[1] != width else x  # the next input from this output
             x = x @ w.T if t else x @ w
         return x
 
     weights = [w for w, _ in mats]
     first, first_t = mats[0]
-    x = jnp.ones((s.batch, first.shape[1] if first_t else first.shape[0]), first.dtype)
+    x = jnp.ones((s.batch * tokens, first.shape[1] if first_t else first.shape[0]), first.dtype)
     seconds = min(_times_s(lambda: chain(weights, x), s.reps))
     return {"ms": seconds * 1e3, "products": len(mats), "bytes": weight_bytes(weights),
             "how": "fastest call of one jitted chain x @ W over the step's weight matrices (unstacked layout) "
@@ -372,7 +377,9 @@ def time_verify(cfg, params, s: Settings) -> list[dict]:
             return logits
 
         ms = _median_s(call, s.reps) * 1e3
-        rows.append({"T": width, "context": s.context, "ms": ms, "ms_per_token": ms / width})
+        products = time_products_floor(cfg, params, s, tokens=width)["ms"]
+        rows.append({"T": width, "context": s.context, "ms": ms, "ms_per_token": ms / width,
+                     "products_ms": products, "ratio_to_products": ms / products})
     one = next((r["ms"] for r in rows if r["T"] == 1), None)
     for r in rows:  # what each pending token adds to the one-token forward (a decode step)
         r["extra_ms_per_token"] = (r["ms"] - one) / (r["T"] - 1) if one is not None and r["T"] > 1 else None
@@ -450,8 +457,10 @@ def time_round(cfg, params, s: Settings) -> dict:
             "dflash_layers": dcfg.num_layers, "block_size": dcfg.block_size}
 
 
-def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print) -> dict:
-    """Run `parts` for each shape; returns the JSON-ready report (settings, environment, units, results)."""
+def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print, save=None) -> dict:
+    """Run `parts` for each shape; returns the JSON-ready report (settings, environment, units, results).
+    save: called with the report so far after every part (a run stopped from outside keeps what it timed)."""
+    save = save or (lambda report: None)
     platform = jax.devices()[0].platform
     shapes = tuple(shapes) if shapes else default_shapes(platform)
     check_names(shapes, parts)
@@ -462,6 +471,7 @@ def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print) -
               "environment": _environment(), "units": UNITS, "shapes": {}}
     if "ar" in parts:
         report["bandwidth"] = measure_bandwidth(s.bandwidth_mib, s.reps)
+        save(report)
         log(f"bandwidth: {report['bandwidth']['measured_GBps']:.1f} GB/s measured"
             + (f" (spec sheet {report['bandwidth']['spec_sheet_GBps']:.0f} GB/s)"
                if report["bandwidth"]["spec_sheet_GBps"] else ""))
@@ -472,6 +482,7 @@ def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print) -
         entry = {"config": {"family": cfg.model_type, **fields},
                  "weight_bytes": weight_bytes(params),
                  "num_params": int(sum(x.size for x in jax.tree.leaves(params)))}
+        report["shapes"][name] = entry
         log(f"\n== {name} ({cfg.model_type}, {entry['num_params'] / 1e6:.1f}M params, {s.dtype}, "
             f"{entry['weight_bytes'] / 1e6:.1f} MB weights, batch {s.batch})")
         if "ar" in parts:
@@ -481,25 +492,30 @@ def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print) -
             log(f"the step's {floor['products']} weight products alone: {floor['ms']:.3f} ms "
                 f"({floor['bytes'] / 1e6:.1f} MB, {floor['bytes'] / floor['ms'] / 1e6:.1f} GB/s; "
                 f"{format_figure(entry['products_floor']['ratio_to_bound'], '.2f')}x their bandwidth bound)")
+            save(report)
         if "select" in parts:
             entry["select"] = time_select(cfg.vocab_size, s)
             log(f"select_tree L={s.select_depth} V={cfg.vocab_size} budget {s.select_budget}: " + ", ".join(
                 f"B={r['batch']} {r['method']}: {r['ms']:.2f} ms" for r in entry["select"]))
+            save(report)
         layered = [p for p in parts if p != "select"]
         if layered:
-            entry["layouts"] = {layout: _time_layout(cfg, with_layout(params, layout), layout, layered, s,
-                                                     entry["weight_bytes"], report.get("bandwidth"), log,
-                                                     entry.get("products_floor"))
-                                for layout in s.layouts}
-        report["shapes"][name] = entry
+            entry["layouts"] = {}
+            for layout in s.layouts:  # in the order given: the first is kept if a later one is cut short
+                entry["layouts"][layout] = {}
+                _time_layout(cfg, with_layout(params, layout), layout, layered, s, entry["weight_bytes"],
+                             report.get("bandwidth"), log, entry.get("products_floor"),
+                             out=entry["layouts"][layout], saved=lambda: save(report))
         del params
+    save(report)
     return report
 
 
 def _time_layout(cfg, params, layout: str, parts, s: Settings, weights: int, bandwidth: dict | None, log,
-                 floor: dict | None = None) -> dict:
-    """The layout-dependent parts (ar, verify, compile, round) of one shape with its params in `layout`."""
-    out = {}
+                 floor: dict | None = None, out: dict | None = None, saved=lambda: None) -> dict:
+    """The layout-dependent parts (ar, verify, compile, round) of one shape with its params in `layout`, filled
+    into `out` (returned); `saved()` after each part."""
+    out = {} if out is None else out
     if "ar" in parts:
         ar = time_ar(cfg, params, s)
         out["ar"] = {**ar, **bandwidth_bound(weights, bandwidth["measured_GBps"], ar["ms_per_token"]),
@@ -512,19 +528,23 @@ def _time_layout(cfg, params, layout: str, parts, s: Settings, weights: int, ban
             lc = ar["long_cache"]
             log(f"[{layout}] AR decode on a {lc['slots']}-slot cache: {lc['ms_per_token']:.3f} ms/token, "
                 f"{format_figure(lc['ratio_to_short_cache'], '.2f')}x the short cache's")
+        saved()
     if "verify" in parts:
         out["verify"] = time_verify(cfg, params, s)
         log(f"[{layout}] verify forward at context {s.context}: " + ", ".join(
-            f"T={r['T']}: {r['ms']:.2f} ms" for r in out["verify"]))
+            f"T={r['T']}: {r['ms']:.2f} ms ({r['ratio_to_products']:.2f}x its products)" for r in out["verify"]))
+        saved()
     if "compile" in parts:
         out["compile"] = time_compile(cfg, params, s)
         log(f"[{layout}] first compile (first call - warm call; of it XLA): " + ", ".join(
             f"{r['method']}: {r['compile_s']:.1f} s ({r['xla_compile_s']:.1f} s)" for r in out["compile"]))
+        saved()
     if "round" in parts:
         out["round"] = time_round(cfg, params, s)
         r = out["round"]
         log(f"[{layout}] DDTree-{s.round_budget} round (verify width {r['verify_width']}): " + ", ".join(
             f"{k[:-3]} {v:.2f}" for k, v in r.items() if k.endswith("_ms")) + " ms")
+        saved()
     return out
 
 
@@ -538,6 +558,6 @@ def _environment() -> dict:
 
 
 def write_json(path: str, report: dict) -> None:
-    """Write the report as indented JSON (tuples as lists)."""
-    with open(path, "w") as f:
-        json.dump(report, f, indent=2, default=str)
+    """Write the report as indented JSON (tuples as lists), atomically: a run stopped mid-write leaves the
+    previous file."""
+    atomic.write_bytes(path, json.dumps(report, indent=2, default=str).encode())

@@ -38,6 +38,8 @@ def add_parsers(sub) -> None:
                      help="params dtype (default: bfloat16 on GPU/TPU, float32 on CPU)")
     dev.add_argument("--new-tokens", type=int, help="AR / compile / round new tokens (default 128)")
     dev.add_argument("--context", type=int, help="verify-forward context length (default 512)")
+    dev.add_argument("--verify-widths", help="comma-separated token counts T of the verify part (default "
+                                             "1,64,128,256,512)")
     dev.add_argument("--long-cache", type=int, help="cache slots of the AR part's long-cache timing (default 16384; "
                                                    "0 skips it)")
     dev.add_argument("--batch", type=int, help="batch of the AR / verify / compile / round parts (default 1)")
@@ -99,10 +101,18 @@ def run_bench_device(args) -> int:
         settings = device.Settings.for_platform(platform, dtype=args.dtype, new_tokens=args.new_tokens,
                                                 context=args.context, long_cache=args.long_cache, batch=args.batch,
                                                 reps=args.reps, compile_methods=split(args.methods),
-                                                layouts=split(args.layouts))
+                                                layouts=split(args.layouts),
+                                                verify_widths=_ints(split(args.verify_widths), "--verify-widths"))
     except ValueError as e:
         raise UsageError(str(e)) from None
-    report = device.run(shapes, parts, settings)
-    if args.json:
-        device.write_json(args.json, report)
+    save = (lambda report: device.write_json(args.json, report)) if args.json else None  # after every part
+    device.run(shapes, parts, settings, save=save)
     return 0
+
+
+def _ints(items, flag: str):
+    """A comma-split flag's items as ints (None stays None); a UsageError naming the flag otherwise."""
+    try:
+        return None if items is None else tuple(int(x) for x in items)
+    except ValueError:
+        raise UsageError(f"{flag} takes comma-separated whole numbers, got {','.join(items)}") from None
