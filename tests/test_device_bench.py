@@ -80,6 +80,8 @@ def test_every_part_reports_positive_figures_with_units_and_settings(report):
         assert one["extra_ms_per_token"] is None and math.isclose(one["ratio_to_T1"], 1.0)
         assert math.isclose(eight["extra_ms_per_token"], (eight["ms"] - one["ms"]) / 7)
         assert math.isclose(eight["ratio_to_T1"], eight["ms"] / one["ms"])
+        for r in (one, eight):  # each width's own product chain (B x T rows): the rest of the forward beside it
+            assert _positive(r["products_ms"]) and math.isclose(r["ratio_to_products"], r["ms"] / r["products_ms"])
         assert [r["method"] for r in parts["compile"]] == ["ar"]
         assert all(_positive(r["first_call_s"]) and _positive(r["warm_call_s"])
                    and math.isclose(r["compile_s"], r["first_call_s"] - r["warm_call_s"]) for r in parts["compile"])
@@ -92,6 +94,9 @@ def test_every_part_reports_positive_figures_with_units_and_settings(report):
         for part in ("draft", "select", "mask", "verify", "walk_commit", "round", "ar_step"):
             assert _positive(rnd[f"{part}_ms"]), part
         assert rnd["verify_width"] == 8 and rnd["tree_nodes"] == 8 and rnd["budget"] == 8  # prune_mass 0: full budget
+        # the loop's round (a difference of two generations over their rounds) in the loop's AR steps
+        assert rnd["loop_round_ms"] is not None
+        assert math.isclose(rnd["round_in_ar_steps"], rnd["loop_round_ms"] / ar["ms_per_token"])
 
 
 def test_a_difference_figure_inverted_by_load_is_measured_again_but_a_broken_one_still_fails():

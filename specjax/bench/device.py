@@ -59,7 +59,12 @@ scanned, unstacked or dual: `specjax.models.model.LAYOUTS`; JSON: shapes.<shape>
   round      `specjax.bench.round_split.round_split`: a DDTree round of budget
              `round_budget` (prune_mass 0: the whole budget is verified) over a random
              DFlash drafter split into draft / select / mask / verify / walk_commit, the
-             whole round and one AR step, ms (its docstring says what each part covers).
+             whole round and one AR step, ms (its docstring says what each part covers),
+             each timed as a call of its own (a call's dispatch included); and
+             loop_round_ms, a round inside the generation loop as the AR part times a step:
+             (min t(generate, N new) - min t(generate, 1 new)) / (rounds(N) - rounds(1)).
+             With `ar` timed too, round_in_ar_steps = loop_round_ms / the AR ms/token (the
+             loop's round in the loop's steps: what the speedup divides tau by).
 
 Random weights make acceptance meaningless: only costs are measured. The default dtype
 is bfloat16 on GPU/TPU and float32 on CPU (CPU benchmarks run in float32); matmul
@@ -453,7 +458,16 @@ def time_round(cfg, params, s: Settings) -> dict:
     out = round_split((cfg, params), drafter, dparams, tokens, lengths, reps=s.reps, max_new=s.new_tokens,
                       matmul_precision=s.matmul_precision)
     timed = {f"{k}_ms": float(v) for k, v in out.items() if k not in ("width", "nodes")}
-    return {**timed, "verify_width": int(out["width"]), "tree_nodes": int(out["nodes"]), "budget": s.round_budget,
+
+    def run(n):
+        return lambda: generate(params, cfg, drafter, dparams, tokens, lengths, n, eos_ids=(),
+                                matmul_precision=s.matmul_precision)
+
+    t_n, t_1 = _fastest_pair_s(lambda: run(s.new_tokens)().tokens, lambda: run(1)().tokens, s.reps)
+    rounds = int(np.asarray(run(s.new_tokens)().stats.num_rounds).max()) - \
+        int(np.asarray(run(1)().stats.num_rounds).max())
+    return {**timed, "loop_round_ms": (t_n - t_1) / rounds * 1e3 if rounds > 0 else None,
+            "verify_width": int(out["width"]), "tree_nodes": int(out["nodes"]), "budget": s.round_budget,
             "dflash_layers": dcfg.num_layers, "block_size": dcfg.block_size}
 
 
@@ -542,8 +556,12 @@ def _time_layout(cfg, params, layout: str, parts, s: Settings, weights: int, ban
     if "round" in parts:
         out["round"] = time_round(cfg, params, s)
         r = out["round"]
+        ar_ms = (out.get("ar") or {}).get("ms_per_token")
+        if ar_ms and r["loop_round_ms"]:
+            r["round_in_ar_steps"] = r["loop_round_ms"] / ar_ms
         log(f"[{layout}] DDTree-{s.round_budget} round (verify width {r['verify_width']}): " + ", ".join(
-            f"{k[:-3]} {v:.2f}" for k, v in r.items() if k.endswith("_ms")) + " ms")
+            f"{k[:-3]} {v:.2f}" for k, v in r.items() if k.endswith("_ms") and v is not None) + " ms"
+            + (f"; in the loop {r['round_in_ar_steps']:.2f} AR steps" if r.get("round_in_ar_steps") else ""))
         saved()
     return out
 
