@@ -47,7 +47,9 @@ scanned, unstacked or dual: `specjax.models.model.LAYOUTS`; JSON: shapes.<shape>
              norms, the cache, the logits).
   select     DDTree `specjax.drafters.ddtree.select_tree` jitted on random log-probs
              f32[B, L, V] (log_softmax of N(0, 3^2) logits), V = the shape's vocabulary,
-             for every batch in `select_batches`, method "levels" and "pops"; ms per call.
+             for every batch in `select_batches`, method "levels" and "pops"; ms per call; and
+             topk_ms, the per-depth ranks over the vocabulary alone (`specjax.ops.top_k` of
+             k = min(select_budget, V), the first step of every method), per batch.
   compile    first-compile time of a whole generation per method (`parse_method` specs;
              the target is the shape, chain / dynatree draft with a random 2 x 64 GPT-NeoX
              draft LM of the same vocabulary, ddtree with a random DFlash drafter):
@@ -99,6 +101,7 @@ from specjax.models.llama import LlamaConfig
 from specjax.pipeline import MODELS
 from specjax.models.model import LAYOUTS, causal_mask, forward, init_params, with_layout
 from specjax.numerics import DEFAULT_PRECISION, matmul_scope
+from specjax.ops import top_k
 
 PARTS = ("ar", "verify", "select", "compile", "round")
 
@@ -398,11 +401,13 @@ def time_select(vocab: int, s: Settings) -> list[dict]:
     for batch in s.select_batches:
         logits = 3.0 * jax.random.normal(jax.random.key(batch), (batch, s.select_depth, vocab), jnp.float32)
         log_q = jax.nn.log_softmax(logits, axis=-1)
+        ranks = jax.jit(functools.partial(top_k, k=min(s.select_budget, vocab), equal_zeros=True))
+        topk_ms = _median_s(lambda: ranks(log_q)[1], s.reps) * 1e3
         for method in s.select_methods:
             fn = jax.jit(functools.partial(select_tree, budget=s.select_budget, method=method))
             ms = _median_s(lambda: fn(log_q).tokens, s.reps) * 1e3
             rows.append({"batch": batch, "depth_L": s.select_depth, "vocab_V": vocab, "budget": s.select_budget,
-                         "method": method, "ms": ms})
+                         "method": method, "ms": ms, "topk_ms": topk_ms})
     return rows
 
 
@@ -510,7 +515,8 @@ def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print, s
         if "select" in parts:
             entry["select"] = time_select(cfg.vocab_size, s)
             log(f"select_tree L={s.select_depth} V={cfg.vocab_size} budget {s.select_budget}: " + ", ".join(
-                f"B={r['batch']} {r['method']}: {r['ms']:.2f} ms" for r in entry["select"]))
+                f"B={r['batch']} {r['method']}: {r['ms']:.2f} ms (top-k alone {r['topk_ms']:.2f})"
+                for r in entry["select"]))
             save(report)
         layered = [p for p in parts if p != "select"]
         if layered:

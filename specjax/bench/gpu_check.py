@@ -18,7 +18,8 @@ and a GPU compiled the tests' small programs ~3.5 s each, ~30x this CPU's at the
            (SPECJAX_TEST_DEADLINE, tests/conftest.py: tests not started by then are skipped, so the junit XML is
            still written and says how many ran) and the compile report (seconds of XLA compile per test).
   device   `specjax bench-device` at the Qwen3-8B shape (random bfloat16 weights): the AR step against its
-           weight products alone, verify widths 1 / 64 against their products alone, a DDTree-64 round split
+           weight products alone, verify widths 1 / 64 against their products alone, DDTree's selection at
+           budget 64 beside its vocabulary top-k alone, a DDTree-64 round split
            into its parts, for the unstacked (the GPU's serving layout, first) and the stacked layer layouts;
            its JSON is rewritten after every part, so a cut run keeps what it timed.
   smollm2  `specjax bench` on SmolLM2-135M-Instruct (GSM8K, the committed DFlash drafter): AR and DDTree
@@ -39,6 +40,7 @@ command itself is tested.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import subprocess
@@ -98,7 +100,8 @@ def _commands(plan: CheckPlan, out: Path) -> dict[str, tuple[list[str], int]]:
                         "--durations", "15", "--junitxml", str(out / "tests.xml")]
                   + (["tests/test_xla_flags.py"] if quick else []), 300),
         "device": (py + ["-m", "specjax", "bench-device", "--shapes", "tiny" if quick else "qwen3-8b",
-                         "--parts", "ar,verify,round", "--layouts", "unstacked,stacked", "--verify-widths", "1,64",
+                         "--parts", "ar,verify,select,round", "--select-budget", "64",
+                         "--layouts", "unstacked,stacked", "--verify-widths", "1,64",
                          "--reps", "3" if quick else "5", "--new-tokens", "16" if quick else "64", "--long-cache", "0",
                          "--json", str(out / "device.json")],
                    240),
@@ -117,9 +120,7 @@ def _workers(quick: bool) -> list[str]:
     """pytest-xdist arguments of the tests step: a GPU compiles each program on the host's cores, one program
     at a time per process, so half the cores (at most 8) run tests side by side, one test at a time each
     (`--dist load`: a module's tests spread); one process where xdist is missing or in --quick."""
-    try:
-        import xdist  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("xdist") is None:  # the plugin pytest -n needs (not imported here)
         return ["-p", "no:xdist"]
     n = min(8, (os.cpu_count() or 1) // 2)
     return ["-p", "no:xdist"] if quick or n < 2 else ["-n", str(n), "--dist", "load"]

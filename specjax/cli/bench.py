@@ -38,6 +38,7 @@ def add_parsers(sub) -> None:
                      help="params dtype (default: bfloat16 on GPU/TPU, float32 on CPU)")
     dev.add_argument("--new-tokens", type=int, help="AR / compile / round new tokens (default 128)")
     dev.add_argument("--context", type=int, help="verify-forward context length (default 512)")
+    dev.add_argument("--select-budget", type=int, help="tree nodes N of the select part (default 512)")
     dev.add_argument("--verify-widths", help="comma-separated token counts T of the verify part (default "
                                              "1,64,128,256,512)")
     dev.add_argument("--long-cache", type=int, help="cache slots of the AR part's long-cache timing (default 16384; "
@@ -101,7 +102,7 @@ def run_bench_device(args) -> int:
         settings = device.Settings.for_platform(platform, dtype=args.dtype, new_tokens=args.new_tokens,
                                                 context=args.context, long_cache=args.long_cache, batch=args.batch,
                                                 reps=args.reps, compile_methods=split(args.methods),
-                                                layouts=split(args.layouts),
+                                                layouts=split(args.layouts), select_budget=args.select_budget,
                                                 verify_widths=_ints(split(args.verify_widths), "--verify-widths"))
     except ValueError as e:
         raise UsageError(str(e)) from None

@@ -30,6 +30,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 from flax import struct
+from jax import lax
 
 from specjax.drafters.ddtree import DDTreeDrafter, DDTreeState
 from specjax.drafters.dflash import BLOCK, block_drafter
@@ -75,10 +76,14 @@ def tree_log_q(tree: Tree, log_q: jax.Array) -> jax.Array:
     depth = jnp.clip(tree.depth - 1, 0, log_q.shape[1] - 1)
     own = log_q[jnp.arange(b)[:, None], depth, tree.tokens]  # [B, N]
     score = jnp.where(tree.valid & (tree.depth == 1), own, -jnp.inf)
-    for d in range(2, int(log_q.shape[1]) + 1):  # one pass per depth: parents are one level up
-        parent = jnp.take_along_axis(score, jnp.maximum(tree.parents, 0), axis=1)
-        score = jnp.where(tree.valid & (tree.depth == d), parent + own, score)
-    return score
+    parents = jnp.maximum(tree.parents, 0)
+
+    def level(d, score):  # depth d's nodes from their parents one level up
+        return jnp.where(tree.valid & (tree.depth == d), jnp.take_along_axis(score, parents, axis=1) + own, score)
+
+    # A loop, not L unrolled passes: each pass reads the previous twice, and XLA fused the unrolled chain into
+    # one expression with 2^L copies of the first (69 s to compile at L = 15 on XLA:CPU).
+    return lax.fori_loop(2, int(log_q.shape[1]) + 1, level, score)
 
 
 @dataclasses.dataclass(frozen=True)
