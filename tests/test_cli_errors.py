@@ -92,6 +92,8 @@ MISUSE = [
      "--dflash {tmp}/eagle3 holds an EAGLE-3 drafter, not the DFlash drafter --dflash takes"),
     (["bench", "--random", "--methods", "ar", "--check-trees"], "--check-trees checks the trees speculative methods"),
     (["bench-device", "--shapes", "nope"], "unknown shape 'nope'"),
+    (["bench-device", "--verify-widths", "1,x"], "--verify-widths takes comma-separated whole numbers, got 1,x"),
+    (["bench-device", "--verify-widths", "0,64"], "verify_widths must be positive token counts"),
     (["launch", "--processes", "0", "--", "python", "-c", "pass"], "--processes must be an integer >= 1, got 0"),
     (["launch", "--processes", "2"], "no command: put it after --"),
     (["launch", "--processes", "2", "--cpu-devices", "0", "--", "true"], "--cpu-devices must be an integer >= 1"),
