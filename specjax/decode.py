@@ -25,7 +25,6 @@ for users who drive rounds themselves. Inside your own
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
@@ -36,8 +35,7 @@ from jax.experimental import checkify
 
 from typing import Any, Callable
 
-from specjax.drafters.protocol import PromptContext, Verified, Wrapper
-from specjax.drafters.registry import parse as parse_method
+from specjax.drafters.protocol import PromptContext, Verified
 from specjax.inputs import check_generate_args, is_traced, validate_prompts
 from specjax.models.cache import KVCache, advance, check_capacity, commit, init_cache
 from specjax.models.model import ModelConfig, forward, outer_params, prefill_tapped, prefill_unchecked
@@ -47,7 +45,8 @@ from specjax.ops import top_k as top_k_op
 from specjax.sampling import Sampling
 from specjax.sharding import init_cache_on, mesh_of, replicate
 from specjax.streaming import emit, listening
-from specjax.tree import TREE_RULES, tree_depth, tree_violations
+from specjax.tree import tree_depth
+from specjax.tree_checks import check_proposed_tree, checks_trees_by_default, from_outside
 from specjax.verify import verify_tree
 
 __all__ = [
@@ -360,61 +359,6 @@ def speculative_round(params, cfg: ModelConfig, drafter, state: LoopState, *, ma
                        depth=record(st.depth, tree_depth(tree)), num_rounds=r + active.astype(jnp.int32))
     return LoopState(root=jnp.where(active, next_root, state.root), out=out, count=count, done=done, cache=cache,
                      draft_state=dstate, stats=stats, key=key)
-
-
-def check_proposed_tree(tree, active: jax.Array, rounds: jax.Array, drafter, vocab_size: int) -> None:
-    """The on-device check of `generate(..., check_trees=True)`: one `checkify.check` per rule of
-    `specjax.tree.TREE_RULES` over the active rows' trees (`tree_violations`), whose error names the
-    drafter, the first offending row, its round (0-based) and node, and the rule. tree: Tree [B, N];
-    active bool[B]; rounds int32[B] rounds each row ran before this one. The tree's shape is checked
-    when tracing (ValueError): [B, drafter.budget]."""
-    b = active.shape[0]
-    if tree.tokens.shape != (b, drafter.budget):
-        raise ValueError(f"check_trees: {type(drafter).__name__} proposed a tree of shape {tree.tokens.shape}, "
-                         f"expected [B, budget] = {(b, drafter.budget)}")
-    bad = tree_violations(tree, drafter.max_depth, vocab_size) & active[:, None, None]
-    for k, rule in enumerate(TREE_RULES):
-        rows = bad[..., k].any(-1)
-        row = jnp.argmax(rows)
-        checkify.check(~rows.any(), f"check_trees: {type(drafter).__name__} proposed an invalid tree: row {{row}}, "
-                       f"round {{round}}, node {{node}}: {rule} (fix the drafter's tree; the check is on by default "
-                       f"for a drafter from outside specjax, check_trees=False turns it off)", row=row,
-                       round=rounds[row], node=jnp.argmax(bad[row, :, k]))
-
-
-def _in_package(obj) -> bool:
-    return (getattr(obj, "__module__", None) or "").split(".")[0] == "specjax"
-
-
-def from_outside(drafter, method: str | None = None) -> bool:
-    """Whether `drafter` is a researcher's rather than specjax's own: its class, or that of a drafter it wraps
-    (`Wrapper.inner`) or a dataclass it holds, recursively, is defined outside the `specjax` package; or
-    `method` (`Method.name`) names a method registered from outside (`specjax.register`, an entry point,
-    ``--methods-from``: its `MethodSpec.build` lives outside `specjax`; a name no method reads: the classes decide)."""
-    todo, seen = [drafter], set()
-    while todo:
-        obj = todo.pop()
-        if id(obj) in seen or isinstance(obj, type):
-            continue
-        seen.add(id(obj))
-        if not _in_package(type(obj)):
-            return True
-        held = [getattr(obj, f.name, None) for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
-        todo += [x for x in held if dataclasses.is_dataclass(x)] + ([obj.inner] if isinstance(obj, Wrapper) else [])
-    try:
-        return method is not None and not _in_package(parse_method(method).spec.build)
-    except ValueError:
-        return False
-
-
-def checks_trees_by_default(check_trees: bool | None, drafter, method: str | None = None) -> bool:
-    """`check_trees` of `generate`, `Pipeline.generate`, the bench harness: True / False as given; None (their
-    default): on exactly for a drafter `from_outside` specjax (built by `method`), so the package's own run
-    the unchecked program, as fast as before."""
-    if check_trees is not None and not isinstance(check_trees, bool):
-        raise TypeError(f"check_trees must be True, False or None (on for drafters from outside specjax), got "
-                        f"{type(check_trees).__name__} {check_trees!r}")
-    return from_outside(drafter, method) if check_trees is None else check_trees
 
 
 def target_layers(drafter) -> tuple[int, ...]:

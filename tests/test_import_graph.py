@@ -27,7 +27,7 @@ LAYERS = {
     "specjax.models": 1,
     "specjax.verify": 2, "specjax.sharding": 2, "specjax.equality": 2, "specjax.distributed": 2, "specjax.launch": 2,
     "specjax.drafters": 3,
-    "specjax.decode": 4, "specjax.core": 4,
+    "specjax.decode": 4, "specjax.core": 4, "specjax.tree_checks": 4,
     "specjax.data": 5, "specjax.zoo": 5,
     "specjax.pipeline": 6, "specjax.recipe": 8,
     "specjax.bench": 7, "specjax.train": 7, "specjax.testing": 7,
