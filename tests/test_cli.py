@@ -56,6 +56,20 @@ def test_bench_command_on_the_embedded_pair(tmp_path, capsys):
                                                                        for r in results]
 
 
+def test_bench_reads_only_the_drafters_its_methods_draft_with(monkeypatch, capsys):
+    """`specjax bench` loads the model with the drafters its methods need, not every one the model has (a GPU
+    machine given only the target and the DFlash drafter benches DDTree; the others are never read)."""
+    from specjax.bench import suite
+
+    asked, load = [], suite.load_pair
+    monkeypatch.setattr(suite, "load_pair", lambda model, needs, **kw: asked.append(tuple(needs)) or load(model, needs, **kw))
+    args = ["bench", "--prompt", "The river flows through the", "--prompts", "1", "--warmup", "0",
+            "--max-new-tokens", "8", "--methods", "ar,ddtree-4,pld", "--no-progress", "--no-ttft"]
+    assert main(args) == 0
+    assert asked == [("dflash",)], asked
+    assert "ddtree-4" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 @pytest.mark.registry
 def test_bench_runs_several_datasets_on_the_same_models(tmp_path, capsys):

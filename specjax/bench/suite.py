@@ -148,16 +148,17 @@ class BenchModels:
 
 
 def bench_models(model: str = "zoo", *, draft: str | None = None, layout: str = "stacked", random: bool = False,
-                 self_draft: bool = False, **readers) -> BenchModels:
+                 self_draft: bool = False, needs: tuple[str, ...] | None = None, **readers) -> BenchModels:
     """Load a named model or a checkpoint directory with every drafter it has (`specjax.pipeline.load_pair`), or
-    random tiny models (`random`); `self_draft` makes the target its own draft LM."""
+    only those of `needs` ("draft" and reader kinds: what the methods draft with), or random tiny models
+    (`random`); `self_draft` makes the target its own draft LM."""
     if random:
         target, drafted = harness.random_pair()  # both laid out, as `load_pair` lays out a target and its draft LM
         models = BenchModels((target[0], with_layout(target[1], layout)), (drafted[0], with_layout(drafted[1], layout)),
                              dict.fromkeys(READERS), None,
                              "random-neox-6x256", "random-neox-2x64")
     else:
-        pair = load_pair(model, ("draft", *READERS), draft=draft, layout=layout, **readers)
+        pair = load_pair(model, ("draft", *READERS) if needs is None else needs, draft=draft, layout=layout, **readers)
         entry = model_entry(model)
         chat = pair.has_chat_template
 

@@ -52,9 +52,10 @@ def add_parsers(sub) -> None:
     dev.set_defaults(run=run_bench_device)
 
 
-def plan_of(args) -> tuple[BenchPlan, tuple[Parsed, ...]]:
-    """The `BenchPlan` of `specjax bench`'s flags and its methods as read (`BenchPlan.check`, run once: UsageError
-    naming the flag), after what the flags bound beyond the plan: the models at hand."""
+def plan_of(args) -> tuple[BenchPlan, tuple[Parsed, ...], set[str]]:
+    """The `BenchPlan` of `specjax bench`'s flags, its methods as read (`BenchPlan.check`, run once: UsageError
+    naming the flag) and the drafters they need ("draft", reader kinds), after what the flags bound beyond the
+    plan: the models at hand."""
     load_methods_from(args)
     check_draft_flag(args)
     texts = tuple(args.prompts) if args.prompts and not args.random else None
@@ -69,20 +70,21 @@ def plan_of(args) -> tuple[BenchPlan, tuple[Parsed, ...]]:
             available = check_source(model_name(args), args.draft, **reader_dirs(args))
         except ValueError as e:
             raise UsageError(str(e)) from None
-        needs = {k for text, p in zip(plan.methods, parsed) for k in check_method(text, available, p)}
+        needs = {k for text, p in zip(plan.methods, parsed) for k in check_method(text, available, p)} - {"target"}
         check_unused_drafters(tuple(needs), args, f"--methods {args.methods!r}")
         check_drafter_kinds(args)
     else:
+        needs = set()
         check_unused_drafters((), args, "--random (random tiny models, no trained drafter)")
-    return plan, parsed
+    return plan, parsed, needs
 
 
 def run_bench(args) -> int:
-    plan, parsed = plan_of(args)
+    plan, parsed, needs = plan_of(args)
     layout = args.layout or default_layout(model_name(args))  # the model's serving layout on this backend
-    try:
+    try:  # only the drafters the methods draft with are read (a model's others may be absent, or large)
         models = bench_models(model_name(args), draft=args.draft, layout=layout, random=args.random,
-                              self_draft=args.self_draft, **reader_dirs(args))
+                              self_draft=args.self_draft, needs=tuple(sorted(needs)), **reader_dirs(args))
     except LOAD_ERRORS as e:
         raise UsageError(f"cannot load {model_name(args)}: {e}") from None
     try:  # the plan's own checks name its fields; the models bound num_prompts and the widths (`prompt_sets`)
