@@ -152,48 +152,51 @@ if _DEADLINE:
 # hands out whole units. Units are handed out in collection order, which is made longest
 # first here, so that no long unit starts last and leaves a worker idle.
 # The order comes from the compile report (SPECJAX_COMPILE_REPORT, `tests/compile_report.py`)
-# of a 2-worker run on a cold compile cache with the tests' XLA flags (seconds per unit,
-# 2026-11-25 at f73b909, whole units per worker); units under ~18 s keep their collection
-# order after these.
+# of a 2-worker run on a cold compile cache with the tests' XLA flags: worker-seconds per unit,
+# measured 2026-11-27 at 5f1ce62 on the idle 2-core machine (2,838 s wall in all; test_conformance
+# and the graft notebook less the DDTree + retrieval compile fixed after it). Units under ~40 s
+# keep their collection order after these.
 LONGEST_FIRST = (
-    "test_ddtree.py",  # 144
-    "test_notebooks.py::test_notebook_executes[graft]",  # 117
-    "test_domino.py",  # 101
-    "test_notebooks.py::test_notebook_executes[dynatree]",  # 97
-    "test_graft.py",  # 88
-    "test_eagle3.py",  # 87
-    "test_equality.py",  # 74
-    "test_new_kind.py",  # ~80 cpu-s (2026-11-27: a recipe, a training run and a bench of a kind declared outside)
-    # added 2026-11-26 (session r), estimated from warm --durations x ~1.3 (not a compile report):
-    "test_conformance.py",  # ~70 (+ 11 non-default specs, issue 60 item 5: 258 s wall at load ~5)
-    "test_assert_drafter.py",  # 77 wall warm at load ~2.5 (issue 60 item 5: assert_drafter's quick profile)
-    "test_recipe.py",  # ~70 (the one-minute recipe)
-    "test_multiprocess.py",  # ~65
-    "test_testing_kit.py",  # ~55
-    "test_check_trees_default.py",  # 43 (measured at load ~4.5, issue 60 item 5: 4 loop compiles)
-    "test_cli.py",  # 70
-    "test_notebooks.py::test_notebook_executes[domino]",  # 58
-    "test_decode.py",  # 54
-    "test_dflash.py",  # 49
-    "test_train_draft_lm.py",  # ~35 (estimated, session s)
-    "test_verify.py",  # 41
-    "test_gguf.py",  # 41
-    "test_dynatree.py",  # 39
-    "test_train_domino.py",  # 37
-    "test_sharding.py",  # 36
-    "test_ddtree_graft.py",  # 35
-    "test_bench.py",  # 35
-    "test_notebooks.py::test_notebook_executes[ddtree]",  # 32
-    "test_coq_loop_link.py",  # ~32 (measured warm, issue 61: 3 loop compiles + coqc)
-    "test_cache_and_tree_attention.py",  # 28
-    "test_decode_sampling.py",  # 27
-    "test_device_bench.py",  # 21
-    "test_register.py",  # ~30 (estimated, session r)
-    "test_reference_formats.py",  # ~30 (estimated, session r)
-    "test_train_run.py",  # ~30 (estimated, session r)
-    "test_notebooks.py::test_notebook_executes[quickstart]",  # ~25 (estimated, session r)
-    "test_pipeline_compiles.py",  # ~22 (estimated, session r)
-    "test_assets.py",  # 19
+    "test_ddtree.py",  # 334
+    "test_conformance.py",  # 328
+    "test_notebooks.py::test_notebook_executes[dynatree]",  # 238
+    "test_domino.py",  # 227
+    "test_graft.py",  # 201
+    "test_notebooks.py::test_notebook_executes[graft]",  # 195
+    "test_eagle3.py",  # 179
+    "test_cli.py",  # 178
+    "test_equality.py",  # 156
+    "test_testing_kit.py",  # 132
+    "test_multiprocess.py",  # 124
+    "test_draft_vocab.py",  # 123
+    "test_dynatree.py",  # 114
+    "test_sharding.py",  # 113
+    "test_assert_drafter.py",  # 110
+    "test_train_domino.py",  # 109
+    "test_notebooks.py::test_notebook_executes[domino]",  # 107
+    "test_device_bench.py",  # 106
+    "test_train_run.py",  # 104
+    "test_decode.py",  # 102
+    "test_dflash.py",  # 101
+    "test_new_kind.py",  # 97
+    "test_train_data.py",  # 94
+    "test_bench.py",  # 91
+    "test_layouts.py",  # 91
+    "test_ddtree_graft.py",  # 88
+    "test_gguf.py",  # 87
+    "test_verify.py",  # 86
+    "test_cache_and_tree_attention.py",  # 70
+    "test_pipeline.py",  # 70
+    "test_recipe.py",  # 69
+    "test_notebooks.py::test_notebook_executes[ddtree]",  # 68
+    "test_reference_formats.py",  # 67
+    "test_jittable.py",  # 57
+    "test_decode_sampling.py",  # 56
+    "test_train_eagle3.py",  # 55
+    "test_continuous.py",  # 52
+    "test_gpu_check.py",  # 45
+    "test_cli_errors.py",  # 43
+    "test_notebooks.py::test_notebook_executes[quickstart]",  # 42
 )
 
 
