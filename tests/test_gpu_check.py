@@ -150,3 +150,16 @@ def test_a_deadline_skips_the_tests_not_started_and_the_xml_counts_them(tmp_path
         assert run.returncode == 0, run.stdout[-2000:]
         figures = gpu_check._junit(xml)
         assert (figures["not_run_deadline"], figures["skipped"], figures["passed"]) == (not_run, not_run, 1 - not_run)
+
+
+def test_the_tests_step_spreads_over_half_the_cores_at_most_eight(monkeypatch):
+    """A GPU compiles on its host's cores: the tests step runs pytest-xdist workers, half the cores (at most 8),
+    a test at a time each; one process with --quick, on a host of fewer than 4 cores, or without xdist."""
+    for cores, expect in ((16, ["-n", "8", "--dist", "load"]), (6, ["-n", "3", "--dist", "load"]),
+                          (2, ["-p", "no:xdist"])):
+        monkeypatch.setattr(gpu_check.os, "cpu_count", lambda c=cores: c)
+        assert gpu_check._workers(quick=False) == expect, cores
+        assert gpu_check._workers(quick=True) == ["-p", "no:xdist"]
+    monkeypatch.setattr(gpu_check.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(gpu_check.os, "cpu_count", lambda: 16)
+    assert gpu_check._workers(quick=False) == ["-p", "no:xdist"]
