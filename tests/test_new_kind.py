@@ -13,6 +13,7 @@ from specjax.cli.main import main as cli_main
 from specjax.cli.train import main as train_main
 from specjax.drafters.registry import READERS, method, parse, registered
 from specjax.models import load_checkpoint
+from specjax.models.families import FAMILIES, MODEL_TYPES
 from specjax.train.run import TRAINERS
 
 KIND = '''
@@ -118,6 +119,7 @@ def test_a_kind_declared_in_one_module_outside_the_package_runs_through_every_fr
         assert "propose " in row and float(row.split("propose ")[1].split()[0].rstrip(",")) > 0
     # leaving `registered()` forgets the module: its kind is gone from every registry
     assert "toy" not in TRAINERS and "toy" not in READERS and not declared.added("TRAINER")
+    assert "toy" not in MODEL_TYPES and all(f.module.__name__ != "toy_kind" for f in FAMILIES.values())
 
 
 def test_the_round_split_of_a_drafter_is_its_nearest_declared_class():

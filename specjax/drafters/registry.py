@@ -41,6 +41,7 @@ from pathlib import Path
 
 import specjax.drafters as _package
 from specjax import declared
+from specjax.models import families
 from specjax.declared import Registry, own
 from specjax.drafters.spec import AR, Build, MethodSpec, Parsed, Reader, parse_fields, render_form
 
@@ -281,7 +282,8 @@ def registered(*specs: MethodSpec) -> Iterator[tuple[MethodSpec, ...]]:
     _read_plugins()
     before = dict(_TABLE.added)
     try:
-        with declared.restoring():  # the modules `load_methods` adds inside the block (their readers, trainers, ...)
+        # the modules `load_methods` adds inside the block (their readers, trainers, ...) and the families they register
+        with declared.restoring(), families.restoring():
             yield tuple(register(s) for s in specs)
     finally:
         _TABLE.added = before

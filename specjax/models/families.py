@@ -11,15 +11,17 @@ or None (replicated) per dimension.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import sys
 import types
+from collections.abc import Iterator
 
 from specjax.declared import declaring
 
 __all__ = ["DATA", "MODEL", "NORM_RULES", "Family", "FAMILIES", "MODEL_TYPES", "family_modules", "load_families",
-           "register"]
+           "register", "restoring"]
 
 DATA, MODEL = "data", "model"  # the mesh axes of `specjax.sharding.make_mesh`
 # Every family's layer norms are replicated, whatever their leaf names.
@@ -69,6 +71,18 @@ def register(module: types.ModuleType, config: type, model_types: tuple[str, ...
     FAMILIES[config] = fam
     MODEL_TYPES.update({t: config for t in model_types})
     return fam
+
+
+@contextlib.contextmanager
+def restoring() -> Iterator[None]:
+    """``with restoring():`` the families registered inside the block (a module imported from outside the package
+    by ``--methods-from``, say) are forgotten when it ends, with their model types."""
+    families, model_types = dict(FAMILIES), dict(MODEL_TYPES)
+    try:
+        yield
+    finally:
+        FAMILIES.clear(), FAMILIES.update(families)
+        MODEL_TYPES.clear(), MODEL_TYPES.update(model_types)
 
 
 def family_modules() -> tuple[str, ...]:
