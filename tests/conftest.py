@@ -153,50 +153,49 @@ if _DEADLINE:
 # first here, so that no long unit starts last and leaves a worker idle.
 # The order comes from the compile report (SPECJAX_COMPILE_REPORT, `tests/compile_report.py`)
 # of a 2-worker run on a cold compile cache with the tests' XLA flags: worker-seconds per unit,
-# measured 2026-11-27 at 5f1ce62 on the idle 2-core machine (2,838 s wall in all; test_conformance
-# and the graft notebook less the DDTree + retrieval compile fixed after it). Units under ~40 s
-# keep their collection order after these.
+# measured 2026-11-27 at 6515b90 plus the host-drawn random params, on the 2-core machine with the
+# data generation niced in the background (2,478 s wall in all). Units under 40 s keep their
+# collection order after these.
 LONGEST_FIRST = (
-    "test_ddtree.py",  # 334
-    "test_conformance.py",  # 328
-    "test_notebooks.py::test_notebook_executes[dynatree]",  # 238
-    "test_domino.py",  # 227
-    "test_graft.py",  # 201
-    "test_notebooks.py::test_notebook_executes[graft]",  # 195
-    "test_eagle3.py",  # 179
-    "test_cli.py",  # 178
-    "test_equality.py",  # 156
-    "test_testing_kit.py",  # 132
-    "test_multiprocess.py",  # 124
-    "test_draft_vocab.py",  # 123
-    "test_dynatree.py",  # 114
-    "test_sharding.py",  # 113
-    "test_assert_drafter.py",  # 110
-    "test_train_domino.py",  # 109
-    "test_notebooks.py::test_notebook_executes[domino]",  # 107
-    "test_device_bench.py",  # 106
-    "test_train_run.py",  # 104
-    "test_decode.py",  # 102
-    "test_dflash.py",  # 101
-    "test_new_kind.py",  # 97
+    "test_conformance.py",  # 316
+    "test_ddtree.py",  # 300
+    "test_testing_kit.py",  # 214
+    "test_cli.py",  # 201
+    "test_notebooks.py::test_notebook_executes[graft]",  # 186
+    "test_notebooks.py::test_notebook_executes[dynatree]",  # 180
+    "test_eagle3.py",  # 159
+    "test_domino.py",  # 155
+    "test_graft.py",  # 141
+    "test_equality.py",  # 140
+    "test_multiprocess.py",  # 118
+    "test_device_bench.py",  # 113
+    "test_draft_vocab.py",  # 109
+    "test_notebooks.py::test_notebook_executes[domino]",  # 98
+    "test_train_run.py",  # 98
+    "test_decode.py",  # 97
+    "test_sharding.py",  # 95
     "test_train_data.py",  # 94
-    "test_bench.py",  # 91
-    "test_layouts.py",  # 91
-    "test_ddtree_graft.py",  # 88
-    "test_gguf.py",  # 87
-    "test_verify.py",  # 86
-    "test_cache_and_tree_attention.py",  # 70
-    "test_pipeline.py",  # 70
-    "test_recipe.py",  # 69
-    "test_notebooks.py::test_notebook_executes[ddtree]",  # 68
-    "test_reference_formats.py",  # 67
-    "test_jittable.py",  # 57
-    "test_decode_sampling.py",  # 56
+    "test_dynatree.py",  # 90
+    "test_dflash.py",  # 87
+    "test_train_domino.py",  # 85
+    "test_ddtree_graft.py",  # 82
+    "test_recipe.py",  # 81
+    "test_verify.py",  # 80
+    "test_layouts.py",  # 80
+    "test_assert_drafter.py",  # 79
+    "test_bench.py",  # 73
+    "test_cache_and_tree_attention.py",  # 71
+    "test_new_kind.py",  # 66
+    "test_gguf.py",  # 65
+    "test_pipeline.py",  # 62
+    "test_jittable.py",  # 62
+    "test_notebooks.py::test_notebook_executes[ddtree]",  # 58
     "test_train_eagle3.py",  # 55
-    "test_continuous.py",  # 52
-    "test_gpu_check.py",  # 45
-    "test_cli_errors.py",  # 43
-    "test_notebooks.py::test_notebook_executes[quickstart]",  # 42
+    "test_decode_sampling.py",  # 55
+    "test_reference_formats.py",  # 50
+    "test_continuous.py",  # 47
+    "test_model_parity.py",  # 42
+    "test_gpu_check.py",  # 42
 )
 
 

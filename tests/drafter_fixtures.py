@@ -18,10 +18,10 @@ import numpy as np
 from hypothesis import strategies as st
 
 from specjax.decode import cache_sizes, generate, generate_ar, initial_state, speculative_round
-from specjax.models import init_cache, init_params, pad_prompts, prefill_tapped
+from specjax.models import init_cache, pad_prompts, prefill_tapped
 from specjax.models.dflash import DFlashConfig
 from specjax.sampling import Sampling
-from specjax.testing import FAMILIES, perturbed, random_params
+from specjax.testing import FAMILIES, random_params
 from tests.fixtures import MAX_NEW, PROMPT_WIDTH, TARGET, assert_lossless, prompt_batches
 from tests.zoo_prompts import HELDOUT, PROMPTS
 
@@ -79,7 +79,7 @@ def check_lossless_on_random_weights(name, block, batch, data, seed, eos, make_d
 
 
 DFLASH_SMALL = DFlashConfig.for_target(TARGET, num_layers=1, target_layer_ids=(1,), block_size=3, mask_token_id=0)
-DFLASH_SMALL_PARAMS = perturbed(init_params(DFLASH_SMALL, jax.random.key(7)), 8, 0.6)
+DFLASH_SMALL_PARAMS = random_params(DFLASH_SMALL, 7, 0.6)
 
 
 @functools.lru_cache(maxsize=1)

@@ -12,18 +12,16 @@ tests/drafter_fixtures.py, the held-out zoo prompts in tests/zoo_prompts.py, the
 registry probe in tests/registry_probe.py.
 """
 
-import functools
 import itertools
 
-import jax
 import numpy as np
 from hypothesis import strategies as st
 from scipy import stats
 
 from specjax.equality import compare_with_ar
-from specjax.models import GPTNeoXConfig, LlamaConfig, init_cache, init_params, pad_prompts, prefill
+from specjax.models import GPTNeoXConfig, LlamaConfig, init_cache, pad_prompts, prefill
 from specjax.sampling import Sampling
-from tests.tiny_models import perturbed
+from specjax.testing import random_params
 
 # ============================================================================ the loop's greedy checks
 
@@ -40,12 +38,9 @@ PAIRS = {
 }
 
 
-@functools.partial(jax.jit, static_argnums=0)
 def random_pair_params(cfg, seed):
-    """Perturbed random params of a `PAIRS` model (one jitted function: its programs are shared by
-    every module that builds the pairs' params)."""
-    key = jax.random.key(seed)
-    return perturbed(init_params(cfg, key), seed + 1, 0.3)
+    """Perturbed random params of a `PAIRS` model (`specjax.testing.random_params`: drawn on the host)."""
+    return random_params(cfg, seed, 0.3)
 
 
 def assert_lossless(params, cfg, prompts, ar, spec, pad_id=0):
@@ -96,8 +91,8 @@ PROMPT = [1, 3, 2]
 ACCEPT_P = 1e-3
 TARGET = GPTNeoXConfig(vocab_size=VOCAB, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32, rotary_dim=4)
 DRAFT = GPTNeoXConfig(vocab_size=VOCAB, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=16, rotary_dim=4)
-TARGET_PARAMS = perturbed(init_params(TARGET, jax.random.key(0)), 1, 0.6)
-DRAFT_PARAMS = perturbed(init_params(DRAFT, jax.random.key(2)), 3, 0.6)
+TARGET_PARAMS = random_params(TARGET, 0, 0.6)
+DRAFT_PARAMS = random_params(DRAFT, 2, 0.6)
 
 
 def exact_law(sampling: Sampling) -> np.ndarray:

@@ -25,6 +25,7 @@ from specjax.drafters.fixed_tree import FixedTreeDrafter
 from specjax.equality import Agreement
 from specjax.models import GPTNeoXConfig, init_params
 from specjax.models.cache import init_cache
+from specjax.testing import random_params
 from tests.drafter_fixtures import TARGETS, drafter_cfg, random_dflash_params
 
 TARGET = GPTNeoXConfig(vocab_size=32, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, rotary_dim=4)
@@ -33,13 +34,6 @@ METHODS = ["ar", "chain2", "fixed2x2n6", "dynatree-p3:d0=2,d_max=3,n_max=8"]
 MAX_NEW = 10  # = 1 + 3 rounds of 3 tokens for a chain of 2 that accepts everything
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6, 5, 3, 5, 8, 9], [7, 9, 3, 2, 3, 8]]
 WARMUP = 1
-
-
-def random_params(cfg, seed: int, sigma: float = 0.3):
-    """init_params plus N(0, sigma) noise on every leaf (logits far from uniform)."""
-    leaves, treedef = jax.tree.flatten(init_params(cfg, jax.random.key(seed)))
-    keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
-    return jax.tree.unflatten(treedef, [x + sigma * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)])
 
 
 @pytest.fixture(scope="module")

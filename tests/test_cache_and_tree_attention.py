@@ -18,9 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specjax.decode import generate_ar
-from specjax.models import commit, config_from_hf, forward_jit, init_cache, init_params, load_checkpoint, pad_prompts, prefill
+from specjax.models import commit, config_from_hf, forward_jit, init_cache, load_checkpoint, pad_prompts, prefill
 from specjax.models.model import causal_mask
-from tests.tiny_models import hf_model, perturbed
+from specjax.testing import random_params
+from tests.tiny_models import hf_model
 
 MAX_PREFIX, MAX_NODES, MAX_DEPTH = 8, 24, 6
 SLOTS = MAX_PREFIX + 1 + MAX_NODES + 2
@@ -28,7 +29,7 @@ SLOTS = MAX_PREFIX + 1 + MAX_NODES + 2
 
 def random_model(variant: str, seed: int = 0):
     cfg = config_from_hf(hf_model(variant).config.to_dict())
-    return cfg, perturbed(init_params(cfg, jax.random.key(seed)), seed + 1)
+    return cfg, random_params(cfg, seed, 0.2)
 
 
 MODELS = {v: random_model(v) for v in ("neox_parallel", "qwen3_gqa_tied")}

@@ -26,17 +26,17 @@ from specjax.decode import generate, generate_ar
 from specjax.drafters import dflash as D
 from specjax.drafters import domino as DO
 from specjax.drafters.protocol import PromptContext
-from specjax.models import init_params, load_checkpoint, pad_prompts, save_checkpoint
+from specjax.models import load_checkpoint, pad_prompts, save_checkpoint
 from specjax.models import dflash_net as DN
 from specjax.models import domino_net as DON
 from specjax.models.domino import DominoConfig
 from specjax.models.model import embed_tokens, project_to_vocab
 from specjax.sampling import Sampling
+from specjax.testing import random_params
 from specjax.train import domino as TD
 from tests.drafter_fixtures import TARGETS, draw_zoo_prompts, features_of, random_dflash_params
 from tests.fixtures import (MAX_NEW, PROMPT, PROMPT_WIDTH, TARGET, TARGET_PARAMS, VOCAB, assert_lossless, exact_law,
                             g_test, prompt_batches)
-from tests.tiny_models import perturbed
 from tests.zoo_prompts import PROMPTS
 
 
@@ -319,7 +319,7 @@ def test_domino_greedy_lossless_random_weights(name, block, shift, prefix, batch
 
 DOMINO_SMALL = DominoConfig.for_target(TARGET, num_layers=1, target_layer_ids=(1,), block_size=3, mask_token_id=0,
                                        gru_hidden=8, head_rank=4)
-DOMINO_SMALL_PARAMS = perturbed(init_params(DOMINO_SMALL, jax.random.key(7)), 8, 0.6)
+DOMINO_SMALL_PARAMS = random_params(DOMINO_SMALL, 7, 0.6)
 
 
 @dataclasses.dataclass(frozen=True)

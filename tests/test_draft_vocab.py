@@ -39,9 +39,9 @@ from specjax.models.eagle3_net import logits_of
 from specjax.models.loading import DRAFT_VOCAB_TENSOR, read_safetensors, write_safetensors
 from specjax.models.model import forward, project_to_vocab
 from specjax.sampling import Sampling
+from specjax.testing import random_params
 from specjax.tree import chain_tree
 from tests.fixtures import PROMPT, TARGET, TARGET_PARAMS, VOCAB, assert_lossless, exact_law, g_test
-from tests.tiny_models import perturbed
 
 # ============================================================================ choosing the ids, EAGLE-3's maps
 
@@ -155,7 +155,7 @@ def test_drafting_logits_with_ids_are_the_full_ones_on_the_draft_columns():
     EXCLUDED_LOGIT elsewhere (the same state, weights and inputs)."""
     target = HEADS["neox-untied"][0]
     cfgs = drafter_configs(target, block_size=5)
-    tparams = perturbed(init_params(target, jax.random.key(0)), 1, 0.3)
+    tparams = random_params(target, 0, 0.3)
     touter = target_outer(tparams)
     ids = jnp.asarray(DV.frequent_ids(np.arange(target.vocab_size) % 5, 13))
     tokens, lengths = pad_prompts([[1, 2, 3, 4, 5], [6, 7]])
@@ -164,7 +164,7 @@ def test_drafting_logits_with_ids_are_the_full_ones_on_the_draft_columns():
     got = {}
     for kind in ("dflash", "domino"):
         cfg = cfgs[kind]
-        dparams = perturbed(init_params(cfg, jax.random.key(2)), 3, 0.3)
+        dparams = random_params(cfg, 2, 0.3)
         drafter = (DFlashDrafter if kind == "dflash" else DominoDrafter)(cfg, target)
         for restricted in (False, True):
             params = DV.with_draft_vocab(dparams, ids) if restricted else dparams
@@ -179,7 +179,7 @@ def test_drafting_logits_with_ids_are_the_full_ones_on_the_draft_columns():
             keys = jax.random.split(jax.random.key(5), cfg.num_draft_positions)
             got[kind, restricted] = rollout(cfg, st_.params, touter, target, rows, base, root, pick, keys)[1]
     ecfg = cfgs["eagle3"]
-    eparams = perturbed(init_params(ecfg, jax.random.key(6)), 7, 0.3)
+    eparams = random_params(ecfg, 6, 0.3)
     hidden = jax.random.normal(jax.random.key(8), (2, 3, target.hidden_size))
     for restricted in (False, True):
         params = DV.with_draft_vocab(eparams, ids) if restricted else eparams
@@ -234,7 +234,7 @@ def test_a_draft_lm_saves_loads_and_drafts_over_its_draft_vocabulary(tmp_path, c
     ids through a checkpoint; `draft_forward` equals the full forward on those K columns (rtol 1e-5: the
     same contraction over fewer columns) and is EXCLUDED_LOGIT elsewhere; used as a target (plain
     `forward`) the ids change nothing."""
-    params = perturbed(init_params(cfg, jax.random.key(0)), 1, 0.5)
+    params = random_params(cfg, 0, 0.5)
     ids = [0, 2, 3]
     save_checkpoint(tmp_path / "d", cfg, DV.with_draft_vocab(params, ids, VOCAB))
     cfg2, loaded = load_checkpoint(tmp_path / "d")
@@ -342,7 +342,7 @@ def test_the_excluded_counter_sees_proposals_without_a_draft_vocabulary():
 
 SAMPLES = 20_000
 DOMINO = drafter_configs(TARGET)["domino"]
-DOMINO_PARAMS = DV.with_draft_vocab(perturbed(init_params(DOMINO, jax.random.key(7)), 8, 0.6), [0, 2], VOCAB)
+DOMINO_PARAMS = DV.with_draft_vocab(random_params(DOMINO, 7, 0.6), [0, 2], VOCAB)
 
 
 @dataclasses.dataclass(frozen=True)

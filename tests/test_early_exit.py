@@ -4,7 +4,6 @@ lossless as the draft of a chain on the embedded pair."""
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

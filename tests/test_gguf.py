@@ -16,14 +16,13 @@ import numpy as np
 import pytest
 
 import gguf
-import jax
-from specjax.models import init_cache, init_params, pad_prompts, prefill
+from specjax.models import init_cache, pad_prompts, prefill
 from specjax.models.gguf import GGUFError, load_gguf, read_gguf, unpermute_rope_rows
 from specjax.models.hf_config import UnsupportedConfigError
 from specjax.models.llama import LlamaConfig
 from specjax.models.loading import tensors_from_params
+from specjax.testing import random_params
 from tests.registry_probe import registry_unreachable_reason
-from tests.tiny_models import perturbed
 
 Q = gguf.GGMLQuantizationType
 
@@ -121,7 +120,7 @@ def write_gguf(path, cfg: LlamaConfig, hf_tensors, *, arch="llama", meta=None, d
 
 
 def tiny_tensors(cfg: LlamaConfig = TINY, seed: int = 0):
-    params = perturbed(init_params(cfg, jax.random.key(seed)), seed + 1)
+    params = random_params(cfg, seed, 0.2)
     return params, tensors_from_params(cfg, params)
 
 

@@ -9,7 +9,6 @@ Reference: the same model's greedy AR output (prompt lookup is lossless), and it
 import importlib
 import shutil
 import sys
-import textwrap
 
 import jax
 import jax.numpy as jnp

@@ -40,7 +40,7 @@ from specjax.models.domino import DominoConfig
 from specjax.models.eagle3 import Eagle3Config
 from specjax.models.loading import ReferenceLayoutWarning, read_safetensors, write_safetensors
 from specjax.models.model import embed_tokens
-from tests.tiny_models import perturbed
+from specjax.testing import random_params
 
 E, HEADS, KV, D, FFN, VOCAB, N_DRAFT = 32, 4, 2, 8, 64, 48, 2
 TARGET = LlamaConfig(vocab_size=VOCAB, hidden_size=E, num_layers=4, num_heads=HEADS, num_kv_heads=KV, head_dim=D,
@@ -220,7 +220,7 @@ def test_reference_layout_errors_name_the_problem(tmp_path):
 
 def test_reference_loaded_drafter_decodes_losslessly(tmp_path):
     cfg, dparams = load_checkpoint(write_reference(tmp_path / "ref"))
-    tparams = perturbed(init_params(TARGET, jax.random.key(1)), 2, 0.3)
+    tparams = random_params(TARGET, 1, 0.3)
     tokens, lengths = pad_prompts([[1, 5, 9, 2], [7, 3]], 8)
     ar = generate_ar(tparams, TARGET, tokens, lengths, 12, eos_ids=())
     spec = generate(tparams, TARGET, DFlashDrafter(cfg, TARGET), dparams, tokens, lengths, 12, eos_ids=())
@@ -242,7 +242,7 @@ def test_reference_dflash_last_layer_tap_reads_the_final_norm_in_decoding_and_tr
     hf = reference_config(dflash_config={"mask_token_id": VOCAB - 1, "target_layer_ids": [0, 3]})
     cfg, dparams = load_checkpoint(write_reference(tmp_path / "ref", hf))
     assert cfg.norm_last_layer and cfg.target_layer_ids == (0, 3)
-    tparams = perturbed(init_params(TARGET, jax.random.key(1)), 2, 0.3)
+    tparams = random_params(TARGET, 1, 0.3)
     touter = DN.target_outer(tparams)
     feats = jax.random.normal(jax.random.key(2), (2, 5, 2, E))
     got = np.asarray(DN.drafter_features(cfg, touter, TARGET, feats))
@@ -314,7 +314,7 @@ def test_reference_domino_layout_loads_matches_torch_and_decodes_losslessly(tmp_
     assert (cfg.gru_hidden, cfg.head_rank, cfg.shift_label, cfg.pure_prefix_len) == (GRU, RANK, True, 1)
     backbone = {k: v for k, v in params.items() if k != "head"}
     assert_trees_equal(backbone, expected_params(tensors))  # the backbone is DFlash's, tensor for tensor
-    tparams = perturbed(init_params(TARGET, jax.random.key(1)), 2, 0.3)
+    tparams = random_params(TARGET, 1, 0.3)
     touter = DN.target_outer(tparams)
     k = cfg.num_draft_positions
     rows = jax.random.normal(jax.random.key(3), (2, k, E))
@@ -441,7 +441,7 @@ def test_reference_eagle3_layout_loads_and_matches_numpy(tmp_path):
     ids = np.flatnonzero(tensors["t2d"])
     np.testing.assert_array_equal(np.asarray(params["draft_vocab"]["ids"]), ids)
     cfg.check_target(T8)
-    tparams = perturbed(init_params(T8, jax.random.key(1)), 2, 0.3)
+    tparams = random_params(T8, 1, 0.3)
     touter = DN.target_outer(tparams)
     s = 6
     feats = jax.random.normal(jax.random.key(3), (1, s, 3, E))
@@ -458,7 +458,7 @@ def test_reference_eagle3_layout_loads_and_matches_numpy(tmp_path):
 def test_reference_eagle3_decodes_losslessly_and_saves_back_strictly(tmp_path):
     tensors = eagle_reference_tensors(ids=np.arange(K_DRAFT))  # the ids cover the tiny target's greedy tokens
     cfg, params = load_checkpoint(write_reference(tmp_path / "ref", eagle_reference_config(), tensors))
-    tparams = perturbed(init_params(T8, jax.random.key(1)), 2, 0.3)
+    tparams = random_params(T8, 1, 0.3)
     prompts, plen = pad_prompts([[1, 5, 9, 2], [7, 3]], 8)
     ar = generate_ar(tparams, T8, prompts, plen, 10, eos_ids=())
     spec = generate(tparams, T8, E3.eagle3_drafter(cfg, T8, top_k=4, depth=3, total=8), params, prompts, plen, 10,

@@ -25,15 +25,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jax.experimental import checkify
 
-from specjax import testing
+from specjax import testing, zoo
 from specjax.decode import cache_sizes, generate, initial_state, speculative_round
 from specjax.drafters.chain import ChainDrafter
 from specjax.drafters import registry
 from specjax.drafters.registry import Method
 from specjax.inputs import pad_prompts
-from specjax.models import GPTNeoXConfig, LlamaConfig
+from specjax.models import GPTNeoXConfig, LlamaConfig, init_params, load_checkpoint
+from specjax.models.families import load_families
 from specjax.pipeline import Pipeline, load_pair
 from specjax.sampling import Sampling
+from specjax.testing.targets import init_kind
 from specjax.tree import TREE_RULES, Tree, check_tree, tree_violations
 from tests.planted_drafters import DepthOffByOne, planted
 
@@ -205,3 +207,23 @@ def test_the_docs_example_runs_as_written():
     code = reusing_example()
     assert len(code.strip().splitlines()) < 30
     exec(compile(code, "docs/reusing.md", "exec"), {"__name__": "reusing_example"})
+
+
+def test_random_params_fill_each_leaf_as_init_params_does_for_every_family():
+    """`testing.random_params` draws on the host and names what `init_params` puts in a leaf by its name
+    (`testing.targets.init_kind`: norm scales one, biases zero, the rest normal). That naming holds for a
+    config of every registered family (targets and draft networks), and the draws have the stated spread."""
+    configs = list(testing.FAMILIES.values()) + [load_checkpoint(zoo.path(f"tiny-neox-{kind}"))[0]
+                                                  for kind in ("draft", "dflash", "eagle3", "domino")]
+    assert {type(c) for c in configs} >= set(load_families()), "a family with no config here: add one"
+    for cfg in configs:
+        made = jax.tree_util.tree_flatten_with_path(init_params(cfg, jax.random.key(0)))[0]
+        drawn = jax.tree_util.tree_flatten_with_path(testing.random_params(cfg, 5, sigma=0.3))[0]
+        for (path, x), (path2, y) in zip(made, drawn, strict=True):
+            name, x, y = str(path[-1].key), np.asarray(x), np.asarray(y)
+            assert path == path2 and x.shape == y.shape and x.dtype == y.dtype, path
+            kind = "ones" if np.all(x == 1) else "zeros" if np.all(x == 0) else "normal"
+            assert init_kind(name) == kind, f"{type(cfg).__name__} {jax.tree_util.keystr(path)}: {kind}"
+            if y.size >= 256:  # the spread: base + N(0, 0.3) (+ N(0, 0.02) for normal leaves), within 5 sigma
+                base = {"ones": 1.0, "zeros": 0.0, "normal": 0.0}[kind]
+                assert abs(y.mean() - base) < 5 * 0.3 / np.sqrt(y.size) and 0.25 < y.std() < 0.35, path

@@ -12,13 +12,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax.models import init_params, load_checkpoint
+from specjax.models import load_checkpoint
 from specjax.models.dflash_net import anchored_hidden, target_outer
 from specjax.models.model import project_to_vocab
+from specjax.testing import random_params
 from specjax.train import dflash as T
 from specjax.train.loop import export, init_vocab_ids, train, warm_start
 from specjax.train.vocab import tables_of_ids, vocab_tables
-from tests.tiny_models import perturbed
 from tests.train_fixtures import DRAFTER, TARGET, TARGET_PARAMS, dense_data, trainset
 
 
@@ -79,7 +79,7 @@ def test_block_loss_over_a_draft_vocabulary_equals_a_numpy_reference():
     touter = target_outer(TARGET_PARAMS)
     counts = ts.response_token_counts(TARGET.vocab_size)
     vocab = vocab_tables(counts, 10)
-    dparams = perturbed(init_params(DRAFTER, jax.random.key(2)), 3, 0.3)
+    dparams = random_params(DRAFTER, 2, 0.3)
     feats, tokens, mask = (jnp.asarray(batch["features"], jnp.float32), jnp.asarray(batch["tokens"]),
                            jnp.asarray(batch["loss_mask"]))
     anchors, valid = T.draw_anchors(jax.random.key(1), mask, 4)

@@ -13,13 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax.models import init_params, load_checkpoint
+from specjax.models import load_checkpoint
 from specjax.models.dflash_net import target_outer
 from specjax.models.domino import DominoConfig
+from specjax.testing import random_params
 from specjax.train import dflash as TD
 from specjax.train import domino as T
 from specjax.train.loop import export, train, warm_start
-from tests.tiny_models import perturbed
 from tests.train_fixtures import TARGET, TARGET_PARAMS, trainset
 
 DRAFTER = DominoConfig.for_target(TARGET, num_layers=1, target_layer_ids=(0, 1), block_size=4, mask_token_id=23,
@@ -31,7 +31,7 @@ def test_joint_loss_equals_its_definition_in_numpy(prefix):
     """L = (1 - lam) L_final + lam L_base, each the exp(-(i-1)/gamma)-weighted CE of drafts x_{a+1..a+K}
     over valid labels, recomputed in float64 from the two logit tensors; TTT's final logits come
     from its own argmax drafts, TF's from the truth (they differ)."""
-    dparams = perturbed(init_params(DRAFTER, jax.random.key(3)), 4, 0.3)
+    dparams = random_params(DRAFTER, 3, 0.3)
     batch = trainset(DRAFTER.target_layer_ids).batch(np.arange(3))
     tokens, mask = jnp.asarray(batch["tokens"]), jnp.asarray(batch["loss_mask"])
     feats = jnp.asarray(batch["features"], jnp.float32)
@@ -86,7 +86,7 @@ def test_a_domino_run_starts_from_a_trained_dflash_backbone(tmp_path):
 
     backbone = DRAFTER.backbone()
     assert type(backbone) is DFlashConfig
-    export(tmp_path / "dflash", backbone, perturbed(init_params(backbone, jax.random.key(7)), 4, 0.3), {"note": "test"})
+    export(tmp_path / "dflash", backbone, random_params(backbone, 7, 0.3), {"note": "test"})
     _, saved = load_checkpoint(tmp_path / "dflash")
     tc = T.DominoTrainConfig(steps=1, batch_size=4, anchors=4, gamma=2.0, lr=0.0, log_every=1, ckpt_every=1)
     run = lambda out, **kw: train((TARGET, target_outer(TARGET_PARAMS)), DRAFTER,  # noqa: E731
@@ -136,7 +136,7 @@ def test_a_draft_vocabulary_trains_on_its_columns_of_the_full_logits():
 
     ts = trainset(DRAFTER.target_layer_ids)
     batch = ts.batch(np.arange(4))
-    dparams = perturbed(init_params(DRAFTER, jax.random.key(3)), 4, 0.3)
+    dparams = random_params(DRAFTER, 3, 0.3)
     tokens, mask = jnp.asarray(batch["tokens"]), jnp.asarray(batch["loss_mask"])
     feats = jnp.asarray(batch["features"], jnp.float32)
     anchors, valid = TD.draw_anchors(jax.random.key(5), mask, 3)

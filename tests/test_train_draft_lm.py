@@ -14,12 +14,12 @@ from specjax.models import init_cache, init_params, load_checkpoint, pad_prompts
 from specjax.models import draft_vocab as DV
 from specjax.models.dflash_net import target_outer
 from specjax.models.model import causal_mask, forward
+from specjax.testing import random_params
 from specjax.train.dflash import make_dataset
 from specjax.train.draft_lm import CHAIN, next_token_loss, pca_embedding
 from specjax.train.loop import TrainSet, export, train
 from specjax.train.run import TRAINERS
 from specjax.train.vocab import tables_of_ids
-from tests.tiny_models import perturbed
 from tests.train_fixtures import TARGET, TARGET_PARAMS
 
 KIND = TRAINERS["draft-lm"]
@@ -56,7 +56,7 @@ def _reference(params, cfg, tokens, mask, ids):
 
 @pytest.mark.parametrize("ids", [None, [0, 2, 3, 5, 7, 11, 13, 17]], ids=["full", "draft-vocab"])
 def test_next_token_loss_matches_a_numpy_reference(ids):
-    params = perturbed(init_params(DRAFT, jax.random.key(1)), 2, 0.8)
+    params = random_params(DRAFT, 1, 0.8)
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, TARGET.vocab_size, (3, 12)).astype(np.int32)
     mask = np.zeros(tokens.shape, bool)

@@ -16,10 +16,10 @@ from specjax.models.dflash_net import target_outer
 from specjax.models.eagle3 import Eagle3Config
 from specjax.models.eagle3_net import unrolled_hidden
 from specjax.models.model import final_norm
+from specjax.testing import random_params
 from specjax.train import eagle3 as T
 from specjax.train.loop import train
 from specjax.train.vocab import subset_logits, vocab_tables
-from tests.tiny_models import perturbed
 from tests.train_fixtures import TARGET, TARGET_PARAMS, trainset
 
 DRAFTER = Eagle3Config.for_target(TARGET, target_layer_ids=(0, 1))
@@ -57,7 +57,7 @@ def test_ttt_loss_equals_a_numpy_reference(k):
         trainset(T.feature_layers(DRAFTER, TARGET)).response_token_counts(TARGET.vocab_size), k)
     if vocab is not None:
         assert np.asarray(view([0], vocab)[1]).shape[-1] == k
-    dparams = perturbed(init_params(DRAFTER, jax.random.key(3)), 4, 0.3)
+    dparams = random_params(DRAFTER, 3, 0.3)
     feats, zl, tokens, mask = view([0, 1, 2], vocab)
     steps = 3
     loss, metrics = T.ttt_loss(dparams, DRAFTER, TOUTER, TARGET, feats, zl, tokens, mask, steps, 0.8, vocab)
@@ -107,7 +107,7 @@ def test_own_head_starts_at_the_target_heads_columns_and_trains(k):
     vocab = None if k is None else vocab_tables(
         trainset(T.feature_layers(DRAFTER, TARGET)).response_token_counts(TARGET.vocab_size), k)
     own = dataclasses.replace(DRAFTER, draft_vocab_size=k or TARGET.vocab_size)
-    base = perturbed(init_params(DRAFTER, jax.random.key(3)), 4, 0.3)
+    base = random_params(DRAFTER, 3, 0.3)
     dparams = T.init_head_from_target(TOUTER, TARGET, vocab)({**base, "lm_head": init_params(own, jax.random.key(0))[
         "lm_head"]})
     hidden = jax.random.normal(jax.random.key(4), (2, 3, TARGET.hidden_size))

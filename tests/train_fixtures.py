@@ -7,18 +7,17 @@ same sequences as a `TrainSet` with their features computed in memory (float16, 
 
 import functools
 
-import jax
 import numpy as np
 
-from specjax.models import GPTNeoXConfig, init_params
+from specjax.models import GPTNeoXConfig
 from specjax.models.dflash import DFlashConfig
+from specjax.testing import random_params
 from specjax.train import dflash as TD
 from specjax.train.loop import TrainSet
-from tests.tiny_models import perturbed
 
 TARGET = GPTNeoXConfig(vocab_size=24, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, rotary_dim=4,
                        eos_token_ids=(0,))
-TARGET_PARAMS = perturbed(init_params(TARGET, jax.random.key(0)), 1, 0.5)
+TARGET_PARAMS = random_params(TARGET, 0, 0.5)
 DRAFTER = DFlashConfig.for_target(TARGET, num_layers=1, target_layer_ids=(0, 1), block_size=4, mask_token_id=23)
 VALID_ROWS = 8
 

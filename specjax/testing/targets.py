@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from specjax.drafters import registry
 from specjax.drafters.protocol import Drafter
-from specjax.models import GPTNeoXConfig, LlamaConfig, init_params
+from specjax.models import GPTNeoXConfig, LlamaConfig, param_shapes
 from specjax.pipeline import load_pair
 from specjax.sampling import Sampling
 from specjax.tree import Tree
@@ -70,20 +70,52 @@ class Target:
     texts: tuple = dataclasses.field(default=(), repr=False)
 
 
-@jax.jit
+# What `init_params` puts in a leaf, by the leaf's name: norm scales are ones, biases zeros, everything else
+# normal(0, 0.02) (tests/test_testing_kit.py checks this against `init_params` for every registered family).
+_ONES, _ZEROS, _INIT_STD = ("scale", "weight"), ("bias",), 0.02
+
+
+def _leaf_name(path) -> str:
+    key = path[-1]
+    return str(getattr(key, "key", getattr(key, "name", key)))
+
+
+def init_kind(name: str) -> str:
+    """"ones", "zeros" or "normal": what `init_params` fills a leaf named `name` with."""
+    return "ones" if name in _ONES else "zeros" if name in _ZEROS or name.endswith("_bias") else "normal"
+
+
+@functools.cache
+def _shapes(cfg, dtype):
+    return param_shapes(cfg, dtype)  # traced once per config, never compiled
+
+
 def perturbed(params, seed: int, sigma: float = 0.2):
-    """Every leaf of a params pytree plus N(0, sigma) noise (one jitted program per pytree structure), so
-    biases and norms sit far from their trivial initial values and a layout mistake shows in the logits."""
-    leaves, treedef = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.key(seed), len(leaves))
-    noisy = [x + sigma * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)]
-    return jax.tree.unflatten(treedef, noisy)
+    """Every leaf of a params pytree plus N(0, sigma) noise, so biases and norms sit far from their trivial initial
+    values and a layout mistake shows in the logits. Drawn on the host with numpy (seeded by `seed`): no XLA
+    program to compile (jitted, each pytree structure cost a compile of 1-2 s, ~30 of them in a suite run)."""
+    rng = np.random.default_rng(seed)
+
+    def noisy(x):
+        x = np.asarray(x)
+        return jnp.asarray((x.astype(np.float32) + sigma * rng.standard_normal(x.shape, np.float32)).astype(x.dtype))
+
+    return jax.tree.map(noisy, params)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def random_params(cfg, seed):
-    """Perturbed random params of a model config: `init_params(cfg, key(seed))` plus N(0, 0.3) noise."""
-    return perturbed(init_params(cfg, jax.random.key(seed)), seed + 1, 0.3)
+def random_params(cfg, seed: int, sigma: float = 0.3, dtype=jnp.float32):
+    """Random params of a model config, drawn on the host with numpy from `seed`: what `init_params` makes (norm
+    scales one, biases zero, the rest N(0, 0.02)) plus N(0, sigma) noise on every leaf, so the logits sit far from
+    uniform. No XLA program is compiled (`init_params` and the noise jitted took 1-3 s of compile per config)."""
+    rng = np.random.default_rng(seed)
+
+    def leaf(path, shape):
+        kind = init_kind(_leaf_name(path))
+        base = 1.0 if kind == "ones" else 0.0
+        std = float(np.hypot(_INIT_STD, sigma)) if kind == "normal" else sigma
+        return jnp.asarray((base + std * rng.standard_normal(shape.shape, np.float32)).astype(shape.dtype))
+
+    return jax.tree_util.tree_map_with_path(leaf, _shapes(cfg, dtype))
 
 
 def tiny_target(family: str, seed: int = 0) -> Target:
@@ -108,8 +140,8 @@ def zoo_target() -> Target:
 def law_target() -> Target:
     """A 4-token GPT-NeoX target (and a draft LM) with strongly perturbed weights: the law of its next few
     tokens is enumerable (`assert_sampling_law`)."""
-    params = perturbed(init_params(_LAW_TARGET, jax.random.key(0)), 1, 0.6)
-    draft_params = perturbed(init_params(_LAW_DRAFT, jax.random.key(2)), 3, 0.6)
+    params = random_params(_LAW_TARGET, 0, 0.6)
+    draft_params = random_params(_LAW_DRAFT, 2, 0.6)
     return Target("law", _LAW_TARGET, params, (_LAW_DRAFT, draft_params))
 
 
