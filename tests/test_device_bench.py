@@ -12,7 +12,7 @@ from specjax.cli import main
 from specjax.models.model import LAYOUTS, with_layout
 
 SMALL = dict(reps=3, new_tokens=32, prompt_len=16, context=32, long_cache=2048, verify_widths=(1, 8), select_budget=32,
-             select_batches=(2,), compile_methods=("ar",), round_budget=8, bandwidth_mib=8)
+             select_batches=(2,), topk_chunks=(128,), compile_methods=("ar",), round_budget=8, bandwidth_mib=8)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,8 @@ def test_every_part_reports_positive_figures_with_units_and_settings(report):
     assert tiny["weight_bytes"] == 4 * tiny["num_params"]  # float32
     assert [(r["batch"], r["method"]) for r in tiny["select"]] == [(2, "levels"), (2, "pops")]
     assert all(_positive(r["ms"]) and r["vocab_V"] == 512 and r["depth_L"] == 16 and r["budget"] == 32
-               for r in tiny["select"])
+               and _positive(r["topk_ms"]) and list(r["topk_chunked_ms"]) == ["128"]
+               and _positive(r["topk_chunked_ms"]["128"]) for r in tiny["select"])
     assert s["layouts"] == list(LAYOUTS) and list(tiny["layouts"]) == list(LAYOUTS)
     for layout, parts in tiny["layouts"].items():  # CPU: every layer-dependent part in every layout
         ar = parts["ar"]

@@ -73,6 +73,25 @@ def test_top_k_equal_zeros_ties_signed_zeros_by_index():
     assert not np.signbit(np.asarray(values)).any()
 
 
+# Two-stage ranking (`chunk`) against one `lax.top_k`: values from a handful (ties, signed zeros, infinities;
+# no NaN, which the chunked form does not promise to place), a vocabulary not a multiple of the chunk, k up
+# to the chunk. One compiled shape per parameter set.
+_NO_NAN = st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5, np.inf, -np.inf, 3e38, -3e38])
+
+
+@pytest.mark.parametrize("vocab, chunk, k", [(37, 8, 8), (64, 16, 5), (101, 10, 1), (12, 16, 4)])
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_chunked_top_k_is_lax_top_k(vocab, chunk, k, data):
+    x = np.asarray(data.draw(st.lists(_NO_NAN, min_size=2 * vocab, max_size=2 * vocab)), np.float32).reshape(2, vocab)
+    for equal_zeros in (False, True):
+        values, indices = top_k(jnp.asarray(x), k, equal_zeros=equal_zeros, chunk=chunk)
+        ref_values, ref_indices = top_k(jnp.asarray(x), k, equal_zeros=equal_zeros)
+        np.testing.assert_array_equal(indices, ref_indices)
+        np.testing.assert_array_equal(np.signbit(values), np.signbit(ref_values))
+        np.testing.assert_array_equal(values, ref_values)
+
+
 # Values drawn from a handful, so ties, infinities, signed zeros and NaNs are common.
 _SPECIAL = st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5, np.inf, -np.inf, np.nan, 3e38, -3e38])
 

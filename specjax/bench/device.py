@@ -49,7 +49,9 @@ scanned, unstacked or dual: `specjax.models.model.LAYOUTS`; JSON: shapes.<shape>
              f32[B, L, V] (log_softmax of N(0, 3^2) logits), V = the shape's vocabulary,
              for every batch in `select_batches`, method "levels" and "pops"; ms per call; and
              topk_ms, the per-depth ranks over the vocabulary alone (`specjax.ops.top_k` of
-             k = min(select_budget, V), the first step of every method), per batch.
+             k = min(select_budget, V), the first step of every method), per batch, and
+             topk_chunked_ms {chunk: ms}: the same ranks in two stages (`top_k(..., chunk=)`, the
+             same result: many short sorts instead of one per row) for each of `topk_chunks`.
   compile    first-compile time of a whole generation per method (`parse_method` specs;
              the target is the shape, chain / dynatree draft with a random 2 x 64 GPT-NeoX
              draft LM of the same vocabulary, ddtree with a random DFlash drafter):
@@ -143,6 +145,7 @@ class Settings:
       select_budget: N, tree nodes `select_tree` picks (select).
       select_batches: batch sizes B of the select part (one timing each; not `batch`).
       select_methods: `select_tree` methods timed, a subset of ("levels", "pops").
+      topk_chunks: run lengths of the two-stage top-k timed beside one `lax.top_k` (select).
       compile_methods: `parse_method` specs whose first-compile time is measured (compile).
       round_budget: DDTree budget N of the split round (prune_mass 0: all N + 1 slots verified) (round).
       dflash_layers: draft layers of the random DFlash drafter (compile, round); None (or 0): 5 (the
@@ -165,6 +168,7 @@ class Settings:
     select_budget: int = 512
     select_batches: tuple[int, ...] = (1, 8)
     select_methods: tuple[str, ...] = ("levels", "pops")
+    topk_chunks: tuple[int, ...] = (1024, 8192)
     compile_methods: tuple[str, ...] = ("ar", "chain4", "dynatree-p3", "ddtree-64")
     round_budget: int = 64
     dflash_layers: int | None = None
@@ -184,6 +188,8 @@ class Settings:
             raise ValueError(f"long_cache must be >= 0 (0: skip), got {self.long_cache}")
         if self.new_tokens < 2:
             raise ValueError(f"new_tokens must be >= 2 (ms/token is (t_N - t_1) / (N - 1)), got {self.new_tokens}")
+        if any(c < 1 for c in self.topk_chunks):
+            raise ValueError(f"topk_chunks must be positive run lengths, got {self.topk_chunks}")
         if not self.verify_widths or min(self.verify_widths) < 1:
             raise ValueError(f"verify_widths must be positive token counts, got {self.verify_widths}")
         if not self.layouts or set(self.layouts) - set(LAYOUTS):
@@ -403,11 +409,17 @@ def time_select(vocab: int, s: Settings) -> list[dict]:
         log_q = jax.nn.log_softmax(logits, axis=-1)
         ranks = jax.jit(functools.partial(top_k, k=min(s.select_budget, vocab), equal_zeros=True))
         topk_ms = _median_s(lambda: ranks(log_q)[1], s.reps) * 1e3
+        chunked = {}
+        for chunk in s.topk_chunks:
+            ranks_in_runs = jax.jit(functools.partial(top_k, k=min(s.select_budget, vocab), equal_zeros=True,
+                                                      chunk=chunk))
+            chunked[str(chunk)] = _median_s(lambda: ranks_in_runs(log_q)[1], s.reps) * 1e3  # JSON keys
         for method in s.select_methods:
             fn = jax.jit(functools.partial(select_tree, budget=s.select_budget, method=method))
             ms = _median_s(lambda: fn(log_q).tokens, s.reps) * 1e3
             rows.append({"batch": batch, "depth_L": s.select_depth, "vocab_V": vocab, "budget": s.select_budget,
-                         "method": method, "ms": ms, "topk_ms": topk_ms})
+                         "method": method, "ms": ms, "topk_ms": topk_ms,
+                         "topk_chunked_ms": chunked})
     return rows
 
 
@@ -515,7 +527,8 @@ def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print, s
         if "select" in parts:
             entry["select"] = time_select(cfg.vocab_size, s)
             log(f"select_tree L={s.select_depth} V={cfg.vocab_size} budget {s.select_budget}: " + ", ".join(
-                f"B={r['batch']} {r['method']}: {r['ms']:.2f} ms (top-k alone {r['topk_ms']:.2f})"
+                f"B={r['batch']} {r['method']}: {r['ms']:.2f} ms (top-k alone {r['topk_ms']:.2f}; in runs of "
+                + ", ".join(f"{c}: {ms:.2f}" for c, ms in r["topk_chunked_ms"].items()) + ")"
                 for r in entry["select"]))
             save(report)
         layered = [p for p in parts if p != "select"]
