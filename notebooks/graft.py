@@ -89,7 +89,7 @@ from specjax.sampling import Sampling
 PROFILES = {
     # ci: every cell at the least compile + run time (tests/test_notebooks.py); not results.
     "ci": dict(prompts=1, warmup=0, max_new=24, prompt_len=48, datasets=("gsm8k",), warm_prompts=1,
-               table4_rounds=(0, 1), calib_grid=(0.0, 0.3), calib_sweeps=1, fig6_depths=(2, 9), fig6_widths=(2, 8),
+               table4_rounds=(0, 1), calib_grid=(0.0, 0.3), calib_sweeps=1, fig6_depths=(9,), fig6_widths=(8,),
                split_reps=1, ddtree=((16, 6),)),
     "cpu-tiny": dict(prompts=3, warmup=1, max_new=48, prompt_len=48, datasets=("gsm8k", "humaneval"),
                      warm_prompts=5, table4_rounds=(0, 1, 5), calib_grid=(0.0, 0.05, 0.15, 0.3, 0.5), calib_sweeps=1,
