@@ -20,10 +20,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specjax import testing
 from specjax.decode import generate, generate_ar
 from specjax.drafters import dflash as D
 from specjax.drafters.ddtree import DDTreeDrafter, select_tree
-from specjax.drafters.ddtree_graft import DDTreeGraftDrafter
+from specjax.drafters.ddtree_graft import DDTreeGraftDrafter, tree_log_q
 from specjax.drafters.graft import graft_params
 from specjax.models import pad_prompts
 from specjax.sampling import Sampling
@@ -203,3 +204,36 @@ def test_bad_inputs_are_named():
     with pytest.raises(ValueError, match="takes GraftParams"):
         generate(random_dflash_params(target, 0), target, drafter, random_dflash_params(drafter_cfg(target), 1), tokens,
                  lengths, 4)
+
+
+@settings(max_examples=20, deadline=None)
+@given(tree=testing.trees(batch=2, budget=12, vocab=5, min_nodes=1), seed=st.integers(0, 2**16))
+def test_tree_log_q_is_the_sum_of_log_q_along_the_root_path(tree, seed):
+    """`tree_log_q` (the grafted tree's surrogate): log q(u) = sum over the root path of log q_depth(token), per
+    node, against a loop over each node's ancestors in numpy; -inf on invalid nodes."""
+    depth_l = 12
+    log_q = np.log(np.random.default_rng(seed).dirichlet(np.ones(5), size=(2, depth_l))).astype(np.float32)
+    got = np.asarray(tree_log_q(tree, jnp.asarray(log_q)))
+    tokens, parents, depth, valid = (np.asarray(x) for x in (tree.tokens, tree.parents, tree.depth, tree.valid))
+    for b in range(2):
+        for i in range(tokens.shape[1]):
+            if not valid[b, i]:
+                assert got[b, i] == -np.inf
+                continue
+            want, node = 0.0, i
+            while node >= 0:
+                want += float(log_q[b, depth[b, node] - 1, tokens[b, node]])
+                node = parents[b, node]
+            np.testing.assert_allclose(got[b, i], want, rtol=1e-5, atol=1e-5)
+
+
+def test_tree_log_q_is_one_loop_whatever_the_depth():
+    """The compile-time regression of 2026-11-27: L unrolled passes, each reading the previous one twice, made
+    XLA fuse 2^L copies (69 s to compile at L = 15). The traced program is a loop: its size does not grow with L."""
+    tree = testing.tree_from_arrays(np.array([[1, 2, 3]]), np.array([[-1, 0, 1]]), np.ones((1, 3), bool))
+
+    def size(depth_l):
+        log_q = jnp.zeros((1, depth_l, 5), jnp.float32)
+        return len(jax.make_jaxpr(tree_log_q)(tree, log_q).eqns)
+
+    assert size(3) == size(15) == size(64)
