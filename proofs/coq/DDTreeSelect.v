@@ -392,15 +392,6 @@ Proof.
   intros tbl V L t [Hl Hf]. split; [rewrite from_tokens_length; auto|]. apply to_from_tokens. auto.
 Qed.
 
-Lemma NoDup_map_inj_gen : forall A B (f : A -> B) l,
-  (forall x y, In x l -> In y l -> f x = f y -> x = y) -> NoDup l -> NoDup (map f l).
-Proof.
-  intros A B f l Hinj ND. induction ND as [|x l Hx ND IH]; simpl; constructor.
-  - intro H. apply in_map_iff in H. destruct H as (y & E & Hy).
-    assert (y = x) by (apply Hinj; simpl; auto). subst. contradiction.
-  - apply IH. intros; apply Hinj; simpl; auto.
-Qed.
-
 (* ---------- the selection meets the specification, in token space ---------- *)
 
 Theorem select_spec : forall tbl V L N ord,

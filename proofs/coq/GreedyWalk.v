@@ -219,3 +219,14 @@ Proof.
   pose proof (greedy_walk_progress g (draft ctx) ctx D).
   specialize (IHR (ctx ++ walk g (draft ctx) ctx D)). lia.
 Qed.
+
+(* A list fact used by the selection (DDTreeSelect.v) and the sampling loop (SlotStream.v): map by a
+   function injective on the list keeps it duplicate-free. *)
+Lemma NoDup_map_inj_gen : forall A B (f : A -> B) l,
+  (forall x y, In x l -> In y l -> f x = f y -> x = y) -> NoDup l -> NoDup (map f l).
+Proof.
+  intros A B f l Hinj ND. induction ND as [|x l Hx ND IH]; simpl; constructor.
+  - intro H. apply in_map_iff in H. destruct H as (y & E & Hy).
+    assert (y = x) by (apply Hinj; simpl; auto). subst. contradiction.
+  - apply IH. intros; apply Hinj; simpl; auto.
+Qed.

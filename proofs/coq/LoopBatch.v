@@ -72,26 +72,7 @@ Arguments mk_bdrafter {St X} _ _.
 Arguments bpropose {St X} _ _ _ _ _.
 Arguments bobserve {St X} _ _ _ _ _ _ _ _.
 
-(* One row's round pieces, from its cache C, text ctx ++ [root] and tree T (the let-bindings
-   of LoopTrunc.loop_trunc's body, named). *)
-Definition rpos (T : dtree) (ctx : list nat) : nat -> nat :=
-  fun j => length ctx + node_depth (slot_par T) j.
-
-Definition gout {X K} (M : model X K) (C : cache K) (ctx : list nat) (root : nat) (T : dtree) : nat -> nat -> X :=
-  fun l j => tx M C (slot_tok T root) (rpos T ctx) (ancestor_mask (slot_par T)) (S (n_nodes T)) l j.
-
-Definition gtg {X K} (M : model X K) (head : X -> nat) (L : nat) C ctx root T : nat -> nat :=
-  fun j => head (gout M C ctx root T L j).
-
-Definition gwalk {X K} (M : model X K) (head : X -> nat) (L D : nat) C ctx root T : list nat :=
-  slot_walk (slot_par T) (slot_tok T root) (slot_valid T) (S (n_nodes T)) (gtg M head L C ctx root T) D 0.
-
-Definition gemit {X K} (M : model X K) (head : X -> nat) (L D : nat) C ctx root T : list nat :=
-  emitted (slot_tok T root) (gtg M head L C ctx root T) (gwalk M head L D C ctx root T).
-
-Definition gcommit {X K} (M : model X K) (D : nat) (C : cache K) ctx root T (P : list nat) (k : nat) : cache K :=
-  commit C (tkv M C (slot_tok T root) (rpos T ctx) (ancestor_mask (slot_par T)) (S (n_nodes T)))
-         (path_slots P D) k.
+(* One row's round pieces: LoopSlots' rpos, gout, gtg, gwalk, gemit, gcommit. *)
 
 (* loop_trunc's round in these names. *)
 Lemma loop_trunc_S : forall {St X K} (M : model X K) head L (dr : drafter St X) D eos st C ctx root m r,

@@ -345,6 +345,29 @@ Record drafter (St X : Type) := mk_drafter {
 Arguments propose {St X} _ _ _.
 Arguments observe {St X} _ _ _ _ _ _.
 
+(* One round's pieces, from the cache C, the text ctx ++ [root] and the tree T -- the positions
+   of the verify block, every layer's output at every slot (one verify forward), the greedy
+   targets, the slot walk, the emission and the commit of the first k path slots -- shared by
+   this loop, LoopTrunc.loop_trunc and LoopBatch's batched round. *)
+Definition rpos (T : dtree) (ctx : list nat) : nat -> nat :=
+  fun j => length ctx + node_depth (slot_par T) j.
+
+Definition gout {X K} (M : model X K) (C : cache K) (ctx : list nat) (root : nat) (T : dtree) : nat -> nat -> X :=
+  fun l j => tx M C (slot_tok T root) (rpos T ctx) (ancestor_mask (slot_par T)) (S (n_nodes T)) l j.
+
+Definition gtg {X K} (M : model X K) (head : X -> nat) (L : nat) C ctx root T : nat -> nat :=
+  fun j => head (gout M C ctx root T L j).
+
+Definition gwalk {X K} (M : model X K) (head : X -> nat) (L D : nat) C ctx root T : list nat :=
+  slot_walk (slot_par T) (slot_tok T root) (slot_valid T) (S (n_nodes T)) (gtg M head L C ctx root T) D 0.
+
+Definition gemit {X K} (M : model X K) (head : X -> nat) (L D : nat) C ctx root T : list nat :=
+  emitted (slot_tok T root) (gtg M head L C ctx root T) (gwalk M head L D C ctx root T).
+
+Definition gcommit {X K} (M : model X K) (D : nat) (C : cache K) ctx root T (P : list nat) (k : nat) : cache K :=
+  commit C (tkv M C (slot_tok T root) (rpos T ctx) (ancestor_mask (slot_par T)) (S (n_nodes T)))
+         (path_slots P D) k.
+
 (* R rounds of the loop. State: the target's cache C (holding ctx), the root (the last
    committed token; the committed text is ctx ++ [root]) and the drafter's state. Each round:
    the drafter's tree; one verify forward over [root, tree]; the greedy targets head (layer-L
@@ -356,16 +379,11 @@ Fixpoint loop {St X K} (M : model X K) (head : X -> nat) (L : nat) (dr : drafter
   | O => []
   | S r =>
       let T := propose dr st (ctx ++ [root]) in
-      let par := slot_par T in
-      let tok := slot_tok T root in
-      let ns := S (n_nodes T) in
-      let pos := fun j => length ctx + node_depth par j in
-      let out := fun l s => tx M C tok pos (ancestor_mask par) ns l s in
-      let tg := fun s => head (out L s) in
-      let P := slot_walk par tok (slot_valid T) ns tg D 0 in
-      let C' := commit C (tkv M C tok pos (ancestor_mask par) ns) (path_slots P D) (S (num_accepted P)) in
-      let st' := observe dr st (ctx ++ [root]) T (path_slots P D) out in
-      emitted tok tg P ++ loop M head L dr D st' C' (ctx ++ map tok P) (tg (last P 0)) r
+      let P := gwalk M head L D C ctx root T in
+      gemit M head L D C ctx root T
+      ++ loop M head L dr D (observe dr st (ctx ++ [root]) T (path_slots P D) (gout M C ctx root T))
+              (gcommit M D C ctx root T P (S (num_accepted P))) (ctx ++ map (slot_tok T root) P)
+              (gtg M head L C ctx root T (last P 0)) r
   end.
 
 (* One round, exactly: the emission is the greedy rollout of ctx ++ [root] (1 to D + 1
@@ -426,7 +444,7 @@ Proof.
   pose proof (loop_round_exact M head L C ctx root (propose dr st (ctx ++ [root])) D (Hdr _ _) HC)
     as Hround.
   cbv zeta in Hround. destruct Hround as (He & Hlen & Hform & Hcommit & Htxt).
-  cbn [loop]. cbv beta zeta.
+  cbn [loop]. unfold gemit, gwalk, gtg, gcommit, gout, rpos. cbv beta zeta.
   match type of He with ?e = _ => set (E := e) in * end.
   match goal with |- context [loop M head L dr D ?a ?b ?c ?d r] =>
     specialize (IH a b c d Hcommit); cbv zeta in IH; set (rest := loop M head L dr D a b c d r) in * end.

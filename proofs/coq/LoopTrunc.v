@@ -39,20 +39,14 @@ Fixpoint loop_trunc {St X K} (M : model X K) (head : X -> nat) (L : nat) (dr : d
   | O => []
   | S r =>
       let T := propose dr st (ctx ++ [root]) in
-      let par := slot_par T in
-      let tok := slot_tok T root in
-      let ns := S (n_nodes T) in
-      let pos := fun j => length ctx + node_depth par j in
-      let out := fun l s => tx M C tok pos (ancestor_mask par) ns l s in
-      let tg := fun s => head (out L s) in
-      let P := slot_walk par tok (slot_valid T) ns tg D 0 in
-      let e := emitted tok tg P in
+      let P := gwalk M head L D C ctx root T in
+      let e := gemit M head L D C ctx root T in
       let k := eos_count eos (firstn m e) in
-      let C' := commit C (tkv M C tok pos (ancestor_mask par) ns) (path_slots P D) k in
-      let st' := observe dr st (ctx ++ [root]) T (path_slots P D) out in
       firstn k e ++ (if existsb eos (firstn k e) || (m <=? k) then []
-                     else loop_trunc M head L dr D eos st' C' (ctx ++ firstn k (map tok P)) (last e root)
-                                     (m - k) r)
+                     else loop_trunc M head L dr D eos (observe dr st (ctx ++ [root]) T (path_slots P D)
+                                                          (gout M C ctx root T))
+                            (gcommit M D C ctx root T P k) (ctx ++ firstn k (map (slot_tok T root) P))
+                            (last e root) (m - k) r)
   end.
 
 Lemma eos_count_le : forall eos s, eos_count eos s <= length s.
@@ -90,7 +84,7 @@ Theorem loop_trunc_cut : forall {St X K} (M : model X K) head L (dr : drafter St
 Proof.
   intros St X K M head L dr D eos R. induction R as [|r IH]; intros st C ctx root m.
   { unfold cut. destruct m; reflexivity. }
-  cbn [loop_trunc loop]. cbv zeta.
+  cbn [loop_trunc loop]. unfold gemit, gwalk, gtg, gcommit, gout, rpos. cbv beta zeta.
   match goal with |- context [emitted ?tok ?tg ?P] => set (E := emitted tok tg P) end.
   match goal with |- context [loop M head L dr D ?a ?b ?c ?d r] => set (rest := loop M head L dr D a b c d r) end.
   rewrite (cut_app eos E rest m). cbv zeta.

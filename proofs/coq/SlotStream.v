@@ -188,15 +188,6 @@ Proof.
   apply in_last. rewrite slot_walk_hd. discriminate.
 Qed.
 
-Lemma NoDup_map_inj_gen' : forall A B (f : A -> B) l,
-  (forall x y, In x l -> In y l -> f x = f y -> x = y) -> NoDup l -> NoDup (map f l).
-Proof.
-  intros A B f l Hinj ND. induction ND as [|x l Hx ND IH]; simpl; constructor.
-  - intro H. apply in_map_iff in H. destruct H as (y & E & Hy).
-    assert (y = x) by (apply Hinj; simpl; auto). subst. contradiction.
-  - apply IH. intros; apply Hinj; simpl; auto.
-Qed.
-
 (* ---------- the verifier's samples at every slot ---------- *)
 
 (* One sample per slot: a list of (slot, token). *)
@@ -295,7 +286,7 @@ Proof.
   - intro H. apply in_map_iff in H as (c & Hc & Hin). apply filter_In in Hin as [Hin _]. apply in_seq in Hin.
     assert (Hl := spath_length tok par (S n) c Hok ltac:(lia)). rewrite Hc in Hl.
     rewrite (depth_S par (S n) c Hok) in Hl by lia. discriminate.
-  - apply NoDup_map_inj_gen'; [|apply NoDup_filter, seq_NoDup].
+  - apply NoDup_map_inj_gen; [|apply NoDup_filter, seq_NoDup].
     intros x y Hx Hy E. apply filter_In in Hx as [Hx Hvx]. apply filter_In in Hy as [Hy Hvy].
     apply in_seq in Hx. apply in_seq in Hy.
     apply (spath_injective par tok cv (S n) Hok Hcl Hds (length (spath tok par x))); auto; lia.
