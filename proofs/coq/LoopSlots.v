@@ -348,7 +348,8 @@ Arguments observe {St X} _ _ _ _ _ _.
 (* One round's pieces, from the cache C, the text ctx ++ [root] and the tree T -- the positions
    of the verify block, every layer's output at every slot (one verify forward), the greedy
    targets, the slot walk, the emission and the commit of the first k path slots -- shared by
-   this loop, LoopTrunc.loop_trunc and LoopBatch's batched round. *)
+   this loop, LoopTrunc.loop_trunc, LoopBatch's batched round and (gout, gcommit) SlotStream's
+   sampling loop. *)
 Definition rpos (T : dtree) (ctx : list nat) : nat -> nat :=
   fun j => length ctx + node_depth (slot_par T) j.
 

@@ -363,19 +363,17 @@ Fixpoint slot_stream {St X K : Type} (vs : list nat) (M : model X K) (lawf : X -
       | _ :: _ =>
           qsum (fun wT =>
             let T := fst (snd wT) in
-            let par := slot_par T in
             let tok := slot_tok T root in
             let ns := S (n_nodes T) in
-            let pos := fun j => length ctx + node_depth par j in
-            let out := fun l s => tx M C tok pos (ancestor_mask par) ns l s in
+            let out := gout M C ctx root T in
             Qmult (fst wT)
             (qsum (fun sg =>
-                    let P := slot_walk par tok (slot_valid T) ns (slook sg) D 0 in
+                    let P := slot_walk (slot_par T) tok (slot_valid T) ns (slook sg) D 0 in
                     let e := emitted tok (slook sg) P in
                     Qmult (sweight (fun s x => lawf (out L s) x) sg)
                     (if prefixb e y
                      then slot_stream vs M lawf L D draft upd n' (upd (snd (snd wT)) (ctx ++ [root]) T (path_slots P D) (slook sg) out)
-                            (commit C (tkv M C tok pos (ancestor_mask par) ns) (path_slots P D) (S (num_accepted P)))
+                            (gcommit M D C ctx root T P (S (num_accepted P)))
                             (ctx ++ map tok P) (last e root) (skipn (length e) y)
                      else if prefixb y e then 1%Q else 0%Q))
                  (sassigns vs (seq 0 ns))))
@@ -430,7 +428,7 @@ Proof.
   - destruct y as [|z y']; [reflexivity|]. cbn [slot_stream]. set (y := z :: y') in *.
     rewrite (qsum_ext _ _ (fun wT => fst wT * seq_prob p (ctx ++ [root]) y))%Q.
     { rewrite qsum_scal_r, Dd. ring. }
-    intros [w [T st']] HwT. cbn [fst snd] in *. cbv zeta. apply Qmult_comp; [reflexivity|].
+    intros [w [T st']] HwT. cbn [fst snd] in *. unfold gout, gcommit, rpos. cbv beta zeta. apply Qmult_comp; [reflexivity|].
     pose proof (Hok _ _ _ HwT) as HT. cbn [fst snd] in HT.
     pose proof (dtree_tree_ok T HT) as Htree.
     set (par := slot_par T). set (tok := slot_tok T root). set (ns := S (n_nodes T)).
