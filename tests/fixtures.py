@@ -38,9 +38,8 @@ PAIRS = {
 }
 
 
-def random_pair_params(cfg, seed):
-    """Perturbed random params of a `PAIRS` model (`specjax.testing.random_params`: drawn on the host)."""
-    return random_params(cfg, seed, 0.3)
+# Perturbed random params of a `PAIRS` model: cfg, seed -> params (drawn on the host, N(0, 0.3) noise).
+random_pair_params = random_params
 
 
 def assert_lossless(params, cfg, prompts, ar, spec, pad_id=0):

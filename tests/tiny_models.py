@@ -10,8 +10,6 @@ from __future__ import annotations
 import torch
 import transformers as tf
 
-from specjax.testing import perturbed  # noqa: F401  (re-exported: the tests' perturbation ships with the package)
-
 COMMON = dict(hidden_size=32, num_hidden_layers=2, intermediate_size=64, vocab_size=67, bos_token_id=None,
               eos_token_id=None, pad_token_id=None)
 

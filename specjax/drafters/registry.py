@@ -41,9 +41,9 @@ from pathlib import Path
 
 import specjax.drafters as _package
 from specjax import declared
-from specjax.models import families
 from specjax.declared import Registry, own
 from specjax.drafters.spec import AR, Build, MethodSpec, Parsed, Reader, parse_fields, render_form
+from specjax.models import families
 
 __all__ = ["ALIASES", "ENTRY_POINT_GROUP", "METHOD_SPECS", "READERS", "Method", "describe_readers", "forms",
            "load_methods", "markdown_table", "method", "method_specs", "needs_of", "parse", "parse_method",

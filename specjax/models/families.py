@@ -81,8 +81,10 @@ def restoring() -> Iterator[None]:
     try:
         yield
     finally:
-        FAMILIES.clear(), FAMILIES.update(families)
-        MODEL_TYPES.clear(), MODEL_TYPES.update(model_types)
+        FAMILIES.clear()
+        FAMILIES.update(families)
+        MODEL_TYPES.clear()
+        MODEL_TYPES.update(model_types)
 
 
 def family_modules() -> tuple[str, ...]:
