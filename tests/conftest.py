@@ -107,7 +107,7 @@ def _release_compiled_programs():
 
 
 # SPECJAX_COMPILE_REPORT=<file>: every test appends one JSON line {test, seconds, compile_s,
-# trace_s, compiles} to <file> (XLA backend compilation vs tracing + lowering, from jax's own
+# trace_s, compiles, xla_flags} to <file> (XLA backend compilation vs tracing + lowering, from jax's own
 # monitoring events; setup and teardown included; notebook kernels and CLI children not
 # counted) -- where the suite's time goes, e.g. `python tests/compile_report.py <file>`.
 _COMPILE_REPORT = os.environ.get("SPECJAX_COMPILE_REPORT")
@@ -128,7 +128,8 @@ if _COMPILE_REPORT:
         row = {"test": item.nodeid, "seconds": round(time.perf_counter() - start, 3),
                "compile_s": round(after["xla_compile_s"] - before["xla_compile_s"], 3),
                "trace_s": round(after["trace_s"] + after["lower_s"] - before["trace_s"] - before["lower_s"], 3),
-               "compiles": after["compiles"] - before["compiles"]}
+               "compiles": after["compiles"] - before["compiles"],
+               "xla_flags": os.environ.get("XLA_FLAGS", "")}  # the test flags this backend got (tests/xla_flags.py)
         with open(_COMPILE_REPORT, "a") as f:
             f.write(json.dumps(row) + "\n")
 

@@ -4,6 +4,7 @@ fields and units, the bandwidth-bound arithmetic, the CLI, and named errors."""
 import json
 import math
 
+import jax
 import jax.numpy as jnp
 import pytest
 
@@ -98,6 +99,14 @@ def test_every_part_reports_positive_figures_with_units_and_settings(report):
         # the loop's round (a difference of two generations over their rounds) in the loop's AR steps
         assert rnd["loop_round_ms"] is not None
         assert math.isclose(rnd["round_in_ar_steps"], rnd["loop_round_ms"] / ar["ms_per_token"])
+        # the draft's bytes: the drafter's leaves plus the target's [V, E] head, against the measured bandwidth
+        dcfg, dparams = device._dflash(device.SHAPES["tiny"], settings, jnp.float32)
+        head = tiny["config"]["vocab_size"] * tiny["config"]["hidden_size"] * 4
+        assert rnd["draft_bytes"] == sum(x.nbytes for x in jax.tree.leaves(dparams)) + head
+        gbps = bw["measured_GBps"]
+        assert math.isclose(rnd["draft_bound_ms"], rnd["draft_bytes"] / gbps / 1e6)
+        assert math.isclose(rnd["draft_ratio_to_bound"], rnd["draft_ms"] / rnd["draft_bound_ms"])
+        assert math.isclose(rnd["verify_ratio_to_bound"], rnd["verify_ms"] / (tiny["weight_bytes"] / gbps / 1e6))
 
 
 def test_a_difference_figure_inverted_by_load_is_measured_again_but_a_broken_one_still_fails():

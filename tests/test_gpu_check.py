@@ -163,3 +163,18 @@ def test_the_tests_step_spreads_over_half_the_cores_at_most_eight(monkeypatch):
     monkeypatch.setattr(gpu_check.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(gpu_check.os, "cpu_count", lambda: 16)
     assert gpu_check._workers(quick=False) == ["-p", "no:xdist"]
+
+
+def test_the_compile_report_totals_its_rows_and_names_the_flags_the_workers_had(tmp_path):
+    """The tests step's compile figures (tests/conftest.py's rows, summed by hand): totals, seconds per compiled
+    program (the figure the GPU's test flags are meant to lower), every distinct XLA_FLAGS, the slowest tests."""
+    rows = [{"test": "a", "seconds": 4.0, "compile_s": 3.0, "trace_s": 0.5, "compiles": 2, "xla_flags": "--f=1"},
+            {"test": "b", "seconds": 9.0, "compile_s": 1.5, "trace_s": 0.25, "compiles": 1, "xla_flags": "--f=1"},
+            {"test": "c", "seconds": 1.0, "compile_s": 0.0, "trace_s": 0.0, "compiles": 0}]  # a row before the field
+    path = tmp_path / "compile.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = gpu_check._compile_report(path)
+    assert (report["tests"], report["seconds"], report["compile_s"], report["trace_s"]) == (3, 14.0, 4.5, 0.8)
+    assert report["compiles"] == 3 and report["compile_s_per_program"] == 1.5
+    assert report["xla_flags"] == ["", "--f=1"] and [r["test"] for r in report["slowest"]] == ["b", "a", "c"]
+    assert gpu_check._compile_report(tmp_path / "missing.jsonl") is None

@@ -22,12 +22,13 @@ at O1 the graft notebook took 136 s against 114 s at O0: more compile than run s
 suite stays at O0). SPECJAX_TEST_XLA_FLAGS=off keeps XLA's defaults everywhere (e.g. to rule
 the flags out of a failure).
 
-The flags are XLA:CPU's, and XLA parses XLA_FLAGS once for every backend: a flag the jaxlib does
+Those flags are XLA:CPU's, and XLA parses XLA_FLAGS once for every backend: a flag the jaxlib does
 not know aborts the process at backend start (measured on an H200, jax 0.11.2: "Unknown flag in
 XLA_FLAGS: --xla_cpu_use_fusion_emitters=false", pytest printed nothing). So the backend decides,
-not a variable the user must know (`applicable_flags`): they are used only where jax's default
-backend is the CPU, and only those a child process starts with (one its jaxlib does not know is dropped,
-so a newer jaxlib on a CPU keeps the others). The answer is
+not a variable the user must know (`applicable_flags`): BACKEND_TEST_FLAGS names each backend's
+(XLA:CPU's above where jax's default backend is the CPU, GPU_TEST_XLA_FLAGS on a GPU: no GEMM
+autotuning, no Triton GEMMs, for compile time; none elsewhere), and only those a child process starts
+with are used (one its jaxlib does not know is dropped, so a newer jaxlib keeps the others). The answer is
 cached per jaxlib, installed jax plugins and device variables (~/.cache/specjax-xla-flags.json),
 and handed to pytest-xdist workers and other children through SPECJAX_TEST_XLA_FLAGS_DECIDED.
 """
@@ -42,6 +43,14 @@ import sys
 
 TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true",
                   "--xla_cpu_use_fusion_emitters=false")
+# On a GPU the tests' tiny programs compiled ~3.5 s each (an H100, jax 0.11.2, 2026-11-27: 89 programs of the first
+# two DDTree tests in 330 s), against ~0.1 s on a CPU at TEST_XLA_FLAGS. XLA:GPU's compile time for such programs
+# is mostly GEMM autotuning (candidate kernels compiled and timed per product shape) and Triton GEMM kernels
+# (each through ptxas): without either, products go to cuBLAS's default algorithm. Every product is still exact to
+# its precision setting; the compile report of `make gpu-check`'s tests step measures what this saves.
+GPU_TEST_XLA_FLAGS = ("--xla_gpu_autotune_level=0", "--xla_gpu_enable_triton_gemm=false")
+BACKEND_TEST_FLAGS = {"cpu": TEST_XLA_FLAGS, "gpu": GPU_TEST_XLA_FLAGS}
+ALL_TEST_FLAGS = TEST_XLA_FLAGS + GPU_TEST_XLA_FLAGS
 RUN_HEAVY_XLA_FLAGS = ("--xla_backend_optimization_level=1", "--xla_llvm_disable_expensive_passes=true",
                        "--xla_cpu_use_fusion_emitters=false")
 
@@ -65,17 +74,24 @@ def _version(name: str) -> str | None:
         return None
 
 
-def _probe(flags: tuple[str, ...]) -> tuple[str, ...]:
-    """Those of `flags` a child process starts with on the CPU backend: () where its default backend is not
-    the CPU; a flag its jaxlib does not know is dropped (XLA names it) and the child started again."""
+def _child_backend(flags: tuple[str, ...] = ()):
+    """A child process with `flags` added to XLA_FLAGS: (its jax default backend or None, the run)."""
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = " ".join(env.get("XLA_FLAGS", "").split() + list(flags))
+    run = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    lines = run.stdout.strip().splitlines()
+    return (lines[-1] if run.returncode == 0 and lines else None), run
+
+
+def _probe(flags: tuple[str, ...], backend: str = "cpu") -> tuple[str, ...]:
+    """Those of `flags` a child process starts with on `backend`: () where its default backend is another;
+    a flag its jaxlib does not know is dropped (XLA names it) and the child started again."""
     flags = tuple(flags)
     for _ in range(len(flags) + 1):
-        env = dict(os.environ)
-        env["XLA_FLAGS"] = " ".join(env.get("XLA_FLAGS", "").split() + list(flags))
-        run = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"], env=env,
-                             capture_output=True, text=True, timeout=300)
-        if run.returncode == 0:
-            return flags if run.stdout.strip().splitlines()[-1:] == ["cpu"] else ()
+        started, run = _child_backend(flags)
+        if started is not None:
+            return flags if started == backend else ()
         unknown = [f for f in flags if f"{_UNKNOWN}{f}" in run.stderr or f"{_UNKNOWN}{f.split('=')[0]}" in run.stderr]
         if not unknown:
             return ()  # it did not start for another reason: keep XLA's defaults
@@ -83,12 +99,24 @@ def _probe(flags: tuple[str, ...]) -> tuple[str, ...]:
     return ()
 
 
-def applicable_flags(flags: tuple[str, ...] = TEST_XLA_FLAGS) -> tuple[str, ...]:
-    """Those of `flags` (XLA:CPU flags) that go into XLA_FLAGS here (module docstring): none where jax's
-    default backend is not the CPU, and only those this jaxlib knows. Decided once per jaxlib, plugins and
-    device variables by a child process (cached in ~/.cache/specjax-xla-flags.json, ~2 s the first time)
-    and handed to workers and children through SPECJAX_TEST_XLA_FLAGS_DECIDED."""
+def applicable_flags(flags: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """Those of `flags` (default: the test flags of every backend) that go into XLA_FLAGS here (module
+    docstring): the flags of jax's default backend (BACKEND_TEST_FLAGS: XLA:CPU's on a CPU, XLA:GPU's on a
+    GPU, none elsewhere), only those this jaxlib knows. Decided once per jaxlib, plugins and device variables
+    by child processes (cached in ~/.cache/specjax-xla-flags.json, ~4 s the first time) and handed to
+    workers and children through SPECJAX_TEST_XLA_FLAGS_DECIDED."""
+    flags = ALL_TEST_FLAGS if flags is None else flags
     return tuple(f for f in flags if f.split("=")[0] in {d.split("=")[0] for d in _decided()})
+
+
+_PLATFORM_BACKEND = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "rocm": "gpu"}
+
+
+def _decide() -> tuple[str, ...]:
+    """The test flags of the backend a child process starts on (JAX_PLATFORMS' first platform when set)."""
+    platforms = (os.environ.get("JAX_PLATFORMS") or os.environ.get("JAX_PLATFORM_NAME") or "").lower()
+    backend = _PLATFORM_BACKEND.get(platforms.split(",")[0].strip()) if platforms else _child_backend()[0]
+    return _probe(BACKEND_TEST_FLAGS[backend], backend) if backend in BACKEND_TEST_FLAGS else ()
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,11 +125,11 @@ def _decided() -> tuple[str, ...]:
         value = os.environ[_DECIDED]
         return () if value == "none" else tuple(value.split())
     platforms = (os.environ.get("JAX_PLATFORMS") or os.environ.get("JAX_PLATFORM_NAME") or "").lower()
-    if platforms and platforms.split(",")[0].strip() != "cpu":
+    if platforms and _PLATFORM_BACKEND.get(platforms.split(",")[0].strip()) not in BACKEND_TEST_FLAGS:
         decided: tuple[str, ...] = ()
     else:
         key = json.dumps({"jax": _version("jax"), "jaxlib": _version("jaxlib"), "plugins": _plugins(),
-                          "python": sys.executable, "flags": TEST_XLA_FLAGS,
+                          "python": sys.executable, "flags": BACKEND_TEST_FLAGS,
                           "env": {v: os.environ.get(v) for v in _DEVICE_VARIABLES}}, sort_keys=True)
         cache = pathlib.Path(os.path.expanduser("~")) / ".cache" / "specjax-xla-flags.json"
         try:
@@ -111,7 +139,7 @@ def _decided() -> tuple[str, ...]:
         if key in known:
             decided = tuple(known[key])
         else:
-            decided = _probe(TEST_XLA_FLAGS)
+            decided = _decide()
             known[key] = list(decided)
             try:
                 cache.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +151,7 @@ def _decided() -> tuple[str, ...]:
 
 
 def use_test_xla_flags() -> None:
-    """Append the applicable TEST_XLA_FLAGS to XLA_FLAGS (before jax creates its backend);
+    """Append the applicable test flags (the backend's) to XLA_FLAGS (before jax creates its backend);
     SPECJAX_TEST_XLA_FLAGS=off: none."""
     if os.environ.get("SPECJAX_TEST_XLA_FLAGS") == "off":
         return
@@ -141,9 +169,9 @@ def child_env(flags: tuple[str, ...] = ()) -> dict[str, str]:
 
 
 def default_flags_env() -> dict[str, str]:
-    """This process's environment with TEST_XLA_FLAGS taken out of XLA_FLAGS."""
+    """This process's environment with every backend's test flags taken out of XLA_FLAGS."""
     env = dict(os.environ)
-    flags = [f for f in env.get("XLA_FLAGS", "").split() if f not in TEST_XLA_FLAGS]
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if f not in ALL_TEST_FLAGS]
     if flags:
         env["XLA_FLAGS"] = " ".join(flags)
     else:

@@ -68,7 +68,10 @@ scanned, unstacked or dual: `specjax.models.model.LAYOUTS`; JSON: shapes.<shape>
              loop_round_ms, a round inside the generation loop as the AR part times a step:
              (min t(generate, N new) - min t(generate, 1 new)) / (rounds(N) - rounds(1)).
              With `ar` timed too, round_in_ar_steps = loop_round_ms / the AR ms/token (the
-             loop's round in the loop's steps: what the speedup divides tau by).
+             loop's round in the loop's steps: what the speedup divides tau by). With `ar`'s
+             bandwidth: draft_bound_ms = draft_bytes (the drafter's weights and the target's
+             [V, E] head it projects through) / bandwidth, draft_ratio_to_bound, and
+             verify_ratio_to_bound (the verify against one read of the target's weights).
 
 Random weights make acceptance meaningless: only costs are measured. The default dtype
 is bfloat16 on GPU/TPU and float32 on CPU (CPU benchmarks run in float32); matmul
@@ -485,7 +488,14 @@ def time_round(cfg, params, s: Settings) -> dict:
         int(np.asarray(run(1)().stats.num_rounds).max())
     return {**timed, "loop_round_ms": (t_n - t_1) / rounds * 1e3 if rounds > 0 else None,
             "verify_width": int(out["width"]), "tree_nodes": int(out["nodes"]), "budget": s.round_budget,
-            "dflash_layers": dcfg.num_layers, "block_size": dcfg.block_size}
+            "dflash_layers": dcfg.num_layers, "block_size": dcfg.block_size,
+            "draft_bytes": draft_read_bytes(cfg, dparams, dtype)}
+
+
+def draft_read_bytes(cfg, dparams, dtype) -> int:
+    """The bytes one DFlash draft call must read: the drafter's own weights and the target's LM head it projects
+    the block through ([V, E]; the block's embedding is a gather of B x block rows, not counted)."""
+    return weight_bytes(dparams) + cfg.vocab_size * cfg.hidden_size * jnp.dtype(dtype).itemsize
 
 
 def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print, save=None) -> dict:
@@ -578,6 +588,11 @@ def _time_layout(cfg, params, layout: str, parts, s: Settings, weights: int, ban
         ar_ms = (out.get("ar") or {}).get("ms_per_token")
         if ar_ms and r["loop_round_ms"]:
             r["round_in_ar_steps"] = r["loop_round_ms"] / ar_ms
+        if bandwidth:  # the draft and the verify against the bytes each must read (the issue's draft goal, 1 ms)
+            gbps = bandwidth["measured_GBps"]
+            r["draft_bound_ms"] = r["draft_bytes"] / (gbps * 1e9) * 1e3
+            r["draft_ratio_to_bound"] = r["draft_ms"] / r["draft_bound_ms"]
+            r["verify_ratio_to_bound"] = r["verify_ms"] / (weights / (gbps * 1e9) * 1e3)
         log(f"[{layout}] DDTree-{s.round_budget} round (verify width {r['verify_width']}): " + ", ".join(
             f"{k[:-3]} {v:.2f}" for k, v in r.items() if k.endswith("_ms") and v is not None) + " ms"
             + (f"; in the loop {r['round_in_ar_steps']:.2f} AR steps" if r.get("round_in_ar_steps") else ""))

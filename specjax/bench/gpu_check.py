@@ -185,8 +185,11 @@ def _compile_report(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     total = lambda key: round(sum(r[key] for r in rows), 1)  # noqa: E731
+    compiles = sum(r["compiles"] for r in rows)
     return {"tests": len(rows), "seconds": total("seconds"), "compile_s": total("compile_s"),
-            "trace_s": total("trace_s"), "compiles": sum(r["compiles"] for r in rows),
+            "trace_s": total("trace_s"), "compiles": compiles,
+            "compile_s_per_program": round(total("compile_s") / compiles, 3) if compiles else None,
+            "xla_flags": sorted({r.get("xla_flags", "") for r in rows}),
             "slowest": sorted(rows, key=lambda r: -r["seconds"])[:10]}
 
 
