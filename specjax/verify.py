@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.models.cache import KVCache
+from specjax.models.cache import KVCache, write_rows
 from specjax.models.model import ModelConfig, forward_tapped
 from specjax.ops import argmax, switch_on_width
 from specjax.ops import top_k as top_k_op
@@ -241,15 +241,16 @@ def chain_rejection(
 
 def tree_forward(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KVCache,
                  feature_layers: tuple[int, ...] = (), max_depth: int | None = None, mask: jax.Array | None = None,
-                 positions: jax.Array | None = None):
+                 positions: jax.Array | None = None, write_cache: bool = True):
     """The target forward over the block [root, tree]: int32[B, N+1] at positions lengths + depth
     (`node_positions`), each slot attending to its ancestors (`ancestor_mask`; both may be given
     precomputed). Returns `forward_tapped`'s (logits f32[B, N+1, V], cache with the block's K/V in
-    the pending slots, features [B, N+1, n, E])."""
+    the pending slots, features [B, N+1, n, E]); `write_cache=False`: the block's K/V as `PendingRows`
+    in place of the cache (`forward_tapped`)."""
     block = jnp.concatenate([root[:, None], tree.tokens], axis=1)  # [B, N+1]
     mask = ancestor_mask(tree, max_depth) if mask is None else mask
     positions = node_positions(tree, cache.lengths) if positions is None else positions
-    return forward_tapped(params, cfg, block, positions, mask, cache, feature_layers)
+    return forward_tapped(params, cfg, block, positions, mask, cache, feature_layers, write_cache=write_cache)
 
 
 @struct.dataclass
@@ -292,14 +293,21 @@ def verify_tree(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KV
     widths = (budget,) if widths is None else tuple(widths)
     active = jnp.ones((b,), bool) if active is None else active
     walked = sampling.greedy or not rejection  # else chain rejection, which needs the logits
+    # Several widths: a `lax.switch`, whose branches leave the cache untouched and return the block's K/V rows
+    # padded to N + 1, written after the switch. A branch that wrote the cache would make XLA copy the whole
+    # cache in every round (measured in the compiled loop: two copies of K and V per round, `LayerKV.deferred`).
+    deferred = len(widths) > 1
 
     def run(width, cache, tree, draft_probs):
         # Only the width-dependent work is in the branch (the forward and what reads its
         # logits); the walk runs once after the switch, on the slot targets padded to N + 1
         # (one compiled walk instead of one per width: issue 16 item 5).
         sub = jax.tree.map(lambda x: x[:, :width], tree)
-        logits, cache, feats = tree_forward(params, cfg, sub, root, cache, feature_layers, max_depth)
+        logits, cache, feats = tree_forward(params, cfg, sub, root, cache, feature_layers, max_depth,
+                                            write_cache=not deferred)
         pad = ((0, 0), (0, budget - width))
+        if deferred:  # rows [L, B, width + 1, K, D] -> N + 1 (the padding lands in pending slots nobody reads)
+            cache = jax.tree.map(lambda x: jnp.pad(x, ((0, 0),) + pad + ((0, 0),) * 2), cache)
         if rejection and not sampling.greedy:  # the full width only (checked below): the result itself
             out = chain_rejection(sub.tokens, draft_probs, logits, key, sampling.temperature, sampling.top_k,
                                   sampling.top_p)
@@ -318,7 +326,8 @@ def verify_tree(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KV
     # Slots past the last valid node of every row are dead weight: verify at the smallest
     # static width that holds them (parents precede children, so a prefix of the slots is a tree).
     extent = jnp.max(jnp.where(tree.valid & active[:, None], jnp.arange(1, budget + 1)[None], 0))
-    out, width, cache, feats, top_ids, top_logits = switch_on_width(extent, widths, run, (cache, tree, draft_probs))
+    out, width, written, feats, top_ids, top_logits = switch_on_width(extent, widths, run, (cache, tree, draft_probs))
+    cache = write_rows(cache, written) if deferred else written
     if walked:
         # The verified prefix only: an inactive row may hold valid nodes past `width`.
         valid = tree.valid & (jnp.arange(budget)[None] < width)

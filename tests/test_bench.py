@@ -430,6 +430,39 @@ def test_round_split_times_every_part_and_projection_arithmetic():
     assert proj == {8: 1.5}
 
 
+@pytest.mark.parametrize("make", ["chain", "dynatree"])
+def test_the_protocol_split_times_the_parts_that_make_the_round(make):
+    """Any drafter's split (`protocol_split`): its three parts, run in sequence from a mid-generation state, give
+    the round's own result (the tokens it emits, the target cache's length, the draft state it leaves), so
+    the parts timed are the round's; and every part and the whole round time positive."""
+    from specjax.bench.round_split import PROTOCOL_PARTS, protocol_parts, protocol_split, state_after
+    from specjax.sampling import Sampling
+
+    target = TARGETS["neox"]
+    params = random_params(target, 1)
+    draft = GPTNeoXConfig(vocab_size=target.vocab_size, hidden_size=32, num_layers=1, num_heads=2,
+                          intermediate_size=64, rotary_dim=4)
+    drafter = ChainDrafter(draft, 4) if make == "chain" else DynaTreeDrafter(draft, phase=3)
+    dparams = random_params(draft, 2)
+    tokens, lengths = harness.prepare_prompts([[1, 2, 3, 4]])[0]
+    state, run_round = state_after((target, params), drafter, dparams, tokens, lengths, 1, 32, Sampling())
+    parts = protocol_parts((target, params), drafter, Sampling())
+    active, key = ~state.done, jax.random.key(3)
+    tree, probs, dstate = parts["propose"](state.draft_state, state.root, active, key)
+    tp = parts["verify"](tree, state.root, state.cache, key, probs, active)
+    cache, dstate = parts["commit_observe"](tree, tp, dstate, state.cache.lengths, active)
+    after = run_round(state)
+    keep = int(tp.result.num_accepted[0]) + 1
+    count = int(state.count[0])
+    assert int(after.count[0]) == count + keep  # 32 new tokens: no cut at this point
+    np.testing.assert_array_equal(np.asarray(after.out[0, count:count + keep]), np.asarray(tp.result.emitted[0, :keep]))
+    np.testing.assert_array_equal(np.asarray(cache.lengths), np.asarray(after.cache.lengths))
+    for got, want in zip(jax.tree.leaves(dstate), jax.tree.leaves(after.draft_state), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    split = protocol_split((target, params), drafter, dparams, tokens, lengths, reps=2, max_new=32)
+    assert all(split[p] > 0 for p in PROTOCOL_PARTS) and split["nodes"] >= 1 and 1 <= split["depth"] <= drafter.max_depth
+
+
 def test_split_programs_take_the_weights_as_arguments_as_the_loop_does():
     """The split's AR step and verify forward read the target's weights as program arguments, as the
     decode loop does: closed over, they would be compile-time constants that XLA folds layouts into

@@ -215,3 +215,60 @@ def test_attention_reads_only_the_visible_prefix(monkeypatch):
         np.testing.assert_allclose(prefix, full, atol=1e-5, rtol=0)
         np.testing.assert_allclose(prefix_k, full_k, atol=1e-5, rtol=0)  # layer >= 1 keys: summation order
     np.testing.assert_array_equal(results["generate", 32], results["generate", 10**9])
+
+
+@pytest.mark.parametrize("layout", ["stacked", "unstacked"])
+@pytest.mark.parametrize("variant", sorted(MODELS))
+def test_a_forward_that_holds_its_rows_apart_equals_one_that_writes_them(variant, layout):
+    """`forward_tapped(..., write_cache=False)` (what a verify-width branch runs, `LayerKV.deferred`) attends to
+    the block's own K/V as if written, and `write_rows` then writes them where the writing forward does: every
+    other slot untouched, the rows, the logits and the features up to float32 rounding (the softmax's sums in
+    another order; two compiled programs), at region offsets 0 and 3, on ragged rows with a tree
+    mask, stacked and per-layer caches."""
+    from specjax.models.cache import per_layer_cache, write_rows
+    from specjax.models.model import forward_tapped, with_layout
+
+    cfg, params = MODELS[variant]
+    params = with_layout(params, layout)
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, cfg.vocab_size, n).tolist() for n in (7, 3)]
+    tokens, lengths = pad_prompts(prompts)
+    _, _, cache = prefill(with_layout(params, "stacked"), cfg, tokens, lengths, init_cache(cfg, 2, 24))
+    cache = per_layer_cache(cache) if layout == "unstacked" else cache
+    t = 5
+    block = jnp.asarray(rng.integers(0, cfg.vocab_size, (2, t)), jnp.int32)
+    parents = np.array([-1, 0, 0, 1, 3])  # a tree: each token sees its ancestors and itself
+    tree_mask = np.eye(t, dtype=bool)
+    for i, p in enumerate(parents):
+        while p >= 0:
+            tree_mask[i, p], p = True, parents[p]
+    mask = jnp.broadcast_to(jnp.asarray(tree_mask), (2, t, t))
+    for offset in (0, 3):
+        region = jnp.zeros((2, t + offset, t + offset), bool).at[:, offset:, offset:].set(mask)
+        region = region.at[:, offset:, :offset].set(True)  # earlier pending slots of the region, visible
+        positions = cache.lengths[:, None] + offset + jnp.asarray([0, 1, 1, 2, 3])[None]
+        blk = jnp.concatenate([jnp.zeros((2, offset), jnp.int32), block], axis=1) if offset else block
+        pos = jnp.concatenate([cache.lengths[:, None] + jnp.arange(offset)[None], positions], 1) if offset else positions
+        _, before, _ = forward_tapped(params, cfg, blk[:, :offset], pos[:, :offset], region[:, :offset, :offset],
+                                      cache) if offset else (None, cache, None)
+        want_logits, want_cache, want_feats = forward_tapped(params, cfg, block, positions, region[:, offset:], before,
+                                                             (0,), region_offset=offset)
+        logits, rows, feats = forward_tapped(params, cfg, block, positions, region[:, offset:], before, (0,),
+                                             region_offset=offset, write_cache=False)
+        got_cache = write_rows(before, rows, offset)
+        slot = np.arange(24)[None, :]
+        block_slots = (slot >= np.asarray(before.lengths)[:, None] + offset) & (slot < np.asarray(before.lengths)[:, None] + offset + t)
+        for got, want in zip(jax.tree.leaves(got_cache), jax.tree.leaves(want_cache), strict=True):
+            got, want = np.asarray(got), np.asarray(want)
+            if got.ndim == 5:  # [L, B, K, S, D]: every other slot untouched; the block's rows where the writer put
+                # them, up to the rounding of two compiled programs (their products may block differently)
+                outside = ~block_slots[None, :, None, :, None]
+                np.testing.assert_array_equal(np.where(outside, got, 0), np.where(outside, want, 0))
+                np.testing.assert_allclose(got, want, atol=1e-5, rtol=2e-6)
+            else:
+                np.testing.assert_array_equal(got, want)
+        scale = float(np.max(np.abs(np.asarray(want_logits))))
+        np.testing.assert_allclose(np.asarray(logits), np.asarray(want_logits), atol=64 * np.finfo(np.float32).eps * scale,
+                                   rtol=0)
+        np.testing.assert_allclose(np.asarray(feats), np.asarray(want_feats), atol=1e-5, rtol=1e-5)
+        np.testing.assert_array_equal(np.asarray(rows.k.shape), [cfg.num_layers, 2, t, cfg.num_kv_heads, cfg.head_dim])

@@ -265,3 +265,46 @@ def test_the_unstacked_program_copies_no_layer_weight_and_the_scanned_one_does()
     assert _weight_shaped_ops(with_layout(params, "unstacked"), cfg) == {}
     scanned = _weight_shaped_ops(with_layout(params, "stacked"), cfg)
     assert scanned.get("dynamic-slice", 0) >= 5, scanned  # at least one per weight matrix of a layer
+
+
+def _cache_copies_in_loop(drafter, dparams, cfg, params) -> dict[str, int]:
+    """Copies of a whole K or V cache array in the compiled greedy `generate` loop of `drafter`, counted per
+    computation kind: the entry computation (once per call) or anything else (a round: the while body, a
+    conditional's branches)."""
+    import re
+
+    from specjax.decode import generate
+
+    tokens, lengths = pad_prompts([[1, 2, 3], [4, 5]], 8)
+    hlo = jax.jit(lambda p, t, n: generate(p, cfg, drafter, dparams, t, n, 12, eos_ids=()).tokens).lower(
+        params, tokens, lengths).compile().as_text()
+    cache_shape = f"f32[{cfg.num_layers},2,{cfg.num_kv_heads},"
+    counts, where = {"entry": 0, "round": 0}, None
+    for line in hlo.splitlines():
+        if line and not line.startswith(" ") and "{" in line:
+            where = "entry" if line.startswith("ENTRY") else "round"
+        if re.search(r"= " + re.escape(cache_shape) + r"\d+,\d+\]\S* copy\(", line):
+            counts[where] += 1
+    return counts
+
+
+def test_a_loop_that_verifies_at_several_widths_copies_no_cache_in_its_rounds():
+    """DynaTree verifies at the smallest of several widths (a `lax.switch`). When each branch wrote the target's
+    cache, XLA copied the whole K and V cache in every branch and again in the loop body: four copies of the
+    cache per round (measured: SmolLM2's loop, 8 MB each). The branches now hold the block's rows apart and one
+    write follows the switch (`LayerKV.deferred`, `cache.write_rows`): no copy of a cache in a round, as in the
+    single-width loop of a chain."""
+    from specjax.drafters.chain import ChainDrafter
+    from specjax.drafters.dynatree import DynaTreeDrafter
+    from specjax.models.llama import LlamaConfig
+    from specjax.testing import random_params
+
+    cfg = LlamaConfig(vocab_size=72, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
+                      intermediate_size=64)
+    draft = LlamaConfig(vocab_size=72, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=8,
+                        intermediate_size=32)
+    params, dparams = random_params(cfg, 0), random_params(draft, 1)
+    multi = DynaTreeDrafter(draft, phase=3, n_max=16, d_max=4, d0=3)
+    assert len(multi.verify_widths) > 1
+    assert _cache_copies_in_loop(multi, dparams, cfg, params)["round"] == 0
+    assert _cache_copies_in_loop(ChainDrafter(draft, 3), dparams, cfg, params)["round"] == 0

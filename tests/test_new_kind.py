@@ -123,9 +123,9 @@ def test_a_kind_declared_in_one_module_outside_the_package_runs_through_every_fr
 
 
 def test_the_round_split_of_a_drafter_is_its_nearest_declared_class():
-    from specjax.bench.round_split import GRAFT_PARTS, PARTS, WHOLE_ROUND
+    from specjax.bench.round_split import GRAFT_PARTS, PARTS, PROTOCOL_SPLIT
     from specjax.drafters import DDTreeDrafter, DFlashDrafter, GraftDrafter
 
     assert split_of(object.__new__(DDTreeDrafter)).parts == PARTS
     assert split_of(object.__new__(GraftDrafter)).parts == GRAFT_PARTS
-    assert split_of(object.__new__(DFlashDrafter)) is WHOLE_ROUND
+    assert split_of(object.__new__(DFlashDrafter)) is PROTOCOL_SPLIT

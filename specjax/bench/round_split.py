@@ -13,8 +13,8 @@ over repetitions (milliseconds):
                  not exactly the sum)
     ar_step      one autoregressive step of the target (forward over 1 token + argmax)
 
-`DOMINO_PARTS` and `GRAFT_PARTS` are Domino's and Graft's; any other drafter gets the whole round and
-one AR step (`round_cost`). Each split is a `RoundSplit` record (drafter class, parts, timing function);
+`DOMINO_PARTS` and `GRAFT_PARTS` are Domino's and Graft's; any other drafter gets the parts of the drafter
+protocol (`protocol_split`: propose, verify, commit_observe), the whole round and one AR step. Each split is a `RoundSplit` record (drafter class, parts, timing function);
 this module declares its own in ``ROUND_SPLITS`` and `SPLITS` collects every module's (`specjax.declared`:
 a drafter kind declared outside the package brings its own), which `method_split` and the bench's
 ``--round-split`` read.
@@ -36,10 +36,11 @@ import numpy as np
 
 from specjax.bench.timing import median_seconds
 from specjax.declared import Registry
-from specjax.decode import cache_sizes, initial_state, speculative_round
+from specjax.decode import cache_sizes, initial_state, speculative_round, target_layers
 from specjax.drafters.ddtree import DDTreeDrafter
 from specjax.drafters.domino import DominoDrafter
 from specjax.drafters.graft import GraftDrafter
+from specjax.drafters.protocol import Verified
 from specjax.drafters.retrieval import retrieve, union, update_table
 from specjax.models.cache import commit
 from specjax.models.model import forward
@@ -47,7 +48,7 @@ from specjax.numerics import DEFAULT_PRECISION, matmul_scope
 from specjax.ops import argmax, device_widths
 from specjax.sampling import Sampling
 from specjax.tree import ancestor_mask, chain_tree, node_positions
-from specjax.verify import slot_targets, tree_forward, walk
+from specjax.verify import slot_targets, tree_forward, verify_tree, walk
 
 @dataclasses.dataclass(frozen=True)
 class RoundSplit:
@@ -311,6 +312,70 @@ def graft_split(target, drafter, draft_params, tokens, lengths, *, rounds_before
         return {**out, "stage": stage, "step_cost": out["draft_dense"] / (1 + drafter.depth) / out["verify"]}
 
 
+PROTOCOL_PARTS = ("propose", "verify", "commit_observe", "round", "ar_step")
+
+
+def protocol_split(target, drafter, draft_params, tokens, lengths, *, rounds_before: int = 2, reps: int = 10,
+                   sampling: Sampling = Sampling(), max_new: int = 64,
+                   matmul_precision: str = DEFAULT_PRECISION) -> dict[str, float]:
+    """Any drafter's round split along the drafter protocol, as `speculative_round` calls it (`PROTOCOL_PARTS`,
+    ms, medians from the state after `rounds_before` rounds of the real loop):
+
+        propose         `drafter.propose`: everything the drafter does to make its tree (draft forwards,
+                        expansion, pruning, retrieval)
+        verify          `verify_tree` at the drafter's verify widths: mask, the target's tree forward, the walk
+        commit_observe  the target cache's commit and `drafter.observe` (the draft cache's catch-up)
+        round           the whole round as the loop runs it; ar_step one AR step of the target
+
+    Also returns `nodes` (row 0's proposed nodes) and `depth` (its tree depth)."""
+    with matmul_scope(matmul_precision):
+        state, run_round = state_after(target, drafter, draft_params, tokens, lengths, rounds_before, max_new,
+                                        sampling)
+        parts = protocol_parts(target, drafter, sampling)
+        active = ~state.done
+        key = jax.random.key(1)
+        tree, probs, dstate = parts["propose"](state.draft_state, state.root, active, key)
+        tp = parts["verify"](tree, state.root, state.cache, key, probs, active)
+        ar_step = _ar_step(target, tokens.shape[0])
+        out = {"propose": _median_ms(parts["propose"], state.draft_state, state.root, active, key, reps=reps),
+               "verify": _median_ms(parts["verify"], tree, state.root, state.cache, key, probs, active, reps=reps),
+               "commit_observe": _median_ms(parts["commit_observe"], tree, tp, dstate, state.cache.lengths, active,
+                                            reps=reps),
+               "round": _median_ms(run_round, state, reps=reps),
+               "ar_step": _median_ms(ar_step, state.cache, state.root, reps=reps)}
+        valid = np.asarray(tree.valid[0])
+        depth = int(np.asarray(tree.depth[0])[valid].max()) if valid.any() else 0
+        return {**out, "nodes": int(valid.sum()), "depth": depth}
+
+
+def protocol_parts(target, drafter, sampling: Sampling) -> dict:
+    """The jitted parts `protocol_split` times, the target's weights as arguments (`_with_params`):
+    propose(draft_state, root, active, key) -> (tree, draft_probs, draft_state);
+    verify(tree, root, cache, key, draft_probs, active) -> TargetPass;
+    commit_observe(tree, target_pass, draft_state, start, active) -> (cache, draft_state), keeping every
+    accepted token (the round also cuts at EOS and max_new_tokens: bookkeeping, not timed apart)."""
+    cfg, params = target
+
+    def propose(dstate, root, active, key):
+        return drafter.propose(dstate, root, active, key, sampling)
+
+    def verify(params, tree, root, cache, key, probs, active):
+        return verify_tree(params, cfg, tree, root, cache, key, sampling, max_depth=drafter.max_depth,
+                           draft_probs=probs, rejection=drafter.uses_rejection(sampling),
+                           feature_layers=target_layers(drafter), top_k=getattr(drafter, "target_topk", 0),
+                           widths=device_widths(getattr(drafter, "verify_widths", None)), active=active)
+
+    @jax.jit
+    def commit_observe(tree, tp, dstate, start, active):
+        keep = jnp.where(active, tp.result.num_accepted + 1, 0)
+        cache = commit(tp.cache, tp.result.path_slots, keep)
+        return cache, drafter.observe(dstate, Verified(tree=tree, result=tp.result, num_kept=keep, active=active,
+                                                       start=start, features=tp.features, top_ids=tp.top_ids,
+                                                       top_logits=tp.top_logits))
+
+    return {"propose": jax.jit(propose), "verify": _with_params(verify, params), "commit_observe": commit_observe}
+
+
 def round_cost(target, drafter, draft_params, tokens, lengths, *, rounds_before: int = 2, reps: int = 10,
                sampling: Sampling = Sampling(), max_new: int = 64,
                matmul_precision: str = DEFAULT_PRECISION) -> dict[str, float]:
@@ -325,15 +390,15 @@ def round_cost(target, drafter, draft_params, tokens, lengths, *, rounds_before:
                 "ar_step": _median_ms(ar_step, state.cache, state.root, reps=reps)}
 
 
-WHOLE_ROUND = RoundSplit(object, ("round", "ar_step"), round_cost)  # any drafter without a split of its own
+PROTOCOL_SPLIT = RoundSplit(object, PROTOCOL_PARTS, protocol_split)  # any drafter without a split of its own
 
 
 def split_of(drafter) -> RoundSplit:
     """The round split of `drafter`: the one declared for its class or its nearest base class with one,
-    else `WHOLE_ROUND`."""
+    else `PROTOCOL_SPLIT`."""
     mro = type(drafter).__mro__
     found = [s for cls, s in SPLITS.items() if cls in mro]
-    return min(found, key=lambda s: mro.index(s.drafter)) if found else WHOLE_ROUND
+    return min(found, key=lambda s: mro.index(s.drafter)) if found else PROTOCOL_SPLIT
 
 
 def method_split(target, drafter, draft_params, tokens, lengths, **kw) -> dict[str, float]:

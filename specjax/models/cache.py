@@ -65,6 +65,32 @@ def init_cache(cfg, batch_size: int, num_slots: int, dtype=jnp.float32) -> KVCac
     )
 
 
+@struct.dataclass
+class PendingRows:
+    """A forward's new keys and values held apart from the cache (`forward_tapped(..., write_cache=False)`):
+    k, v [L, B, T, K, D], row t of batch row b bound for slot lengths[b] + region offset + t (`write_rows`)."""
+
+    k: jax.Array
+    v: jax.Array
+
+
+def write_rows(cache: KVCache, rows: PendingRows, region_offset: int | jax.Array = 0) -> KVCache:
+    """`cache` with `rows` written where `forward_tapped` would have written them: row t of batch row b at slot
+    lengths[b] + region_offset + t of every layer (a row past the last slot is dropped, as there)."""
+    b, t = rows.k.shape[1:3]
+    at = (slice(None), jnp.arange(b)[:, None], slice(None), (cache.lengths + region_offset)[:, None] + jnp.arange(t))
+
+    def put(layers, new):  # layers [L', B, K, S, D] <- new [L', B, T, K, D] (indexed as [B, T, L', K, D])
+        return layers.at[at].set(new.transpose(1, 2, 0, 3, 4).astype(layers.dtype), mode="drop", unique_indices=True)
+
+    if cache.per_layer:
+        k = tuple(put(x, rows.k[i:i + 1]) for i, x in enumerate(cache.k))
+        v = tuple(put(x, rows.v[i:i + 1]) for i, x in enumerate(cache.v))
+    else:
+        k, v = put(cache.k, rows.k), put(cache.v, rows.v)
+    return cache.replace(k=k, v=v)
+
+
 def advance(cache: KVCache, n: jax.Array) -> KVCache:
     """`commit(cache, zeros[B, 1], n)` for a one-token forward written at region offset 0: its
     pending slot is already slot lengths[b], where commit would move it, so only `lengths` moves

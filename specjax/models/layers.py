@@ -203,6 +203,11 @@ class LayerKV:
       write_at: int32[B] the slot where each row's first pending token goes (lengths + region offset).
       visible: int32 scalar or None: no pending token of any row sees a slot >= visible (the
         longest row's committed prefix + its pending region, `visible_slots`); None: all S slots.
+      deferred: (static) keep this forward's new K/V in `new_k` / `new_v` instead of writing them into
+        k / v; `attend` reads them there as if written. A forward inside a `lax.switch` branch then
+        leaves the cache untouched, and its caller writes the rows after the switch (`cache.write_rows`):
+        XLA copies a buffer that a branch updates in place (every branch, the whole cache, each round).
+      new_k, new_v: [B, T, K, D] the deferred rows (None until `append`).
     """
 
     k: jax.Array
@@ -210,11 +215,16 @@ class LayerKV:
     layer: jax.Array
     write_at: jax.Array
     visible: jax.Array | None = None
+    new_k: jax.Array | None = None
+    new_v: jax.Array | None = None
+    deferred: bool = struct.field(pytree_node=False, default=False)
 
     def append(self, k_new: jax.Array, v_new: jax.Array) -> "LayerKV":
         """Write [B, T, K, D] new keys/values at write_at[b] + t; returns the updated LayerKV.
         The caller guarantees write_at + T <= S (checked on the host before compiling, see
-        `cache.check_capacity`)."""
+        `cache.check_capacity`). Deferred: keep them in new_k / new_v (the class docstring)."""
+        if self.deferred:
+            return self.replace(new_k=k_new.astype(self.k.dtype), new_v=v_new.astype(self.v.dtype))
         b, t = k_new.shape[:2]
         rows = jnp.arange(b)[:, None]
         cols = self.write_at[:, None] + jnp.arange(t)[None]
@@ -233,10 +243,21 @@ class LayerKV:
         the result is the full attention's: their softmax weights are exactly 0.
         """
         _, b, kh, s, d = self.k.shape
+        pending = None
+        if self.deferred:  # this forward's rows are not in k / v: their slots there are stale
+            t = self.new_k.shape[1]
+            cols = self.write_at[:, None] + jnp.arange(t)[None]  # [B, T'] the slots the rows will take
+            pending = jnp.take_along_axis(mask, jnp.minimum(cols, s - 1)[:, None, :], axis=2)  # [B, T, T']
+            pending = pending & (cols < s)[:, None, :]  # a row past the cache is dropped by the write
+            slots = jnp.arange(s)[None]
+            stale = (slots >= self.write_at[:, None]) & (slots < self.write_at[:, None] + t)  # [B, S]
+            mask = mask & ~stale[:, None, :]
 
         def over(w, k, v, mask, q):
             k_l = jax.lax.dynamic_slice(k, (self.layer, 0, 0, 0, 0), (1, b, kh, w, d))[0]  # [B, K, w, D]
             v_l = jax.lax.dynamic_slice(v, (self.layer, 0, 0, 0, 0), (1, b, kh, w, d))[0]
+            if pending is not None:
+                return attend(q, k_l, v_l, mask[..., :w], scale, new=(self.new_k, self.new_v, pending))
             return attend(q, k_l, v_l, mask[..., :w], scale)
 
         widths = attention_widths(s)
@@ -279,11 +300,14 @@ def _attend_one_token(q, k_all, v_all, mask, scale):
 
 
 def attend(
-    q: jax.Array, k_all: jax.Array, v_all: jax.Array, mask: jax.Array, scale: float
+    q: jax.Array, k_all: jax.Array, v_all: jax.Array, mask: jax.Array, scale: float,
+    new: tuple[jax.Array, jax.Array, jax.Array] | None = None,
 ) -> jax.Array:
     """Grouped-query attention of pending queries over all cache slots.
 
     q: [B, T, H, D]; k_all, v_all: [B, K, S, D]; mask: bool[B, T, S]. Returns [B, T, H, D].
+    new: (k_new, v_new [B, T', K, D], mask bool[B, T, T']): T' more slots held apart from the cache (a
+    deferred write, `LayerKV.deferred`), attended as if written after its S slots: one softmax over S + T'.
     The G = H / K query heads of a KV head and the T tokens are the rows of one product per
     (B, K): [G*T, D] x [S, D]^T, read where the cache lies (no copy of K or V).
     Scores and softmax in float32: q . k is accumulated in float32 on the operands' own
@@ -293,16 +317,31 @@ def attend(
     b, t, h, d = q.shape
     kv_heads, s = k_all.shape[1:3]
     g = h // kv_heads
-    if t == 1 and b >= ONE_TOKEN_REDUCE_MIN_BATCH:
+    if t == 1 and b >= ONE_TOKEN_REDUCE_MIN_BATCH and new is None:
         return _attend_one_token(q, k_all, v_all, mask, scale)
     rows = q.reshape(b, t, kv_heads, g, d).transpose(0, 2, 3, 1, 4).reshape(b, kv_heads, g * t, d)  # [B, K, G*T, D]
+    if new is not None:  # the held-apart slots after the cache's: [B, K, S + T', D] in the products below
+        k_new, v_new, new_mask = new
+        k_new, v_new = k_new.transpose(0, 2, 1, 3), v_new.transpose(0, 2, 1, 3)  # [B, K, T', D]
+        mask = jnp.concatenate([mask, new_mask], axis=-1)  # [B, T, S + T']
+        s = s + k_new.shape[2]
     if rows.dtype != k_all.dtype:
         rows, k_all = rows.astype(jnp.float32), k_all.astype(jnp.float32)
-    scores = jnp.einsum("bkqd,bksd->bkqs", rows, k_all, preferred_element_type=jnp.float32) * scale  # [B, K, G*T, S]
+        k_new = k_new.astype(jnp.float32) if new is not None else None
+
+    def scores_of(keys):  # [B, K, G*T, S'] in float32
+        return jnp.einsum("bkqd,bksd->bkqs", rows, keys, preferred_element_type=jnp.float32) * scale
+
+    scores = scores_of(k_all) if new is None else jnp.concatenate([scores_of(k_all), scores_of(k_new)], axis=-1)
     visible = jnp.broadcast_to(mask[:, None], (b, g, t, s)).reshape(b, 1, g * t, s)  # row g*T + t: token t's mask
     scores = jnp.where(visible, scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1)
-    out = jnp.einsum("bkqs,bksd->bkqd", probs, v_all.astype(jnp.float32))  # [B, K, G*T, D]
+    if new is None:
+        out = jnp.einsum("bkqs,bksd->bkqd", probs, v_all.astype(jnp.float32))  # [B, K, G*T, D]
+    else:  # the cache's slots and the held-apart ones: two products, one sum
+        cut = v_all.shape[2]
+        out = (jnp.einsum("bkqs,bksd->bkqd", probs[..., :cut], v_all.astype(jnp.float32))
+               + jnp.einsum("bkqs,bksd->bkqd", probs[..., cut:], v_new.astype(jnp.float32)))
     return out.reshape(b, kv_heads, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d).astype(q.dtype)
 
 

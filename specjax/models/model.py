@@ -30,7 +30,8 @@ from flax import nnx
 from specjax.inputs import WrongConfigError, as_prompt_batch, check_positions, pad_prompts, raise_on_mismatch
 from specjax.models import gpt_neox, llama
 from specjax.models.families import FAMILIES, MODEL_TYPES, load_families
-from specjax.models.cache import KVCache, check_capacity, commit, init_cache, per_layer_cache, stacked_cache
+from specjax.models.cache import (KVCache, PendingRows, check_capacity, commit, init_cache, per_layer_cache,
+                                   stacked_cache)
 from specjax.models.hf_config import UnsupportedConfigError
 from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots
 from specjax.numerics import DEFAULT_PRECISION, check_precision, matmul_scope
@@ -105,7 +106,7 @@ def param_shapes(cfg: ModelConfig, dtype=jnp.float32) -> dict:
     return jax.eval_shape(lambda: init_params(cfg, jax.random.key(0), dtype))
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "feature_layers", "with_logits"))  # one compile per shape
+@functools.partial(jax.jit, static_argnames=("cfg", "feature_layers", "with_logits", "write_cache"))
 def forward_tapped(
     params: dict,
     cfg: ModelConfig,
@@ -116,6 +117,7 @@ def forward_tapped(
     feature_layers: tuple[int, ...] = (),
     region_offset: int | jax.Array = 0,
     with_logits: bool = True,
+    write_cache: bool = True,
 ):
     """`forward` that also returns the outputs of chosen decoder layers (the features a
     drafter reads from the target): always (logits, cache, features).
@@ -126,6 +128,9 @@ def forward_tapped(
     layer scan when its layer runs, never a stack of all L + 1 layers.
     Returns (logits f32[B, T, V], cache, features [B, T, n, E] in the params' dtype);
     with no layers requested features has n = 0; `with_logits=False` skips the LM head (logits None).
+    `write_cache=False`: the block's K/V are attended where they would be written but not written; the second
+    output is then their `PendingRows` ([L, B, T, K, D]; `cache.write_rows` writes them): a forward inside a
+    `lax.switch` branch leaves the cache untouched, so XLA need not copy it (`LayerKV.deferred`).
     """
     check_feature_layers(cfg, feature_layers)
     outer = _merge(cfg, "Outer", outer_params(params))
@@ -138,15 +143,16 @@ def forward_tapped(
 
     def layer(carry, xs):
         """Decoder layer i on (x, K cache, V cache, features); the cache's own layer axis is read at
-        `slot` (i in a stacked cache, 0 in a per-layer one)."""
+        `slot` (i in a stacked cache, 0 in a per-layer one). Outputs the layer's new (K, V) rows when they
+        are held apart (`write_cache=False`), else None."""
         x, k_cache, v_cache, feats = carry
         layer_params, i, slot = xs
         block = _merge(cfg, "FusedBlock" if llama.is_fused(layer_params) else "Block", layer_params)
-        kv = LayerKV(k=k_cache, v=v_cache, layer=slot, write_at=write_at, visible=visible)
+        kv = LayerKV(k=k_cache, v=v_cache, layer=slot, write_at=write_at, visible=visible, deferred=not write_cache)
         x, kv = block(x, positions, mask, kv)
         if feature_layers:  # keep x in the slots that asked for layer i
             feats = jnp.where((wanted == i)[:, None, None, None], x[None].astype(feats.dtype), feats)
-        return (x, kv.k, kv.v, feats), None
+        return (x, kv.k, kv.v, feats), (None if write_cache else (kv.new_k, kv.new_v))
 
     # One traced copy per layer, each reading its own arrays (`unstack_layers`): always for unstacked
     # params, for one-token steps of "dual" ones (`LAYOUTS`); else the layer scan.
@@ -155,22 +161,30 @@ def forward_tapped(
         raise ValueError(f"a per-layer KV cache is read by per-layer forwards only (unstacked params, or dual params "
                          f"at one token); these are {layout_of(params)} params with {tokens.shape[1]} tokens: "
                          f"use stacked_cache(cache), or with_layout(params, 'unstacked')")
+    rows = []  # per layer: its new (K, V) rows, when held apart
     if cache.per_layer:  # each layer appends to and reads its own cache arrays (`per_layer_cache`)
         x, k, v = embeddings, list(cache.k), list(cache.v)
         for i, layer_params in enumerate(per_layer):
-            (x, k[i], v[i], features), _ = layer((x, k[i], v[i], features), (layer_params, i, 0))
+            (x, k[i], v[i], features), new = layer((x, k[i], v[i], features), (layer_params, i, 0))
+            rows.append(new)
         k, v = tuple(k), tuple(v)
     else:
         carry = (embeddings, cache.k, cache.v, features)
         if per_layer is not None:
             for i, layer_params in enumerate(per_layer):
-                carry, _ = layer(carry, (layer_params, i, i))
+                carry, new = layer(carry, (layer_params, i, i))
+                rows.append(new)
         else:
             ids = jnp.arange(cfg.num_layers)
-            carry, _ = jax.lax.scan(layer, carry, (params["layers"], ids, ids))
+            carry, stacked = jax.lax.scan(layer, carry, (params["layers"], ids, ids))
+            rows = None if write_cache else stacked  # ([L, B, T, K, D], [L, B, T, K, D])
         x, k, v, features = carry
     logits = outer.logits(x) if with_logits else None
-    return logits, KVCache(k=k, v=v, lengths=cache.lengths), jnp.moveaxis(features, 0, 2)
+    if write_cache:
+        return logits, KVCache(k=k, v=v, lengths=cache.lengths), jnp.moveaxis(features, 0, 2)
+    if isinstance(rows, list):
+        rows = (jnp.stack([r[0] for r in rows]), jnp.stack([r[1] for r in rows]))
+    return logits, PendingRows(k=rows[0], v=rows[1]), jnp.moveaxis(features, 0, 2)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "feature_layers"))
