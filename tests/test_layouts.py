@@ -267,33 +267,38 @@ def test_the_unstacked_program_copies_no_layer_weight_and_the_scanned_one_does()
     assert scanned.get("dynamic-slice", 0) >= 5, scanned  # at least one per weight matrix of a layer
 
 
-def _cache_copies_in_loop(drafter, dparams, cfg, params) -> dict[str, int]:
-    """Copies of a whole K or V cache array in the compiled greedy `generate` loop of `drafter`, counted per
-    computation kind: the entry computation (once per call) or anything else (a round: the while body, a
-    conditional's branches)."""
+def _cache_copies_in_loop(drafter, dparams, cfg, params, cache_cfg=None) -> dict[str, int]:
+    """Copies of a whole K or V cache array of `cache_cfg`'s shape (default: the target's) in the compiled greedy
+    `generate` loop of `drafter`, by where they run: "entry" (once per call), "branch" (inside a conditional's
+    branch: once per round, or per level of a round) or "round" (the loop body and the rest)."""
     import re
 
     from specjax.decode import generate
 
+    cache_cfg = cache_cfg or cfg
     tokens, lengths = pad_prompts([[1, 2, 3], [4, 5]], 8)
     hlo = jax.jit(lambda p, t, n: generate(p, cfg, drafter, dparams, t, n, 12, eos_ids=()).tokens).lower(
         params, tokens, lengths).compile().as_text()
-    cache_shape = f"f32[{cfg.num_layers},2,{cfg.num_kv_heads},"
-    counts, where = {"entry": 0, "round": 0}, None
+    branches = {name for group in re.findall(r"branch_computations=\{([^}]*)\}", hlo)
+                for name in re.findall(r"%?([\w.\-]+)", group)}
+    shape = re.escape(f"f32[{cache_cfg.num_layers},2,{cache_cfg.num_kv_heads},") + r"\d+," + str(cache_cfg.head_dim)
+    counts, where = {"entry": 0, "branch": 0, "round": 0}, None
     for line in hlo.splitlines():
         if line and not line.startswith(" ") and "{" in line:
-            where = "entry" if line.startswith("ENTRY") else "round"
-        if re.search(r"= " + re.escape(cache_shape) + r"\d+,\d+\]\S* copy\(", line):
+            name = line.split()[1 if line.startswith("ENTRY") else 0].lstrip("%")
+            where = "entry" if line.startswith("ENTRY") else "branch" if name in branches else "round"
+        if re.search(r"= " + shape + r"\]\S* copy\(", line):
             counts[where] += 1
     return counts
 
 
 def test_a_loop_that_verifies_at_several_widths_copies_no_cache_in_its_rounds():
-    """DynaTree verifies at the smallest of several widths (a `lax.switch`). When each branch wrote the target's
-    cache, XLA copied the whole K and V cache in every branch and again in the loop body: four copies of the
-    cache per round (measured: SmolLM2's loop, 8 MB each). The branches now hold the block's rows apart and one
-    write follows the switch (`LayerKV.deferred`, `cache.write_rows`): no copy of a cache in a round, as in the
-    single-width loop of a chain."""
+    """DynaTree verifies at the smallest of several widths (a `lax.switch`), and forwards each level of its draft
+    at the smallest of several widths (another). When a branch wrote a cache, XLA copied that whole cache in every
+    branch: the target's K and V in the verify's branches and again in the loop body (four copies a round,
+    8 MB each on SmolLM2), the draft LM's at every level. The branches now hold the block's rows apart and one
+    write follows each switch (`LayerKV.deferred`, `cache.write_rows`, `level_tree.DeferredLevelFn`): no copy of
+    the target's cache in a round, as in the single-width loop of a chain, and none of the draft's in a branch."""
     from specjax.drafters.chain import ChainDrafter
     from specjax.drafters.dynatree import DynaTreeDrafter
     from specjax.models.llama import LlamaConfig
@@ -306,5 +311,8 @@ def test_a_loop_that_verifies_at_several_widths_copies_no_cache_in_its_rounds():
     params, dparams = random_params(cfg, 0), random_params(draft, 1)
     multi = DynaTreeDrafter(draft, phase=3, n_max=16, d_max=4, d0=3)
     assert len(multi.verify_widths) > 1
-    assert _cache_copies_in_loop(multi, dparams, cfg, params)["round"] == 0
-    assert _cache_copies_in_loop(ChainDrafter(draft, 3), dparams, cfg, params)["round"] == 0
+    target = _cache_copies_in_loop(multi, dparams, cfg, params)
+    assert target["branch"] == 0 and target["round"] == 0, target
+    assert _cache_copies_in_loop(multi, dparams, cfg, params, draft)["branch"] == 0
+    chain = _cache_copies_in_loop(ChainDrafter(draft, 3), dparams, cfg, params)
+    assert chain["branch"] == 0 and chain["round"] == 0, chain

@@ -82,15 +82,20 @@ GATHERED_HEAD = "head"  # params["draft_vocab"][GATHERED_HEAD]: the K head colum
 
 
 def draft_forward(params: dict, cfg: ModelConfig, tokens, positions, block_mask, cache: KVCache,
-                  region_offset: int | jax.Array = 0) -> tuple[jax.Array, KVCache]:
+                  region_offset: int | jax.Array = 0, write_cache: bool = True) -> tuple[jax.Array, KVCache]:
     """`specjax.models.model.forward` of a draft LM: (logits f32[B, T, V], cache). With a draft vocabulary
     (params["draft_vocab"]["ids"] int32[K]) only its K rows of the draft LM's own head are computed
-    (`vocab_logits` on the final-normed last layer), every other column EXCLUDED_LOGIT."""
+    (`vocab_logits` on the final-normed last layer), every other column EXCLUDED_LOGIT.
+    `write_cache=False`: the new K/V come back as `PendingRows` in place of the cache (`forward_tapped`)."""
     model, ids = split_draft_vocab(params)
     if ids is None:
-        return forward(model, cfg, tokens, positions, block_mask, cache, region_offset)
+        if write_cache:
+            return forward(model, cfg, tokens, positions, block_mask, cache, region_offset)
+        logits, rows, _ = forward_tapped(model, cfg, tokens, positions, block_mask, cache, (), region_offset,
+                                         write_cache=False)
+        return logits, rows
     _, cache, last = forward_tapped(model, cfg, tokens, positions, block_mask, cache, (cfg.num_layers - 1,),
-                                    region_offset, with_logits=False)
+                                    region_offset, with_logits=False, write_cache=write_cache)
     head = params["draft_vocab"].get(GATHERED_HEAD)  # gathered once by `init_state`, else here
     return vocab_logits(model, cfg, final_norm(model, cfg, last[:, :, 0]), ids, head), cache
 
@@ -175,7 +180,7 @@ def region_mask(parents: np.ndarray, budget: int) -> np.ndarray:
 
 
 def expand_level(draft_cfg, state: DraftLMState, tokens: jax.Array, depth: int | jax.Array, offset: int | jax.Array,
-                 mask_rows: jax.Array) -> tuple[jax.Array, DraftLMState]:
+                 mask_rows: jax.Array, write_cache: bool = True) -> tuple[jax.Array, DraftLMState]:
     """Forward the nodes of one tree level into the pending region: (logits f32[B, W, V], state).
 
     tokens int32[B, W] the level's nodes, at depth `depth` (1 = children of the root; a
@@ -184,13 +189,14 @@ def expand_level(draft_cfg, state: DraftLMState, tokens: jax.Array, depth: int |
     int32[B] per row (DynaTree's packed levels): node j lands at region slot offset + j;
     mask_rows bool[B, W, N]: which region slots each node sees (its ancestors and itself).
     Only the cache changes; callers mark the forwarded nodes (`DraftLMState.forwarded`).
+    `write_cache=False`: (logits, the level's `PendingRows`) and no state (`cache.write_rows` writes them).
     """
     b, w = tokens.shape
     # The root was committed by catch_up, so it sits at position lengths - 1.
     positions = jnp.broadcast_to(state.cache.lengths[:, None] - 1 + depth, (b, w)).astype(jnp.int32)
     logits, cache = draft_forward(state.params, draft_cfg, tokens, positions, mask_rows, state.cache,
-                                  region_offset=offset)
-    return logits, state.replace(cache=cache)
+                                  region_offset=offset, write_cache=write_cache)
+    return logits, (state.replace(cache=cache) if write_cache else cache)
 
 
 def commit_path(state: DraftLMState, result: WalkResult, active: jax.Array) -> DraftLMState:

@@ -40,19 +40,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
 from specjax.drafters.draft_lm import DraftLMState, expand_level
+from specjax.models.cache import write_rows
 from specjax.models.model import ModelConfig
 from specjax.ops import switch_on_width, top_k, width_buckets
 from specjax.tree import Tree
 
-__all__ = ["THRESHOLDS", "Knobs", "Level", "LevelFn", "TreeInfo", "build_tree", "draft_lm_level_fn",
-           "expand_level_topk", "level_widths", "log_thresholds"]
+__all__ = ["THRESHOLDS", "DeferredLevelFn", "Knobs", "Level", "LevelFn", "TreeInfo", "build_tree",
+           "draft_lm_level_fn", "expand_level_topk", "level_widths", "log_thresholds"]
 
 _NEG_INF = float("-inf")
 
@@ -196,6 +197,26 @@ class TreeInfo:
 LevelFn = Callable  # (carry, Level, depth: traced int32 scalar) -> (log-probs f32[B, w, V], carry)
 
 
+class DeferredLevelFn(NamedTuple):
+    """A `LevelFn` in two halves, so that `expand_level_topk`'s width switch writes no cache inside its branches
+    (XLA copies a buffer a branch updates in place: the whole draft cache, each level of each round; the same
+    reason as `verify.verify_tree`'s, `LayerKV.deferred`):
+
+      forward(carry, level, depth) -> (log-probs f32[B, w, V], rows): the level's new K/V held apart
+        (`PendingRows` [L, B, w, K, D]);
+      write(carry, rows, level) -> carry: the rows [L, B, W, K, D] written at the level's slots (rows past its
+        live nodes land on slots of later levels, which overwrite them, or on slots no mask reads).
+
+    Called as a plain `LevelFn`, it runs both halves."""
+
+    forward: Callable
+    write: Callable
+
+    def __call__(self, carry, level: "Level", depth):
+        logp, rows = self.forward(carry, level, depth)
+        return logp, self.write(carry, rows, level)
+
+
 def expand_level_topk(level_fn: LevelFn, carry, level: Level, depth: int | jax.Array, k: int):
     """The top-k children of every node of a level: (log-probs f32[B, W, k], tokens int32[B, W, k], carry).
 
@@ -203,18 +224,25 @@ def expand_level_topk(level_fn: LevelFn, carry, level: Level, depth: int | jax.A
     the draft: `level_fn` runs on the smallest static width w in (1, 4, 16, 64, ..., W)
     holding the live nodes of every row (a factor 4 between widths keeps the compiled
     branches few); padding slots get log-prob -inf. depth: int or traced int32 scalar.
+    A `DeferredLevelFn`'s branches return the level's K/V rows padded to W, written after the switch.
     """
     width = level.tokens.shape[1]
+    deferred = isinstance(level_fn, DeferredLevelFn)
 
     def expand(w, carry, level):
         sub = jax.tree.map(lambda x: x[:, :w] if x.ndim > 1 else x, level)  # offset [B] stays
-        logp, carry = level_fn(carry, sub, depth)  # [B, w, V]
+        if deferred:  # the rows [L, B, w, K, D] -> W; the carry leaves the branch untouched
+            logp, rows = level_fn.forward(carry, sub, depth)  # [B, w, V]
+            out = jax.tree.map(lambda x: jnp.pad(x, ((0, 0), (0, 0), (0, width - w), (0, 0), (0, 0))), rows)
+        else:
+            logp, out = level_fn(carry, sub, depth)  # [B, w, V]
         lp, tok = top_k(logp.astype(jnp.float32), k, equal_zeros=True)  # the reference: -0.0 == +0.0
         pad = ((0, 0), (0, width - w), (0, 0))
-        return jnp.pad(lp, pad, constant_values=_NEG_INF), jnp.pad(tok, pad), carry
+        return jnp.pad(lp, pad, constant_values=_NEG_INF), jnp.pad(tok, pad), out
 
     live = jnp.max(jnp.sum(level.valid, axis=1, dtype=jnp.int32))
-    return switch_on_width(live, width_buckets(width, smallest=1, factor=4), expand, (carry, level))
+    lp, tok, out = switch_on_width(live, width_buckets(width, smallest=1, factor=4), expand, (carry, level))
+    return lp, tok, (level_fn.write(carry, out, level) if deferred else out)
 
 
 # ======================================================================== the tree
@@ -357,8 +385,12 @@ def draft_lm_level_fn(draft_cfg: ModelConfig, log_probs: Callable) -> LevelFn:
     (positions = committed length - 1 + depth, depth traced), its logits turned into
     log-probs f32[B, w, V] by `log_probs`."""
 
-    def level_fn(state: DraftLMState, level: Level, depth):
-        logits, state = expand_level(draft_cfg, state, level.tokens, depth, level.offset, level.mask_rows)
-        return log_probs(logits), state
+    def forward(state: DraftLMState, level: Level, depth):  # its rows held apart
+        logits, rows = expand_level(draft_cfg, state, level.tokens, depth, level.offset, level.mask_rows,
+                                    write_cache=False)
+        return log_probs(logits), rows
 
-    return level_fn
+    def write(state: DraftLMState, rows, level: Level):
+        return state.replace(cache=write_rows(state.cache, rows, level.offset))
+
+    return DeferredLevelFn(forward, write)

@@ -67,8 +67,13 @@ def init_cache(cfg, batch_size: int, num_slots: int, dtype=jnp.float32) -> KVCac
 
 @struct.dataclass
 class PendingRows:
-    """A forward's new keys and values held apart from the cache (`forward_tapped(..., write_cache=False)`):
-    k, v [L, B, T, K, D], row t of batch row b bound for slot lengths[b] + region offset + t (`write_rows`)."""
+    """A forward's new keys and values held apart from the cache (`forward_tapped(..., write_cache=False)`),
+    row t of batch row b bound for slot lengths[b] + region offset + t (`write_rows`).
+
+    Fields:
+      k: [L, B, T, K, D] the new keys, rotary applied, in the cache's dtype.
+      v: [L, B, T, K, D] the new values.
+    """
 
     k: jax.Array
     v: jax.Array

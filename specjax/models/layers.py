@@ -207,7 +207,8 @@ class LayerKV:
         k / v; `attend` reads them there as if written. A forward inside a `lax.switch` branch then
         leaves the cache untouched, and its caller writes the rows after the switch (`cache.write_rows`):
         XLA copies a buffer that a branch updates in place (every branch, the whole cache, each round).
-      new_k, new_v: [B, T, K, D] the deferred rows (None until `append`).
+      new_k: [B, T, K, D] the deferred keys (None until `append`).
+      new_v: [B, T, K, D] the deferred values (None until `append`).
     """
 
     k: jax.Array
