@@ -306,7 +306,7 @@ def verify_tree(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KV
         logits, cache, feats = tree_forward(params, cfg, sub, root, cache, feature_layers, max_depth,
                                             write_cache=not deferred)
         pad = ((0, 0), (0, budget - width))
-        if deferred:  # rows [L, B, width + 1, K, D] -> N + 1 (the padding lands in pending slots nobody reads)
+        if deferred:  # rows [L, B, width + 1, K, D] -> N + 1 (the padding is not written: `write_rows` count)
             cache = jax.tree.map(lambda x: jnp.pad(x, ((0, 0),) + pad + ((0, 0),) * 2), cache)
         if rejection and not sampling.greedy:  # the full width only (checked below): the result itself
             out = chain_rejection(sub.tokens, draft_probs, logits, key, sampling.temperature, sampling.top_k,
@@ -327,7 +327,7 @@ def verify_tree(params, cfg: ModelConfig, tree: Tree, root: jax.Array, cache: KV
     # static width that holds them (parents precede children, so a prefix of the slots is a tree).
     extent = jnp.max(jnp.where(tree.valid & active[:, None], jnp.arange(1, budget + 1)[None], 0))
     out, width, written, feats, top_ids, top_logits = switch_on_width(extent, widths, run, (cache, tree, draft_probs))
-    cache = write_rows(cache, written) if deferred else written
+    cache = write_rows(cache, written, count=width + 1) if deferred else written  # the root and width nodes
     if walked:
         # The verified prefix only: an inactive row may hold valid nodes past `width`.
         valid = tree.valid & (jnp.arange(budget)[None] < width)

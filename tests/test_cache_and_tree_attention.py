@@ -272,3 +272,10 @@ def test_a_forward_that_holds_its_rows_apart_equals_one_that_writes_them(variant
                                    rtol=0)
         np.testing.assert_allclose(np.asarray(feats), np.asarray(want_feats), atol=1e-5, rtol=1e-5)
         np.testing.assert_array_equal(np.asarray(rows.k.shape), [cfg.num_layers, 2, t, cfg.num_kv_heads, cfg.head_dim])
+        # count = 2: the first two rows written as above, the slots of the other three left as they were
+        two = write_rows(before, rows, offset, count=2)
+        first_two = block_slots & (slot < np.asarray(before.lengths)[:, None] + offset + 2)
+        for got, full, old in zip(jax.tree.leaves(two), jax.tree.leaves(got_cache), jax.tree.leaves(before)):
+            if np.asarray(got).ndim == 5:
+                keep = first_two[None, :, None, :, None]
+                np.testing.assert_array_equal(np.asarray(got), np.where(keep, np.asarray(full), np.asarray(old)))

@@ -14,7 +14,8 @@ over repetitions (milliseconds):
     ar_step      one autoregressive step of the target (forward over 1 token + argmax)
 
 `DOMINO_PARTS` and `GRAFT_PARTS` are Domino's and Graft's; any other drafter gets the parts of the drafter
-protocol (`protocol_split`: propose, verify, commit_observe), the whole round and one AR step. Each split is a `RoundSplit` record (drafter class, parts, timing function);
+protocol (`protocol_split`: propose, verify, commit_observe), the whole round and one AR step. Each split is a
+`RoundSplit` record (drafter class, parts, timing function);
 this module declares its own in ``ROUND_SPLITS`` and `SPLITS` collects every module's (`specjax.declared`:
 a drafter kind declared outside the package brings its own), which `method_split` and the bench's
 ``--round-split`` read.

@@ -204,8 +204,8 @@ class DeferredLevelFn(NamedTuple):
 
       forward(carry, level, depth) -> (log-probs f32[B, w, V], rows): the level's new K/V held apart
         (`PendingRows` [L, B, w, K, D]);
-      write(carry, rows, level) -> carry: the rows [L, B, W, K, D] written at the level's slots (rows past its
-        live nodes land on slots of later levels, which overwrite them, or on slots no mask reads).
+      write(carry, rows, level, count) -> carry: the first `count` (the branch's width w) of the rows
+        [L, B, W, K, D] written at the level's slots, as the branch's forward would have written them.
 
     Called as a plain `LevelFn`, it runs both halves."""
 
@@ -214,7 +214,7 @@ class DeferredLevelFn(NamedTuple):
 
     def __call__(self, carry, level: "Level", depth):
         logp, rows = self.forward(carry, level, depth)
-        return logp, self.write(carry, rows, level)
+        return logp, self.write(carry, rows, level, rows.k.shape[2])
 
 
 def expand_level_topk(level_fn: LevelFn, carry, level: Level, depth: int | jax.Array, k: int):
@@ -238,11 +238,11 @@ def expand_level_topk(level_fn: LevelFn, carry, level: Level, depth: int | jax.A
             logp, out = level_fn(carry, sub, depth)  # [B, w, V]
         lp, tok = top_k(logp.astype(jnp.float32), k, equal_zeros=True)  # the reference: -0.0 == +0.0
         pad = ((0, 0), (0, width - w), (0, 0))
-        return jnp.pad(lp, pad, constant_values=_NEG_INF), jnp.pad(tok, pad), out
+        return jnp.pad(lp, pad, constant_values=_NEG_INF), jnp.pad(tok, pad), out, jnp.int32(w)
 
     live = jnp.max(jnp.sum(level.valid, axis=1, dtype=jnp.int32))
-    lp, tok, out = switch_on_width(live, width_buckets(width, smallest=1, factor=4), expand, (carry, level))
-    return lp, tok, (level_fn.write(carry, out, level) if deferred else out)
+    lp, tok, out, w = switch_on_width(live, width_buckets(width, smallest=1, factor=4), expand, (carry, level))
+    return lp, tok, (level_fn.write(carry, out, level, w) if deferred else out)
 
 
 # ======================================================================== the tree
@@ -390,7 +390,7 @@ def draft_lm_level_fn(draft_cfg: ModelConfig, log_probs: Callable) -> LevelFn:
                                     write_cache=False)
         return log_probs(logits), rows
 
-    def write(state: DraftLMState, rows, level: Level):
-        return state.replace(cache=write_rows(state.cache, rows, level.offset))
+    def write(state: DraftLMState, rows, level: Level, count):
+        return state.replace(cache=write_rows(state.cache, rows, level.offset, count))
 
     return DeferredLevelFn(forward, write)

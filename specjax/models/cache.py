@@ -79,11 +79,16 @@ class PendingRows:
     v: jax.Array
 
 
-def write_rows(cache: KVCache, rows: PendingRows, region_offset: int | jax.Array = 0) -> KVCache:
+def write_rows(cache: KVCache, rows: PendingRows, region_offset: int | jax.Array = 0,
+               count: int | jax.Array | None = None) -> KVCache:
     """`cache` with `rows` written where `forward_tapped` would have written them: row t of batch row b at slot
-    lengths[b] + region_offset + t of every layer (a row past the last slot is dropped, as there)."""
+    lengths[b] + region_offset + t of every layer (a row past the last slot is dropped, as there). `count` (int32
+    scalar): only rows t < count are written, the rest dropped (padding a width switch added: no write)."""
     b, t = rows.k.shape[1:3]
-    at = (slice(None), jnp.arange(b)[:, None], slice(None), (cache.lengths + region_offset)[:, None] + jnp.arange(t))
+    cols = (cache.lengths + region_offset)[:, None] + jnp.arange(t)
+    if count is not None:
+        cols = jnp.where(jnp.arange(t)[None] < count, cols, cache.num_slots)  # out of range: dropped
+    at = (slice(None), jnp.arange(b)[:, None], slice(None), cols)
 
     def put(layers, new):  # layers [L', B, K, S, D] <- new [L', B, T, K, D] (indexed as [B, T, L', K, D])
         return layers.at[at].set(new.transpose(1, 2, 0, 3, 4).astype(layers.dtype), mode="drop", unique_indices=True)
