@@ -8,9 +8,14 @@ XLA:CPU's older elemental emitters instead of its MLIR fusion emitters, on top o
 XLA's compile time halves again (measured 2026-11-25, one process, no compile cache:
 tests/test_dynatree.py + test_decode_sampling.py + test_graft.py 246 s -> 164 s, of it XLA
 compile 157 s -> 79 s; `specjax bench-device --parts compile` dynatree-p3 8.4 s -> 4.9 s of
-XLA), and the run time of those tests did not grow. The programs and every assert stay the
-same; only the compiler's effort changes. The library, the CLI and the benchmarks keep XLA's
-defaults.
+XLA), and the run time of those tests did not grow. Last, XLA:CPU compiles a program's LLVM
+module as one part instead of splitting it into parts for a thread pool (its default, which a
+2-core machine running two test workers has no idle core for): the generation programs of
+DDTree-8, DynaTree, EAGLE-3, Graft and Domino on the zoo pair (`python tests/compile_programs.py`,
+no compile cache) compiled in 24.7 s instead of 27.7 s one process at a time and in 27.7 s instead
+of 34.2 s two processes at a time (means of four runs each, interleaved; 2026-11-28, 2-core AMD
+EPYC). The programs and every assert stay the same; only the compiler's effort changes. The
+library, the CLI and the benchmarks keep XLA's defaults.
 
 A test that measures a property of the *default* compilation (float32 rounding of the
 decode forward vs the prefill forward, tests/test_equality.py) runs in a child process with
@@ -42,7 +47,7 @@ import subprocess
 import sys
 
 TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true",
-                  "--xla_cpu_use_fusion_emitters=false")
+                  "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
 # On a GPU the tests' tiny programs compiled ~3.5 s each (an H100, jax 0.11.2, 2026-11-27: 89 programs of the first
 # two DDTree tests in 330 s), against ~0.1 s on a CPU at TEST_XLA_FLAGS. XLA:GPU's compile time for such programs
 # is mostly GEMM autotuning (candidate kernels compiled and timed per product shape) and Triton GEMM kernels
@@ -52,7 +57,7 @@ GPU_TEST_XLA_FLAGS = ("--xla_gpu_autotune_level=0", "--xla_gpu_enable_triton_gem
 BACKEND_TEST_FLAGS = {"cpu": TEST_XLA_FLAGS, "gpu": GPU_TEST_XLA_FLAGS}
 ALL_TEST_FLAGS = TEST_XLA_FLAGS + GPU_TEST_XLA_FLAGS
 RUN_HEAVY_XLA_FLAGS = ("--xla_backend_optimization_level=1", "--xla_llvm_disable_expensive_passes=true",
-                       "--xla_cpu_use_fusion_emitters=false")
+                       "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
 
 _DECIDED = "SPECJAX_TEST_XLA_FLAGS_DECIDED"  # the XLA:CPU flags that apply here, space-separated, or "none"
 _DEVICE_VARIABLES = ("JAX_PLATFORMS", "JAX_PLATFORM_NAME", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
