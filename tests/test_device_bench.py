@@ -75,7 +75,10 @@ def test_every_part_reports_positive_figures_with_units_and_settings(report):
         long = ar["long_cache"]  # 2048 slots: attention reads a 1024-slot prefix bucket
         assert long["slots"] == 2048
         assert _positive_or_remeasured(long["ms_per_token"], lambda: ar_again()["long_cache"]["ms_per_token"]), layout
-        assert math.isclose(long["ratio_to_short_cache"], long["ms_per_token"] / ar["ms_per_token"])
+        if ar["ms_per_token"] > 0:  # the report's own figures; a loaded machine can make the short one <= 0
+            assert math.isclose(long["ratio_to_short_cache"], long["ms_per_token"] / ar["ms_per_token"])
+        else:  # (seen in a cold suite run, 2026-11-28): then no ratio, rather than a negative or infinite one
+            assert long["ratio_to_short_cache"] is None
         one, eight = parts["verify"]
         assert (one["T"], eight["T"]) == (1, 8) and all(r["context"] == 32 for r in (one, eight))
         assert all(_positive(r["ms"]) and _positive(r["ms_per_token"]) for r in (one, eight))
