@@ -87,7 +87,8 @@ def write_rows(cache: KVCache, rows: PendingRows, region_offset: int | jax.Array
     b, t = rows.k.shape[1:3]
     cols = (cache.lengths + region_offset)[:, None] + jnp.arange(t)
     if count is not None:
-        cols = jnp.where(jnp.arange(t)[None] < count, cols, cache.num_slots)  # out of range: dropped
+        # out of range, so dropped; still distinct (the scatter below promises unique indices)
+        cols = jnp.where(jnp.arange(t)[None] < count, cols, cols + cache.num_slots)
     at = (slice(None), jnp.arange(b)[:, None], slice(None), cols)
 
     def put(layers, new):  # layers [L', B, K, S, D] <- new [L', B, T, K, D] (indexed as [B, T, L', K, D])
