@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specjax import zoo
 from specjax.bench.suite import bench_models
@@ -15,7 +17,7 @@ from specjax.cli import main
 from specjax.decode import generate, generate_ar
 from specjax.drafters.registry import method
 from specjax.models import load_checkpoint, pad_prompts, save_checkpoint
-from specjax.models.cache import advance, commit, init_cache, per_layer_cache, stacked_cache
+from specjax.models.cache import KVCache, advance, commit, init_cache, per_layer_cache, stacked_cache
 from specjax.models.layers import KERNEL_FIRST_MAX_ROWS, project_out_major
 from specjax.models.model import (LAYER_COPIES, LAYOUTS, causal_mask, forward, is_unstacked, layer_features,
                                   layout_of, num_params, prefill, stack_layers, unstack_layers, with_layout)
@@ -77,6 +79,24 @@ def test_a_per_layer_cache_holds_and_gives_what_the_stacked_one_does(target):
     with pytest.raises(ValueError, match="a per-layer KV cache is read by per-layer forwards only .* stacked params "
                                          "with 1 tokens: use stacked_cache"):
         forward(params, cfg, step, cache.lengths[:, None], causal_mask(2, 1), per_layer_cache(cache))
+
+
+@settings(max_examples=20, deadline=None)
+@given(data=st.data(), m=st.sampled_from([1, 3, 6]), per_layer=st.booleans())
+def test_advance_is_the_commit_of_rows_written_at_region_offset_zero(data, m, per_layer):
+    """A forward of M tokens written at region offset 0 (a prefill, a draft LM's or EAGLE-3's catch-up, DFlash's
+    context rows) leaves pending slot j at lengths + j, exactly where `commit(cache, arange(M) per row, n)` moves
+    it: `advance(cache, n)`, which moves only `lengths`, returns the same cache, bit for bit, for every n <= M and
+    lengths + M <= S, stacked or per layer."""
+    s = 10
+    lengths = np.asarray(data.draw(st.lists(st.integers(0, s - m), min_size=3, max_size=3)), np.int32)
+    n = jnp.asarray(data.draw(st.lists(st.integers(0, m), min_size=3, max_size=3)), jnp.int32)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    k, v = (jnp.asarray(rng.normal(size=(2, 3, 2, s, 4)), jnp.float32) for _ in range(2))
+    cache = KVCache(k=k, v=v, lengths=jnp.asarray(lengths))
+    cache = per_layer_cache(cache) if per_layer else cache
+    moved = commit(cache, jnp.broadcast_to(jnp.arange(m, dtype=jnp.int32), (3, m)), n)
+    jax.tree.map(np.testing.assert_array_equal, advance(cache, n), moved)
 
 
 def test_generations_are_identical_in_both_layouts(target):
@@ -267,29 +287,36 @@ def test_the_unstacked_program_copies_no_layer_weight_and_the_scanned_one_does()
     assert scanned.get("dynamic-slice", 0) >= 5, scanned  # at least one per weight matrix of a layer
 
 
-def _cache_copies_in_loop(drafter, dparams, cfg, params, cache_cfg=None) -> dict[str, int]:
-    """Copies of a whole K or V cache array of `cache_cfg`'s shape (default: the target's) in the compiled greedy
-    `generate` loop of `drafter`, by where they run: "entry" (once per call), "branch" (inside a conditional's
-    branch: once per round, or per level of a round) or "round" (the loop body and the rest)."""
+def _compiled_loop(drafter, dparams, cfg, params, prompt_width: int = 8, new_tokens: int = 12) -> str:
+    """XLA's compiled greedy `generate` program of `drafter` for two prompts padded to `prompt_width`, as text."""
+    tokens, lengths = pad_prompts([[1, 2, 3], [4, 5]], prompt_width)
+    return jax.jit(lambda p, d, t, n: generate(p, cfg, drafter, d, t, n, new_tokens, eos_ids=()).tokens).lower(
+        params, dparams, tokens, lengths).compile().as_text()
+
+
+def _cache_copies_in_loop(drafter, dparams, cfg, params, *cache_cfgs) -> list[dict[str, int]]:
+    """Copies of a whole K or V cache array of each of `cache_cfgs`' shape (default: the target's) in the compiled
+    greedy `generate` loop of `drafter`, by where they run: "entry" (once per call), "branch" (inside a
+    conditional's branch: once per round, or per level of a round) or "round" (the loop body and the rest). A whole
+    cache holds at least prompt + new tokens (8 + 12) slots; a level's pending rows, of the same rank, hold fewer."""
     import re
 
-    from specjax.decode import generate
-
-    cache_cfg = cache_cfg or cfg
-    tokens, lengths = pad_prompts([[1, 2, 3], [4, 5]], 8)
-    hlo = jax.jit(lambda p, t, n: generate(p, cfg, drafter, dparams, t, n, 12, eos_ids=()).tokens).lower(
-        params, tokens, lengths).compile().as_text()
+    hlo = _compiled_loop(drafter, dparams, cfg, params)
     branches = {name for group in re.findall(r"branch_computations=\{([^}]*)\}", hlo)
                 for name in re.findall(r"%?([\w.\-]+)", group)}
-    shape = re.escape(f"f32[{cache_cfg.num_layers},2,{cache_cfg.num_kv_heads},") + r"\d+," + str(cache_cfg.head_dim)
-    counts, where = {"entry": 0, "branch": 0, "round": 0}, None
-    for line in hlo.splitlines():
-        if line and not line.startswith(" ") and "{" in line:
-            name = line.split()[1 if line.startswith("ENTRY") else 0].lstrip("%")
-            where = "entry" if line.startswith("ENTRY") else "branch" if name in branches else "round"
-        if re.search(r"= " + shape + r"\]\S* copy\(", line):
-            counts[where] += 1
-    return counts
+    out = []
+    for cache_cfg in cache_cfgs or (cfg,):
+        shape = re.escape(f"f32[{cache_cfg.num_layers},2,{cache_cfg.num_kv_heads},") + r"(\d+)," + str(cache_cfg.head_dim)
+        counts, where = {"entry": 0, "branch": 0, "round": 0}, None
+        for line in hlo.splitlines():
+            if line and not line.startswith(" ") and "{" in line:
+                name = line.split()[1 if line.startswith("ENTRY") else 0].lstrip("%")
+                where = "entry" if line.startswith("ENTRY") else "branch" if name in branches else "round"
+            found = re.search(r"= " + shape + r"\]\S* copy\(", line)
+            if found and int(found.group(1)) >= 8 + 12:
+                counts[where] += 1
+        out.append(counts)
+    return out
 
 
 def test_a_loop_that_verifies_at_several_widths_copies_no_cache_in_its_rounds():
@@ -298,7 +325,9 @@ def test_a_loop_that_verifies_at_several_widths_copies_no_cache_in_its_rounds():
     branch: the target's K and V in the verify's branches and again in the loop body (four copies a round,
     8 MB each on SmolLM2), the draft LM's at every level. The branches now hold the block's rows apart and one
     write follows each switch (`LayerKV.deferred`, `cache.write_rows`, `level_tree.DeferredLevelFn`): no copy of
-    the target's cache in a round, as in the single-width loop of a chain, and none of the draft's in a branch."""
+    the target's cache in a round, as in the single-width loop of a chain, and none of the draft's in a branch.
+    Nor in the loop body: the draft LM's catch-up forward is committed where it was written (`cache.advance`);
+    `commit`'s gather and write-back had XLA copy the draft cache's K and V twice a round, chain and DynaTree alike."""
     from specjax.drafters.chain import ChainDrafter
     from specjax.drafters.dynatree import DynaTreeDrafter
     from specjax.models.llama import LlamaConfig
@@ -311,8 +340,34 @@ def test_a_loop_that_verifies_at_several_widths_copies_no_cache_in_its_rounds():
     params, dparams = random_params(cfg, 0), random_params(draft, 1)
     multi = DynaTreeDrafter(draft, phase=3, n_max=16, d_max=4, d0=3)
     assert len(multi.verify_widths) > 1
-    target = _cache_copies_in_loop(multi, dparams, cfg, params)
-    assert target["branch"] == 0 and target["round"] == 0, target
-    assert _cache_copies_in_loop(multi, dparams, cfg, params, draft)["branch"] == 0
-    chain = _cache_copies_in_loop(ChainDrafter(draft, 3), dparams, cfg, params)
-    assert chain["branch"] == 0 and chain["round"] == 0, chain
+    for drafter in (multi, ChainDrafter(draft, 3)):
+        target, drafted = _cache_copies_in_loop(drafter, dparams, cfg, params, cfg, draft)
+        copies = target["branch"] + target["round"] + drafted["branch"] + drafted["round"]
+        assert copies == 0, (drafter, target, drafted)
+
+
+@pytest.mark.parametrize("spec", ["ddtree-8", "eagle3"])
+def test_a_drafters_context_rows_are_committed_in_place_without_a_copy_in_the_rounds(spec):
+    """DFlash's context rows (DDTree drafts with DFlash) and EAGLE-3's catch-up forward are written at region
+    offset 0 and committed by `cache.advance`, which moves only `lengths`. `commit`'s gather and write-back of the
+    same slots (a move onto themselves) had XLA copy the drafter's whole K and V cache twice a round, apart from
+    the forward's attention read: on the zoo pair with prompts padded to 16, four copies a round of DFlash's
+    [2, 2, 4, 72, 48] or EAGLE-3's [1, 2, 4, 121, 48] cache arrays (221 / 186 KB; at 32k slots an 8B model's DFlash
+    drafter has GBs). Now no cache array (any [L, B, K, S, D] with S >= prompt + new tokens: the target's or the
+    drafter's) is copied outside the entry computation; the rows of a round ([.., 16, 48]) may be."""
+    import re
+
+    from specjax import testing
+
+    zoo_target = testing.zoo_target()
+    drafter, dparams = testing.build(spec, zoo_target)
+    hlo = _compiled_loop(drafter, dparams, zoo_target.cfg, zoo_target.params, prompt_width=16, new_tokens=24)
+    copied, where = [], None
+    for line in hlo.splitlines():
+        if line and not line.startswith(" ") and "{" in line:
+            name = line.split()[0]
+            where = None if line.startswith("ENTRY") or "fused" in name or "wrapped" in name else name
+        found = re.search(r"= f32\[\d+,2,\d+,(\d+),\d+\]\S* copy\(", line)
+        if where and found and int(found.group(1)) >= 16 + 24:
+            copied.append(line.strip()[:120])
+    assert not copied, (spec, copied)

@@ -48,7 +48,7 @@ from specjax.models.draft_vocab import draft_head, draft_vocab_ids, vocab_logits
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.drafters.spec import Build, Field, MethodSpec, Reader
 from specjax.inputs import require_config
-from specjax.models.cache import KVCache, commit
+from specjax.models.cache import KVCache, advance
 from specjax.models.dflash import DFlashConfig
 from specjax.models.dflash_net import (context_kv, draft_hidden, drafter_features, ingest_context, init_draft_cache,
                                        per_layer, write_region)
@@ -108,7 +108,7 @@ def block_hidden(cfg: DFlashConfig, target_cfg: ModelConfig, state: DFlashState,
     hidden, cache = draft_hidden(state.params, cfg, state.target_params, target_cfg, tokens, positions, mask, cache,
                                  region_offset=c)
     n = state.pending_n if active is None else jnp.where(active, state.pending_n, 0)
-    cache = commit(cache, jnp.broadcast_to(jnp.arange(c, dtype=jnp.int32), (b, c)), n)
+    cache = advance(cache, n)  # the context rows sit at region offset 0: in place
     return hidden, state.replace(cache=cache, pending_n=state.pending_n - n)  # finished rows keep theirs
 
 

@@ -32,7 +32,7 @@ import numpy as np
 from flax import struct
 
 from specjax.inputs import require_config
-from specjax.models.cache import KVCache, commit, init_cache
+from specjax.models.cache import KVCache, advance, commit, init_cache
 from specjax.models.draft_vocab import draft_head, split_draft_vocab, vocab_logits, weights_dtype
 from specjax.models.gpt_neox import GPTNeoXConfig
 from specjax.models.llama import LlamaConfig
@@ -141,8 +141,7 @@ def catch_up(draft_cfg, state: DraftLMState, root: jax.Array, active: jax.Array)
     positions = state.cache.lengths[:, None] + j
     mask = jnp.broadcast_to(jnp.tril(jnp.ones((p + 1, p + 1), bool)), (b, p + 1, p + 1))
     logits, cache = draft_forward(state.params, draft_cfg, tokens, positions, mask, state.cache)
-    n = jnp.where(active, 1 + state.num_pending, 0)
-    cache = commit(cache, jnp.broadcast_to(j, (b, p + 1)), n)
+    cache = advance(cache, jnp.where(active, 1 + state.num_pending, 0))  # written at region offset 0: in place
     root_logits = jnp.take_along_axis(logits, state.num_pending[:, None, None], axis=1)[:, 0]
     return root_logits, state.replace(cache=cache, num_pending=jnp.where(active, 0, state.num_pending))
 

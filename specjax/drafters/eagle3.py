@@ -48,7 +48,7 @@ from specjax.drafters.eagle2_tree import TREE_FIELDS, Eagle2TreeDrafter, tree_sh
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.drafters.spec import Build, Field, MethodSpec, Reader
 from specjax.inputs import require_config
-from specjax.models.cache import KVCache, commit
+from specjax.models.cache import KVCache, advance
 from specjax.models.eagle3 import Eagle3Config
 from specjax.models.eagle3_net import check_full_head, draft_step, fuse, init_draft_cache, logits_of
 from specjax.models.model import ModelConfig, check_params
@@ -139,7 +139,7 @@ class Eagle3Stepper:
         causal = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
         _, cache = draft_step(params, self.cfg, context.target_params, self.target_cfg,
                               fuse(params, self.cfg, features), nxt, pos, causal, cache)
-        cache = commit(cache, pos, prompt_lengths - 1)  # row P - 1 waits for the root
+        cache = advance(cache, prompt_lengths - 1)  # in place (region offset 0); row P - 1 waits for the root
         last = jnp.take_along_axis(features, (prompt_lengths - 1)[:, None, None, None], axis=1)  # [B, 1, n, E]
         pending = jnp.zeros((b, c) + features.shape[2:], dtype).at[:, :1].set(last)
         return Eagle3State(params=params, target_params=context.target_params, cache=cache, pending=pending,
@@ -159,7 +159,7 @@ class Eagle3Stepper:
                                 causal, state.cache)
         hidden = jnp.take_along_axis(out, last[:, None, None], axis=1)[:, 0]  # [B, E] the root's state
         n = jnp.where(active, state.pending_n, 0)
-        cache = commit(cache, jnp.broadcast_to(j, (b, c)), n)
+        cache = advance(cache, n)  # the forward wrote them at region offset 0: in place
         logits = logits_of(state.params, self.cfg, state.target_params, self.target_cfg, hidden, state.draft_head)
         return logits, hidden, state.replace(cache=cache, pending_n=state.pending_n - n)
 

@@ -103,10 +103,12 @@ def write_rows(cache: KVCache, rows: PendingRows, region_offset: int | jax.Array
 
 
 def advance(cache: KVCache, n: jax.Array) -> KVCache:
-    """`commit(cache, zeros[B, 1], n)` for a one-token forward written at region offset 0: its
-    pending slot is already slot lengths[b], where commit would move it, so only `lengths` moves
-    (n: int32[B], 0 or 1). Skips the gather and write-back of every layer that `commit` traces
-    (at batch 128 with a per-layer cache that move cost as much as the decode step's forward)."""
+    """`commit(cache, arange(M) per row, n)` for a forward of M tokens written at region offset 0
+    (a prefill, a catch-up of pending tokens, a decode step: M = 1): pending slot j is already slot
+    lengths[b] + j, where commit would move it, so only `lengths` moves (n: int32[B] <= M). Skips
+    the gather and write-back of every layer that `commit` traces: at batch 128 with a per-layer
+    cache that move cost as much as the decode step's forward, and inside a loop XLA copies the
+    whole cache to keep the forward's attention read apart from the move's in-place write."""
     return cache.replace(lengths=cache.lengths + n.astype(jnp.int32))
 
 

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.models.draft_vocab import split_draft_vocab, weights_dtype
-from specjax.models.cache import KVCache, commit, init_cache
+from specjax.models.cache import KVCache, advance, init_cache
 from specjax.models.dflash import DFlashConfig
 from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots
 from specjax.models.model import ModelConfig, embed_tokens, final_norm, merge_module, outer_params
@@ -132,7 +132,7 @@ def ingest_context(params: dict, cfg: DFlashConfig, cache: KVCache, features: ja
     c = features.shape[1]
     pos = cache.lengths[:, None] + jnp.arange(c, dtype=jnp.int32)[None]
     cache = write_region(cache, *context_kv(params, cfg, features, pos))
-    return commit(cache, jnp.broadcast_to(jnp.arange(c, dtype=jnp.int32), pos.shape), num)
+    return advance(cache, num)  # written at region offset 0: in place
 
 
 def anchored_hidden(params: dict, cfg: DFlashConfig, target_params: dict, target_cfg: ModelConfig,

@@ -30,8 +30,8 @@ from flax import nnx
 from specjax.inputs import WrongConfigError, as_prompt_batch, check_positions, pad_prompts, raise_on_mismatch
 from specjax.models import gpt_neox, llama
 from specjax.models.families import FAMILIES, MODEL_TYPES, load_families
-from specjax.models.cache import (KVCache, PendingRows, check_capacity, commit, init_cache, per_layer_cache,
-                                   stacked_cache)
+from specjax.models.cache import (KVCache, PendingRows, advance, check_capacity, commit, init_cache,
+                                   per_layer_cache, stacked_cache)
 from specjax.models.hf_config import UnsupportedConfigError
 from specjax.models.layers import LayerKV, cache_attention_mask, visible_slots
 from specjax.numerics import DEFAULT_PRECISION, check_precision, matmul_scope
@@ -368,7 +368,7 @@ def prefill_tapped(params, cfg, tokens, prompt_lengths, cache, feature_layers: t
     with matmul_scope(matmul_precision):
         logits, cache, features = forward_tapped(params, cfg, tokens, positions, causal_mask(b, t), cache,
                                                  feature_layers)
-    cache = commit(cache, jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t)), prompt_lengths)
+    cache = advance(cache, prompt_lengths)  # the prompt sits at region offset 0: in place
     last = jnp.take_along_axis(logits, (prompt_lengths - 1)[:, None, None], axis=1)[:, 0]  # [B, V]
     return logits, last, cache, features
 
