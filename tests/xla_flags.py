@@ -8,16 +8,20 @@ XLA:CPU's older elemental emitters instead of its MLIR fusion emitters, on top o
 XLA's compile time halves again (measured 2026-11-25, one process, no compile cache:
 tests/test_dynatree.py + test_decode_sampling.py + test_graft.py 246 s -> 164 s, of it XLA
 compile 157 s -> 79 s; `specjax bench-device --parts compile` dynatree-p3 8.4 s -> 4.9 s of
-XLA), and the run time of those tests did not grow. Last, XLA:CPU compiles a program's LLVM
-module as one part instead of splitting it into parts for a thread pool (its default): the split
-pays only where a core is idle. The generation programs of DDTree-8, DynaTree, EAGLE-3, Graft and
-Domino on the zoo pair (`python tests/compile_programs.py`, no compile cache; 2026-11-28, 2-core AMD
-EPYC): with the niced data generation running beside them, 24.7 s instead of 27.7 s one process at
-a time and 27.7 s instead of 34.2 s two at a time (means of four runs each, interleaved); on the idle
+XLA), and the run time of those tests did not grow. Then, XLA:CPU compiles a program's LLVM module
+as one part instead of splitting it into parts for a thread pool (its default): the split pays only
+where a core is idle. The generation programs of DDTree-8, DynaTree, EAGLE-3, Graft and Domino on
+the zoo pair (`python tests/compile_programs.py`, no compile cache; 2026-11-28, 2-core AMD EPYC):
+with the niced data generation running beside them, 24.7 s instead of 27.7 s one process at a time
+and 27.7 s instead of 34.2 s two at a time (means of four runs each, interleaved); on the idle
 machine, two at a time (a 2-worker suite's load) 20.4 s instead of 21.3 s (one run each), one at a
 time 19.0 s instead of 17.3 s (one run: slower). So it helps a loaded 2-core machine and is neutral
-for two workers on an idle one. The programs and every assert stay the same; only the compiler's effort changes. The
-library, the CLI and the benchmarks keep XLA's defaults.
+for two workers on an idle one. Last, Eigen's matrix products run on one thread: two workers on two
+cores already keep both busy, and each product split over a pool of two only adds hand-offs between
+threads (tests/test_graft.py + test_decode.py + test_domino.py, two workers, no compile cache, the
+data generation paused, 2026-11-28: 223 s and 218 s against 240 s and 249 s, runs interleaved). The
+programs and every assert stay the same; only the compiler's effort and the products' threading
+change. The library, the CLI and the benchmarks keep XLA's defaults.
 
 A test that measures a property of the *default* compilation (float32 rounding of the
 decode forward vs the prefill forward, tests/test_equality.py) runs in a child process with
@@ -49,7 +53,8 @@ import subprocess
 import sys
 
 TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true",
-                  "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
+                  "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1",
+                  "--xla_cpu_multi_thread_eigen=false")
 # On a GPU the tests' tiny programs compiled ~3.5 s each (an H100, jax 0.11.2, 2026-11-27: 89 programs of the first
 # two DDTree tests in 330 s), against ~0.1 s on a CPU at TEST_XLA_FLAGS. XLA:GPU's compile time for such programs
 # is mostly GEMM autotuning (candidate kernels compiled and timed per product shape) and Triton GEMM kernels
