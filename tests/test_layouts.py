@@ -306,7 +306,8 @@ def _cache_copies_in_loop(drafter, dparams, cfg, params, *cache_cfgs) -> list[di
                 for name in re.findall(r"%?([\w.\-]+)", group)}
     out = []
     for cache_cfg in cache_cfgs or (cfg,):
-        shape = re.escape(f"f32[{cache_cfg.num_layers},2,{cache_cfg.num_kv_heads},") + r"(\d+)," + str(cache_cfg.head_dim)
+        head = re.escape(f"f32[{cache_cfg.num_layers},2,{cache_cfg.num_kv_heads},")
+        shape = head + r"(\d+)," + str(cache_cfg.head_dim)
         counts, where = {"entry": 0, "branch": 0, "round": 0}, None
         for line in hlo.splitlines():
             if line and not line.startswith(" ") and "{" in line:
@@ -348,13 +349,14 @@ def test_a_loop_that_verifies_at_several_widths_copies_no_cache_in_its_rounds():
 
 @pytest.mark.parametrize("spec", ["ddtree-8", "eagle3"])
 def test_a_drafters_context_rows_are_committed_in_place_without_a_copy_in_the_rounds(spec):
-    """DFlash's context rows (DDTree drafts with DFlash) and EAGLE-3's catch-up forward are written at region
-    offset 0 and committed by `cache.advance`, which moves only `lengths`. `commit`'s gather and write-back of the
-    same slots (a move onto themselves) had XLA copy the drafter's whole K and V cache twice a round, apart from
-    the forward's attention read: on the zoo pair with prompts padded to 16, four copies a round of DFlash's
-    [2, 2, 4, 72, 48] or EAGLE-3's [1, 2, 4, 121, 48] cache arrays (221 / 186 KB; at 32k slots an 8B model's DFlash
-    drafter has GBs). Now no cache array (any [L, B, K, S, D] with S >= prompt + new tokens: the target's or the
-    drafter's) is copied outside the entry computation; the rows of a round ([.., 16, 48]) may be."""
+    """DFlash's context rows (DDTree drafts with DFlash) and EAGLE-3's catch-up forward are written at region offset 0
+    and committed by `cache.advance`, which moves only `lengths`. `commit`'s gather and write-back of the same
+    slots (a move onto themselves) had XLA copy the drafter's whole K and V cache twice a round, apart from the
+    forward's attention read: on the zoo pair with prompts padded to 16, four copies a round of DFlash's
+    [2,2,4,72,48] or EAGLE-3's [1,2,4,121,48] cache arrays (221 / 186 KB; a 5-layer bfloat16 drafter with 8 KV
+    heads of 128 has 335 MB per array at 32k slots: 1.3 GB copied a round). Now no cache array (any [L,B,K,S,D]
+    with S >= prompt + new tokens: the target's or the drafter's) is copied outside the entry computation; the
+    rows of a round ([..,16,48]) may be."""
     import re
 
     from specjax import testing
