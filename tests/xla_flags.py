@@ -19,9 +19,15 @@ time 19.0 s instead of 17.3 s (one run: slower). So it helps a loaded 2-core mac
 for two workers on an idle one. Last, Eigen's matrix products run on one thread: two workers on two
 cores already keep both busy, and each product split over a pool of two only adds hand-offs between
 threads (tests/test_graft.py + test_decode.py + test_domino.py, two workers, no compile cache, the
-data generation paused, 2026-11-28: 223 s and 218 s against 240 s and 249 s, runs interleaved). The
-programs and every assert stay the same; only the compiler's effort and the products' threading
-change. The library, the CLI and the benchmarks keep XLA's defaults.
+data generation paused, 2026-11-28: 223 s and 218 s against 240 s and 249 s, runs interleaved). And
+XLA's HLO verifier does not run between its passes (`--xla_disable_hlo_passes=hlo-verifier`): it only
+checks XLA's own invariants and changes nothing it compiles, yet a `perf` profile of XLA:CPU compiling
+the DynaTree, Graft and DDTree-8 programs put 14 % of the compile in it (`HloVerifier::RunImpl`, run
+after every pass). Without it: those six programs compiled in 29.9 s and 34.7 s against 35.8 s and
+39.8 s (runs interleaved), and the same three modules as above, two workers, no compile cache, the
+data generation niced beside them: 239 s and 229 s against 282 s and 239 s (2026-11-28). The
+programs and every assert stay the same; only the compiler's effort, its self-checks and the
+products' threading change. The library, the CLI and the benchmarks keep XLA's defaults.
 
 A test that measures a property of the *default* compilation (float32 rounding of the
 decode forward vs the prefill forward, tests/test_equality.py) runs in a child process with
@@ -54,7 +60,7 @@ import sys
 
 TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true",
                   "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1",
-                  "--xla_cpu_multi_thread_eigen=false")
+                  "--xla_cpu_multi_thread_eigen=false", "--xla_disable_hlo_passes=hlo-verifier")
 # On a GPU the tests' tiny programs compiled ~3.5 s each (an H100, jax 0.11.2, 2026-11-27: 89 programs of the first
 # two DDTree tests in 330 s), against ~0.1 s on a CPU at TEST_XLA_FLAGS. XLA:GPU's compile time for such programs
 # is mostly GEMM autotuning (candidate kernels compiled and timed per product shape) and Triton GEMM kernels
@@ -64,7 +70,8 @@ GPU_TEST_XLA_FLAGS = ("--xla_gpu_autotune_level=0", "--xla_gpu_enable_triton_gem
 BACKEND_TEST_FLAGS = {"cpu": TEST_XLA_FLAGS, "gpu": GPU_TEST_XLA_FLAGS}
 ALL_TEST_FLAGS = TEST_XLA_FLAGS + GPU_TEST_XLA_FLAGS
 RUN_HEAVY_XLA_FLAGS = ("--xla_backend_optimization_level=1", "--xla_llvm_disable_expensive_passes=true",
-                       "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
+                       "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1",
+                       "--xla_disable_hlo_passes=hlo-verifier")
 
 _DECIDED = "SPECJAX_TEST_XLA_FLAGS_DECIDED"  # the XLA:CPU flags that apply here, space-separated, or "none"
 _DEVICE_VARIABLES = ("JAX_PLATFORMS", "JAX_PLATFORM_NAME", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
