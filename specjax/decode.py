@@ -42,7 +42,7 @@ from specjax.models.model import ModelConfig, forward, outer_params, prefill_tap
 from specjax.numerics import DEFAULT_PRECISION, decode_compiler_options, matmul_scope
 from specjax.ops import argmax, device_widths
 from specjax.ops import top_k as top_k_op
-from specjax.sampling import Sampling
+from specjax.sampling import Sampling, categorical
 from specjax.sharding import init_cache_on, mesh_of, replicate
 from specjax.streaming import emit, listening
 from specjax.tree import tree_depth
@@ -77,7 +77,7 @@ def pick_token(logits: jax.Array, key: jax.Array, sampling: Sampling) -> jax.Arr
     """One token int32[B] from logits f32[B, V] under `sampling` (argmax when greedy)."""
     if sampling.greedy:  # the categorical of the greedy log-probs is the argmax, without a V-wide Gumbel draw
         return argmax(logits)
-    return jax.random.categorical(key, sampling.log_probs(logits), axis=-1).astype(jnp.int32)
+    return categorical(key, sampling.log_probs(logits))
 
 
 def is_eos(tokens: jax.Array, eos_ids: tuple[int, ...] | jax.Array) -> jax.Array:

@@ -36,7 +36,7 @@ from specjax.models.cache import KVCache, write_rows
 from specjax.models.model import ModelConfig, forward_tapped
 from specjax.ops import argmax, switch_on_width
 from specjax.ops import top_k as top_k_op
-from specjax.sampling import Sampling, process_logits, sampling_settings, target_probs
+from specjax.sampling import Sampling, categorical, process_logits, sampling_settings, target_probs
 from specjax.tree import Tree, ancestor_mask, match_child, node_positions
 
 __all__ = [
@@ -133,7 +133,7 @@ def sample_targets(logits: jax.Array, key: jax.Array, temperature, top_k=None, t
 
     logits f32[B, N+1, V]. Temperature 0 gives the argmax (same tie rule as greedy).
     """
-    return jax.random.categorical(key, process_logits(logits, temperature, top_k, top_p), axis=-1).astype(jnp.int32)
+    return categorical(key, process_logits(logits, temperature, top_k, top_p))
 
 
 def slot_targets(logits: jax.Array, key: jax.Array, sampling: Sampling) -> jax.Array:
@@ -219,7 +219,7 @@ def chain_rejection(
     resid = jnp.maximum(p - q, 0.0)
     mass = resid.sum(-1, keepdims=True)
     resid = jnp.where(mass > 0, resid / jnp.where(mass > 0, mass, 1.0), p)
-    resampled = jax.random.categorical(key_r, jnp.log(resid), axis=-1).astype(jnp.int32)  # [B, K+1]
+    resampled = categorical(key_r, jnp.log(resid))  # [B, K+1]
 
     greedy_tok = argmax(target_logits)  # [B, K+1]
     greedy_row = jnp.asarray(temperature, jnp.float32).reshape(-1) <= 0  # [1] or [B]

@@ -18,6 +18,7 @@ import functools
 import itertools
 
 import jax
+import jax.extend.core  # noqa: F401  (jaxprs_in_params)
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -171,6 +172,107 @@ def test_process_logits_matches_reference(logits, temperature, top_k, top_p):
     np.testing.assert_allclose(got, want, atol=2e-5)
     np.testing.assert_array_equal(got > 0, want > 0)  # the same support, exactly
     np.testing.assert_allclose(np.asarray(S.target_probs(jnp.asarray(logits), t, k, p)), want, atol=2e-5)
+
+
+process_logits_static_k = jax.jit(S.process_logits, static_argnames="top_k")
+
+
+@given(
+    logits=float_arrays((2, 3, 7)),
+    temperature=st.sampled_from([0.0, 0.5, 1.0, (0.0, 0.7)]),
+    top_k=st.sampled_from([0, 1, 2, 3, 6, 7, 9]),
+    top_p=st.sampled_from([None, 0.3, 0.9, 1.0, (0.5, 0.95)]),
+)
+def test_process_logits_with_one_static_top_k_matches_reference(logits, temperature, top_k, top_p):
+    """A `Sampling`'s top-k is one Python int for every row: the k-th largest comes from XLA's top-k
+    kernel, and top-p sorts only those k (not the vocabulary); the same law as the reference."""
+    t = np.asarray(temperature, np.float32)
+    p = None if top_p is None else np.asarray(top_p, np.float32)
+    assume(top_p_margin(logits, t, top_k, p) > 1e-4)
+    got = np.asarray(jax.nn.softmax(process_logits_static_k(jnp.asarray(logits), t, top_k, p), axis=-1))
+    want = ref_process(logits, t, top_k, p)
+    np.testing.assert_allclose(got, want, atol=2e-5)
+    np.testing.assert_array_equal(got > 0, want > 0)
+
+
+def test_top_k_and_top_p_never_sort_the_vocabulary_unless_k_differs_per_row():
+    """Why: XLA:CPU sorted [256, 9, 8192] logits in 4.8 s (the top-k kernel took 37 ms). A static top-k
+    ranks with the top-k kernel and top-p then sorts only those k; top-p alone finds its cut by
+    bisection; only a per-row k (no single k to rank) still sorts."""
+    def primitives(jaxpr):
+        found = set()
+        for eqn in jaxpr.eqns:
+            found.add(eqn.primitive.name)
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                found |= primitives(sub)
+        return found
+
+    logits = jnp.zeros((2, 3, 64))
+    static = primitives(jax.make_jaxpr(lambda x: S.process_logits(x, 1.0, 5, 0.9))(logits).jaxpr)
+    nucleus = primitives(jax.make_jaxpr(lambda x: S.process_logits(x, 1.0, None, 0.9))(logits).jaxpr)
+    per_row = primitives(jax.make_jaxpr(lambda x, k: S.process_logits(x, 1.0, k, 0.9))(logits, jnp.array([5, 3])).jaxpr)
+    assert "sort" not in static and "top_k" in static
+    assert "sort" not in nucleus and "top_k" not in nucleus
+    assert "sort" in per_row  # a per-row k has no single k to rank: the sort stays
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_top_p_by_bisection_keeps_what_the_sorted_prefix_keeps_on_a_long_vocabulary(seed):
+    """Top-p without a sort (`_nucleus_threshold`) on 2,000-token rows with many exact ties (logits on a
+    coarse grid) and a tail at probability 0: the support and the law of the sorted-prefix reference."""
+    rng = np.random.default_rng(seed)
+    logits = np.round(rng.normal(0, 2.0, (2, 3, 2000)) * 4) / 4
+    logits[0, 1, rng.choice(2000, 500, replace=False)] = -np.inf
+    checked = 0
+    for top_p in (0.3, 0.9, 0.99):
+        if top_p_margin(logits, np.float32(1.0), None, np.float32(top_p)) < 1e-5:
+            continue  # a cumulative mass within rounding of top_p: either answer is right
+        checked += 1
+        got = np.asarray(S.target_probs(jnp.asarray(logits, jnp.float32), 1.0, None, top_p))
+        want = ref_process(logits, np.float32(1.0), None, np.float32(top_p))
+        np.testing.assert_array_equal(got > 0, want > 0)
+        np.testing.assert_allclose(got, want, atol=2e-6)
+    assert checked, "every top_p fell within rounding of a cumulative mass: nothing was compared"
+
+
+@pytest.mark.parametrize("vocab", [1, 2, 5, 17, 64, 130])
+def test_categorical_draws_the_softmax_law(vocab):
+    """`specjax.sampling.categorical` (two-stage Gumbel-max over blocks of the vocabulary): 40,000 draws
+    of a random law with some tokens at probability 0 (a whole block of them where V allows) against
+    softmax by a G-test; a 0-probability token is never drawn."""
+    rng = np.random.default_rng(vocab)
+    logits = rng.normal(0, 1.5, vocab).astype(np.float32)
+    if vocab >= 5:
+        logits[rng.choice(vocab, vocab // 4, replace=False)] = -np.inf
+    if vocab >= 64:
+        logits[-16:] = -np.inf  # a whole block of the last
+    law = np.asarray(jax.nn.softmax(jnp.asarray(logits).astype(jnp.float64) if jax.config.x64_enabled
+                                    else jnp.asarray(logits)), np.float64)
+    law /= law.sum()
+    n = 40_000
+    draws = np.asarray(jax.jit(S.categorical)(jax.random.key(vocab), jnp.broadcast_to(jnp.asarray(logits), (n, vocab))))
+    assert draws.dtype == np.int32 and draws.shape == (n,)
+    counts = np.bincount(draws, minlength=vocab)
+    assert counts[law == 0].sum() == 0, "drew a token of probability 0"
+    expected = law * n
+    big = expected >= 5
+    obs = np.append(counts[big], counts[~big & (law > 0)].sum())
+    exp = np.append(expected[big], expected[~big & (law > 0)].sum())
+    obs, exp = (obs, exp) if exp[-1] > 0 else (obs[:-1], exp[:-1])
+    if len(obs) > 1:
+        assert stats.power_divergence(obs, exp, lambda_="log-likelihood").pvalue > 1e-3, (counts, expected)
+    else:
+        assert counts[int(np.argmax(law))] == n
+
+
+def test_categorical_keeps_the_batch_shape_and_draws_rows_independently():
+    """[B, N, V] logits -> int32[B, N]; a row's draw does not depend on the other rows' logits."""
+    logits = jax.random.normal(jax.random.key(0), (3, 4, 300))
+    out = S.categorical(jax.random.key(1), logits)
+    assert out.shape == (3, 4) and out.dtype == jnp.int32
+    assert ((0 <= out) & (out < 300)).all()
+    hard = logits.at[1, 2].set(-jnp.inf).at[1, 2, 7].set(0.0)  # a one-token law in one slot
+    assert int(S.categorical(jax.random.key(1), hard)[1, 2]) == 7
 
 
 # ---- chain rejection ------------------------------------------------------------------

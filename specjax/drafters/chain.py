@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 
 from specjax.drafters.draft_lm import DraftLMDrafter, StaticTreeShape
 from specjax.drafters.spec import Build, Field, MethodSpec
 from specjax.models.model import ModelConfig
 from specjax.ops import argmax
+from specjax.sampling import categorical
 
 __all__ = ["ChainDrafter", "METHODS"]
 
@@ -51,7 +51,7 @@ class ChainDrafter(DraftLMDrafter):
         if sampling.greedy:
             return argmax(parent_logits)[..., None], None
         log_q = sampling.log_probs(parent_logits)
-        token = jax.random.categorical(key, log_q, axis=-1).astype(jnp.int32)
+        token = categorical(key, log_q)
         return token[..., None], jnp.exp(log_q)
 
 

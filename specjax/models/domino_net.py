@@ -14,10 +14,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from specjax.models.draft_vocab import add_to_columns, draft_vocab_ids, vocab_logits
+from specjax.models.draft_vocab import add_to_columns, draft_vocab_ids
 from specjax.models.domino import DominoConfig
 from specjax.models.model import embed_tokens
 from specjax.ops import argmax
+from specjax.sampling import categorical
 
 __all__ = ["correction", "draft_rows", "draft_vocab_head", "gru_cell", "head_mask", "rollout", "sampler",
            "teacher_forced_logits"]
@@ -120,4 +121,4 @@ def sampler(sampling):
     """pick() for `rollout`: argmax at T = 0, else a sample of the processed distribution."""
     if sampling.greedy:
         return lambda logits, i, key: argmax(logits)
-    return lambda logits, i, key: jax.random.categorical(key, sampling.log_probs(logits), axis=-1)
+    return lambda logits, i, key: categorical(key, sampling.log_probs(logits))
