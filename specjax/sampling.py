@@ -103,11 +103,11 @@ def process_logits(logits: jax.Array, temperature, top_k=None, top_p=None) -> ja
     greedy = t <= 0
     x = logits / jnp.where(greedy, 1.0, t)
     static_k = _static_int(top_k)
-    if static_k is not None:  # one k for every row (a `Sampling`'s): the k largest, not a sort of V
-        if 0 < static_k < v:
-            kth = ops_top_k(x, static_k)[0][..., static_k - 1:]  # kept on XLA's top-k kernel
-            x = jnp.where(x < kth, NEG_INF, x)
-    elif top_k is not None:  # per-row k: the k-th largest of each row from a full descending sort
+    ranked = static_k is not None and 0 < static_k < v
+    if ranked:  # one k for every row (a `Sampling`'s): the k largest, not a sort of V
+        top_values, top_ids = ops_top_k(x, static_k)  # kept on XLA's top-k kernel
+        x = jnp.where(x < top_values[..., static_k - 1:], NEG_INF, x)
+    elif top_k is not None and static_k is None:  # per-row k: each row's k-th largest from a full sort
         k = _per_row(top_k, nd, jnp.int32)
         desc = -jnp.sort(-x, axis=-1)
         kth = jnp.take_along_axis(desc, jnp.broadcast_to(jnp.clip(k - 1, 0, v - 1), desc.shape[:-1] + (1,)), axis=-1)
@@ -116,11 +116,12 @@ def process_logits(logits: jax.Array, temperature, top_k=None, top_p=None) -> ja
     if top_p is not None:
         p = _per_row(top_p, nd, jnp.float32)
         probs = jax.nn.softmax(x, axis=-1)
-        if static_k is not None and 0 < static_k < v:
+        if ranked:
             # After a static top-k only the k largest (and ties with the k-th) have mass, so the descending
-            # prefix that reaches top_p lies among the k largest: sort those. A prefix that would run past
-            # them (rounding) ends on a tie with the k-th or on a zero: either way nothing more is removed.
-            desc = ops_top_k(probs, static_k)[0]
+            # prefix that reaches top_p lies among the k largest, already ranked (softmax keeps the order):
+            # read their probabilities. A prefix that would run past them (rounding) ends on a tie with the
+            # k-th or on a zero: either way nothing more is removed.
+            desc = jnp.take_along_axis(probs, top_ids, axis=-1)
             before = jnp.cumsum(desc, axis=-1) - desc  # mass strictly before each sorted entry
             count = jnp.maximum(jnp.sum(before < p, axis=-1, keepdims=True), 1)
             threshold = jnp.take_along_axis(desc, count - 1, axis=-1)

@@ -231,7 +231,9 @@ def test_top_p_by_bisection_keeps_what_the_sorted_prefix_keeps_on_a_long_vocabul
         got = np.asarray(S.target_probs(jnp.asarray(logits, jnp.float32), 1.0, None, top_p))
         want = ref_process(logits, np.float32(1.0), None, np.float32(top_p))
         np.testing.assert_array_equal(got > 0, want > 0)
-        np.testing.assert_allclose(got, want, atol=2e-6)
+        # float32 softmax against float64: each probability within a few ulps of exp plus the normalising
+        # sum's rounding, at most V u = 2,000 x 2^-24 = 1.2e-4 relative whatever the summation order
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-12)
     assert checked, "every top_p fell within rounding of a cumulative mass: nothing was compared"
 
 
@@ -264,8 +266,9 @@ def test_categorical_draws_the_softmax_law(vocab):
         assert counts[int(np.argmax(law))] == n
 
 
-def test_categorical_keeps_the_batch_shape_and_draws_rows_independently():
-    """[B, N, V] logits -> int32[B, N]; a row's draw does not depend on the other rows' logits."""
+def test_categorical_keeps_the_batch_shape_and_draws_a_one_token_law_exactly():
+    """[B, N, V] logits -> int32[B, N] within the vocabulary; a slot whose law is one token draws it. (That
+    rows draw with their own noise is in the law test: its 40,000 rows share one key.)"""
     logits = jax.random.normal(jax.random.key(0), (3, 4, 300))
     out = S.categorical(jax.random.key(1), logits)
     assert out.shape == (3, 4) and out.dtype == jnp.int32
