@@ -8,7 +8,8 @@ entries of [256, 9, 8192] logits, 654 ms the whole draw). A sampled round draws 
 slot: on SmolLM2 (49,152 tokens) one sample per slot of a 9-slot verify took 21-22 ms, now 0.6 ms
 (`categorical`: the same law from ~2 sqrt(V) numbers). top-k found the k-th largest logit with a full
 sort of the vocabulary (top-k 20 on those 9 slots: 150-157 ms, now 2.7-2.9 ms with the top-k kernel),
-and so did top-p (top-p 0.9: 153-161 ms, now 9 ms by bisection, `_nucleus_threshold`). In the loop
+and so did top-p (top-p 0.9: 153-161 ms, now 9 ms by bisection, `_nucleus_threshold`) and a per-row
+top-k (now a bisection too, `_kth_largest`). In the loop
 (`specjax bench --model smollm2-135m --temperature 1 --round-split`, same run, old code then new): the
 walk of a DDTree round 8.2 / 11.2 ms -> 1.9 / 1.6 ms (budgets 3 / 7); AR 20.6 -> 22.3 tok/s."""
 
@@ -90,7 +91,8 @@ def process_logits(logits: jax.Array, temperature, top_k=None, top_p=None) -> ja
 
     * temperature == 0: greedy; only the (first) argmax keeps a finite logit (0).
     * top_k: keep the tokens whose logit is >= the k-th largest (ties at the boundary are
-      kept); k <= 0 or k >= V disables it. None skips it (no sort).
+      kept); k <= 0 or k >= V disables it. None skips it. Never a sort of V: one Python int
+      ranks with the top-k kernel, a per-row array bisects (`_kth_largest`).
     * top_p: on the distribution left after temperature and top-k, keep the smallest
       prefix of the descending order whose mass reaches top_p, i.e. token j is kept iff
       the mass strictly before it is < top_p (ties with the last kept probability are
@@ -107,12 +109,10 @@ def process_logits(logits: jax.Array, temperature, top_k=None, top_p=None) -> ja
     if ranked:  # one k for every row (a `Sampling`'s): the k largest, not a sort of V
         top_values, top_ids = ops_top_k(x, static_k)  # kept on XLA's top-k kernel
         x = jnp.where(x < top_values[..., static_k - 1:], NEG_INF, x)
-    elif top_k is not None and static_k is None:  # per-row k: each row's k-th largest from a full sort
+    elif top_k is not None and static_k is None:  # per-row k: each row's k-th largest by bisection
         k = _per_row(top_k, nd, jnp.int32)
-        desc = -jnp.sort(-x, axis=-1)
-        kth = jnp.take_along_axis(desc, jnp.broadcast_to(jnp.clip(k - 1, 0, v - 1), desc.shape[:-1] + (1,)), axis=-1)
         on = (k > 0) & (k < v)
-        x = jnp.where(on & (x < kth), NEG_INF, x)
+        x = jnp.where(on & (x < _kth_largest(x, jnp.clip(k, 1, v))), NEG_INF, x)
     if top_p is not None:
         p = _per_row(top_p, nd, jnp.float32)
         probs = jax.nn.softmax(x, axis=-1)
@@ -163,6 +163,32 @@ def _nucleus_threshold(probs: jax.Array, p: jax.Array) -> jax.Array:
     hi = bits(jnp.max(probs, axis=-1, keepdims=True))  # S(max) = 0 < p
     lo, hi = jax.lax.fori_loop(0, 32, halve, (lo, hi))
     return jnp.where(under(jnp.zeros_like(probs[..., :1])), 0.0, floats(hi))  # S(0) < p: every token
+
+
+def _kth_largest(x: jax.Array, k: jax.Array) -> jax.Array:
+    """The k-th largest entry of each row of x f32[..., V] (ties counted: the largest value t with at least
+    k entries >= t), f32[..., 1]; k int32 broadcastable to [..., 1], 1 <= k <= V. No NaN in x.
+
+    Without a sort (a per-row top-k; a single k uses the top-k kernel): the float bit patterns are mapped
+    to unsigned integers in the floats' own order (a negative float's bits inverted, a non-negative's top
+    bit set), and the largest integer m with count(keys >= m) >= k is found by bisection: count falls as
+    m grows, so 32 halvings of the 32-bit range land exactly on the key of an entry, the k-th largest.
+    32 counts over V. The keys order -0.0 before +0.0, a refinement of the float order, so the k-th
+    entry in theirs equals the k-th in the float order as a float, and the caller compares floats."""
+    top = jnp.uint32(1 << 31)
+    b = jax.lax.bitcast_convert_type(x, jnp.uint32)
+    keys = jnp.where(b >= top, ~b, b | top)
+
+    def halve(_, bounds):  # invariant: count(keys >= lo) >= k > count(keys >= hi)
+        lo, hi = bounds
+        mid = lo + (hi - lo) // 2
+        yes = jnp.sum(keys >= mid, axis=-1, keepdims=True, dtype=jnp.int32) >= k
+        return jnp.where(yes, mid, lo), jnp.where(yes, hi, mid)
+
+    lo = jnp.min(keys, axis=-1, keepdims=True)  # every entry counts: V >= k
+    hi = jnp.max(keys, axis=-1, keepdims=True) + 1  # +inf's key is 0xFF800000: no wrap without NaN
+    lo, _ = jax.lax.fori_loop(0, 32, halve, (lo, hi))
+    return jax.lax.bitcast_convert_type(jnp.where(lo >= top, lo & ~top, ~lo), jnp.float32)
 
 
 def _static_int(x) -> int | None:

@@ -195,10 +195,10 @@ def test_process_logits_with_one_static_top_k_matches_reference(logits, temperat
     np.testing.assert_array_equal(got > 0, want > 0)
 
 
-def test_top_k_and_top_p_never_sort_the_vocabulary_unless_k_differs_per_row():
+def test_top_k_and_top_p_never_sort_the_vocabulary():
     """Why: XLA:CPU sorted [256, 9, 8192] logits in 4.8 s (the top-k kernel took 37 ms). A static top-k
-    ranks with the top-k kernel and top-p then sorts only those k; top-p alone finds its cut by
-    bisection; only a per-row k (no single k to rank) still sorts."""
+    ranks with the top-k kernel and top-p then reads only those k; top-p alone and a per-row k find
+    their cuts by bisection."""
     def primitives(jaxpr):
         found = set()
         for eqn in jaxpr.eqns:
@@ -213,7 +213,31 @@ def test_top_k_and_top_p_never_sort_the_vocabulary_unless_k_differs_per_row():
     per_row = primitives(jax.make_jaxpr(lambda x, k: S.process_logits(x, 1.0, k, 0.9))(logits, jnp.array([5, 3])).jaxpr)
     assert "sort" not in static and "top_k" in static
     assert "sort" not in nucleus and "top_k" not in nucleus
-    assert "sort" in per_row  # a per-row k has no single k to rank: the sort stays
+    assert "sort" not in per_row and "top_k" not in per_row
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_per_row_top_k_by_bisection_keeps_what_the_sorted_reference_keeps(seed):
+    """A per-row k (`_kth_largest`, no sort) on 2,000-token rows: exact ties on a coarse grid, -inf, +inf,
+    -0.0 beside +0.0 (equal as floats, ordered apart by their bit patterns), k from 1 to V. The support is compared
+    exactly: the cut is a comparison with an entry of the row, with no rounding in it."""
+    rng = np.random.default_rng(seed)
+    logits = np.round(rng.normal(0, 2.0, (4, 2, 2000)) * 4) / 4
+    logits[0, 1, rng.choice(2000, 1500, replace=False)] = -np.inf
+    logits[1, 0, rng.choice(2000, 40, replace=False)] = -0.0
+    logits[1, 0, rng.choice(2000, 40, replace=False)] = 0.0
+    logits[1, 1, :] = np.where(rng.random(2000) < 0.5, -0.0, 0.0)
+    logits[2, 1, rng.choice(2000, 3, replace=False)] = np.inf
+    logits = logits.astype(np.float32)
+    k = np.array([1, int(rng.integers(2, 1999)), 1999, 2000], np.int32)
+    kept = np.asarray(S.process_logits(jnp.asarray(logits), 1.0, jnp.asarray(k), None)) > -np.inf
+    kth = np.sort(logits, axis=-1)[..., ::-1][np.arange(4), :, k - 1][..., None]
+    np.testing.assert_array_equal(kept, (logits >= kth) | (k[:, None, None] >= 2000))
+    finite = np.isfinite(logits.max(axis=-1))  # the law where softmax is defined (no +inf in the row)
+    got = np.asarray(S.target_probs(jnp.asarray(logits), 1.0, jnp.asarray(k), None))[finite]
+    with np.errstate(invalid="ignore"):  # the reference's rows with +inf are NaN; they are not compared
+        want = ref_process(logits, np.float32(1.0), k, None)[finite]
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(4))
