@@ -41,13 +41,15 @@ test-fast: $(STAMP)
 
 # On a GPU machine. Its own Python holds jax with CUDA (the venv's jax is the CPU build), so these two run with
 # GPU_PY (default python3) over this checkout, installing nothing: a machine without registry access runs them.
-# `make test-gpu`: the suite's `gpu` subset (tests/gpu_subset.py) in one process; `make gpu-check`: the GPU
+# `make test-gpu`: the suite's `gpu` subset (tests/gpu_subset.py) on pytest-xdist workers, half the host's cores
+# (at most 8: a GPU compiles on the host), as gpu-check's tests step; `make gpu-check`: the GPU
 # checks in one command, writing gpu-check/gpu-check.json and gpu-check/gpu-check.md (specjax.bench.gpu_check;
 # ARGS="--quick" runs its toy sizes anywhere). `make test PY=python3` runs the whole suite there.
 GPU_PY ?= python3
 
 test-gpu:
-	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) -m pytest -q -p no:xdist -m gpu $(PYTEST_ARGS)
+	export PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}; \
+	$(GPU_PY) -m pytest -q $$($(GPU_PY) -m specjax.bench.gpu_check --pytest-workers) -m gpu $(PYTEST_ARGS)
 
 gpu-check:
 	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) -m specjax gpu-check $(ARGS)

@@ -161,11 +161,11 @@ def test_the_tests_step_spreads_over_half_the_cores_at_most_eight(monkeypatch):
     for cores, expect in ((16, ["-n", "8", "--dist", "load"]), (6, ["-n", "3", "--dist", "load"]),
                           (2, ["-p", "no:xdist"])):
         monkeypatch.setattr(gpu_check.os, "cpu_count", lambda c=cores: c)
-        assert gpu_check._workers(quick=False) == expect, cores
-        assert gpu_check._workers(quick=True) == ["-p", "no:xdist"]
+        assert gpu_check.pytest_workers(quick=False) == expect, cores
+        assert gpu_check.pytest_workers(quick=True) == ["-p", "no:xdist"]
     monkeypatch.setattr(gpu_check.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(gpu_check.os, "cpu_count", lambda: 16)
-    assert gpu_check._workers(quick=False) == ["-p", "no:xdist"]
+    assert gpu_check.pytest_workers(quick=False) == ["-p", "no:xdist"]
 
 
 def test_the_compile_report_totals_its_rows_and_names_the_flags_the_workers_had(tmp_path):

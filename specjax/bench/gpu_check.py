@@ -96,7 +96,7 @@ def _commands(plan: CheckPlan, out: Path) -> dict[str, tuple[list[str], int]]:
     model = "zoo" if quick else "smollm2-135m"
     methods = "ar,ddtree-8" if quick else "ar,dflash,ddtree-7,ddtree-16,ddtree-32"
     return {
-        "tests": (py + ["-m", "pytest", "-q", *_workers(quick), "-p", "no:cacheprovider", "-m", "gpu",
+        "tests": (py + ["-m", "pytest", "-q", *pytest_workers(quick), "-p", "no:cacheprovider", "-m", "gpu",
                         "--durations", "15", "--junitxml", str(out / "tests.xml")]
                   + (["tests/test_xla_flags.py"] if quick else []), 300),
         "device": (py + ["-m", "specjax", "bench-device", "--shapes", "tiny" if quick else "qwen3-8b",
@@ -116,10 +116,11 @@ def _commands(plan: CheckPlan, out: Path) -> dict[str, tuple[list[str], int]]:
     }
 
 
-def _workers(quick: bool) -> list[str]:
-    """pytest-xdist arguments of the tests step: a GPU compiles each program on the host's cores, one program
-    at a time per process, so half the cores (at most 8) run tests side by side, one test at a time each
-    (`--dist load`: a module's tests spread); one process where xdist is missing or in --quick."""
+def pytest_workers(quick: bool) -> list[str]:
+    """pytest-xdist arguments of the tests step and of `make test-gpu`: a GPU compiles each program on the host's
+    cores, one program at a time per process, so half the cores (at most 8) run tests side by side, one test at
+    a time each (`--dist load`: a module's tests spread); one process where xdist is missing or in --quick.
+    `python -m specjax.bench.gpu_check --pytest-workers` prints them (the Makefile's `test-gpu`)."""
     if importlib.util.find_spec("xdist") is None:  # the plugin pytest -n needs (not imported here)
         return ["-p", "no:xdist"]
     n = min(8, (os.cpu_count() or 1) // 2)
@@ -388,3 +389,7 @@ def markdown(report: dict) -> str:
     failures = ((report["steps"].get("tests") or {}).get("figures") or {}).get("failures") or []
     lines += ["", *[f"- FAILED {f['test']}: {f['message'][:300]}" for f in failures]] if failures else []
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--pytest-workers"]:  # for the Makefile's `test-gpu`
+    print(*pytest_workers(quick=False))
