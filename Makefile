@@ -49,7 +49,7 @@ GPU_PY ?= python3
 
 test-gpu:
 	export PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}; \
-	$(GPU_PY) -m pytest -q $$($(GPU_PY) -m specjax.bench.gpu_check --pytest-workers) -m gpu $(PYTEST_ARGS)
+	$(GPU_PY) -m pytest -q $$($(GPU_PY) -m specjax gpu-check --pytest-workers) -m gpu $(PYTEST_ARGS)
 
 gpu-check:
 	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) -m specjax gpu-check $(ARGS)

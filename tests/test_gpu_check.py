@@ -168,6 +168,17 @@ def test_the_tests_step_spreads_over_half_the_cores_at_most_eight(monkeypatch):
     assert gpu_check.pytest_workers(quick=False) == ["-p", "no:xdist"]
 
 
+def test_make_test_gpu_reads_the_same_workers_from_the_command_line(monkeypatch, capsys):
+    """`make test-gpu` runs pytest with what `specjax gpu-check --pytest-workers` prints: the tests step's."""
+    from specjax.cli import main
+
+    monkeypatch.setattr(gpu_check.os, "cpu_count", lambda: 16)
+    assert main(["gpu-check", "--pytest-workers"]) == 0
+    assert capsys.readouterr().out.split() == gpu_check.pytest_workers(quick=False)
+    makefile = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Makefile")
+    assert "-m specjax gpu-check --pytest-workers" in open(makefile).read()
+
+
 def test_the_compile_report_totals_its_rows_and_names_the_flags_the_workers_had(tmp_path):
     """The tests step's compile figures (tests/conftest.py's rows, summed by hand): totals, seconds per compiled
     program (the figure the GPU's test flags are meant to lower), every distinct XLA_FLAGS, the slowest tests."""

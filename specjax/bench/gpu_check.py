@@ -120,7 +120,7 @@ def pytest_workers(quick: bool) -> list[str]:
     """pytest-xdist arguments of the tests step and of `make test-gpu`: a GPU compiles each program on the host's
     cores, one program at a time per process, so half the cores (at most 8) run tests side by side, one test at
     a time each (`--dist load`: a module's tests spread); one process where xdist is missing or in --quick.
-    `python -m specjax.bench.gpu_check --pytest-workers` prints them (the Makefile's `test-gpu`)."""
+    `python -m specjax gpu-check --pytest-workers` prints them (the Makefile's `test-gpu`)."""
     if importlib.util.find_spec("xdist") is None:  # the plugin pytest -n needs (not imported here)
         return ["-p", "no:xdist"]
     n = min(8, (os.cpu_count() or 1) // 2)
@@ -389,7 +389,3 @@ def markdown(report: dict) -> str:
     failures = ((report["steps"].get("tests") or {}).get("figures") or {}).get("failures") or []
     lines += ["", *[f"- FAILED {f['test']}: {f['message'][:300]}" for f in failures]] if failures else []
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["--pytest-workers"]:  # for the Makefile's `test-gpu`
-    print(*pytest_workers(quick=False))

@@ -8,6 +8,7 @@
     python -m specjax bench-train-step --data DATA [--kind dflash]          # drafter step time vs draft vocabulary
     python -m specjax assets [--list] [NAME ...]                            # prefetch registry assets
     python -m specjax gpu-check [--out DIR] [--steps ...] [--quick]         # make gpu-check: one JSON + a table
+    python -m specjax gpu-check --pytest-workers                            # the workers make test-gpu runs on
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def _versus(args) -> int:
 
 
 def _gpu_check(args) -> int:
+    if args.pytest_workers:
+        print(*gpu_check.pytest_workers(quick=False))
+        return 0
     plan = gpu_check.CheckPlan(out=args.out, steps=tuple(s.strip() for s in args.steps.split(",") if s.strip()),
                                quick=args.quick)
     try:
@@ -130,6 +134,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--steps", default=",".join(gpu_check.STEPS),
                    help="comma-separated, some of: " + ", ".join(gpu_check.STEPS) + " (default: all)")
     p.add_argument("--quick", action="store_true", help="toy sizes: the same pipeline on a CPU in minutes")
+    p.add_argument("--pytest-workers", action="store_true", help="print the tests step's pytest-xdist arguments "
+                   "(half the host's cores, at most 8; `make test-gpu` runs with them) and exit")
     p.set_defaults(run=_gpu_check)
 
     d = ddtree_select.SelectBench()
