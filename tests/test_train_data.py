@@ -1,6 +1,7 @@
 """Generated training data (specjax.train.data, specjax.data.train_sources): resumable shards, a
 refused recipe change, and the committed SmolLM2 shards share no prompt with any evaluation set."""
 
+import gzip
 import json
 import pathlib
 
@@ -11,7 +12,8 @@ from specjax.data.prompts import (gsm8k_prompts, humaneval_prompts, math500_prom
                                   normalise, sharegpt_prompts, wiki_prompts)
 from specjax.data.train_sources import DEFAULT_WEIGHTS, read_prompt_order, training_prompts, write_prompt_order
 from specjax.train import data as train_data
-from specjax.train.data import DataRecipe, generate_shards, load_shards, load_target
+from specjax.train.data import (DataRecipe, compress_prompt_files, generate_shards, load_shards, load_target,
+                                read_shard_prompts)
 
 COMMITTED = pathlib.Path(__file__).parent.parent / "specjax" / "zoo" / "data" / "smollm2-135m-instruct"
 pytestmark = pytest.mark.registry  # the prompt sources and evaluation sets are registry assets
@@ -68,6 +70,47 @@ def test_generation_resumes_where_it_stopped_and_refuses_another_recipe(tmp_path
         load_shards(tmp_path / "a")
 
 
+def test_prompt_files_are_gzipped_and_a_plain_directory_is_compressed_when_it_resumes(tmp_path):
+    """A shard's prompts are written gzip'd and read back as the prompts of its sequences, in order; a
+    directory written with plain `.jsonl` prompt files (before 2026-11-28) continues with its plain files
+    compressed in place (the manifest names the `.gz`, the plain ones are gone, the prompts unchanged), and
+    it then holds the sequences a run of the gzip'd form holds, prompt for prompt."""
+    cfg, params, enc, _ = load_target("zoo")
+    recipe = DataRecipe(target="zoo", max_new_tokens=6, max_prompt_tokens=24, batch_size=8, chat=False)
+    kw = dict(shard_batches=1, progress=False)
+    order = training_prompts(dict(recipe.weights), recipe.seed)
+    made = generate_shards((cfg, params), enc, recipe, tmp_path / "a", response_tokens=60, **kw)
+    for shard in made["shards"]:
+        assert shard["prompts_file"].endswith(".prompts.jsonl.gz")
+        with np.load(tmp_path / "a" / shard["file"]) as z:
+            want = [order[i] for i in z["prompt_index"]]
+        assert read_shard_prompts(tmp_path / "a", shard) == [
+            {"source": p.source, "key": p.key, "text": p.text} for p in want]
+
+    generate_shards((cfg, params), enc, recipe, tmp_path / "b", response_tokens=30, **kw)  # the old form:
+    b = tmp_path / "b"
+    manifest = json.loads((b / "manifest.json").read_text())
+    before = [read_shard_prompts(b, s) for s in manifest["shards"]]
+    for shard in manifest["shards"]:
+        gz = b / shard["prompts_file"]
+        shard["prompts_file"] = gz.name.removesuffix(".gz")
+        (b / shard["prompts_file"]).write_bytes(gzip.decompress(gz.read_bytes()))
+        gz.unlink()
+    (b / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    assert [read_shard_prompts(b, s) for s in manifest["shards"]] == before  # the reader takes both forms
+
+    resumed = generate_shards((cfg, params), enc, recipe, b, response_tokens=60, **kw)
+    assert not list(b.glob("*.prompts.jsonl")) and all(s["prompts_file"].endswith(".gz") for s in resumed["shards"])
+    assert [read_shard_prompts(b, s) for s in resumed["shards"][:len(before)]] == before
+    assert compress_prompt_files(b, resumed) == 0  # nothing left to compress
+    assert len(resumed["shards"]) > len(before)  # it went on, in the gzip'd form, each file its shard's prompts
+    for shard in resumed["shards"]:
+        with np.load(b / shard["file"]) as z:
+            want = [order[i] for i in z["prompt_index"]]
+        assert read_shard_prompts(b, shard) == [{"source": p.source, "key": p.key, "text": p.text} for p in want]
+    assert _by_prompt(tmp_path / "a") == _by_prompt(b)  # the same sequences, prompt for prompt
+
+
 def test_a_prompt_order_file_replaces_the_registry_and_gives_the_same_shards(tmp_path):
     """A machine without the registry (a GPU node) generates from a prompt-order file: read back it is the
     registry's order from its start (None before it), a file of another seed or an edited one is refused,
@@ -118,8 +161,7 @@ def test_the_committed_shards_share_no_prompt_with_any_evaluation_set():
     manifest = json.loads((COMMITTED / "manifest.json").read_text())
     data = load_shards(COMMITTED)  # sha256 of every shard
     exact, bench = _evaluation_prompts()
-    texts = [json.loads(line)["text"] for s in manifest["shards"]
-             for line in (COMMITTED / s["prompts_file"]).read_text(encoding="utf-8").split("\n") if line]
+    texts = [p["text"] for s in manifest["shards"] for p in read_shard_prompts(COMMITTED, s)]
     assert len(texts) == len(data) == manifest["totals"]["sequences"]
     for text in texts:
         norm = normalise(text)

@@ -21,7 +21,10 @@ On disk (`out/`):
                            [sum of lengths] (prompt + response of each sequence, concatenated),
                            offsets int64[n + 1], prompt_lengths int32[n], temperature f32[n],
                            prompt_index int32[n] (position in the prompt order)
-  shard-NNNNN.prompts.jsonl  the user messages of the shard's sequences (source, key, text)
+  shard-NNNNN.prompts.jsonl.gz  the user messages of the shard's sequences (source, key, text), gzip'd
+                           JSON lines (`read_shard_prompts`; plain `.jsonl` before 2026-11-28: the texts were
+                           two thirds of the directory, gzip takes them to a third; resuming a directory
+                           compresses its plain ones, `compress_prompt_files`)
 
 A shard (the next `shard_batches * batch_size` prompts) and then the manifest are written
 atomically once all its prompts are answered, so an interrupted run loses at most the shards in
@@ -35,12 +38,14 @@ manifest's cursor (a different recipe in the same directory is refused). Shards 
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
 import io
 import json
 import os
 import pathlib
 import time
+import zipfile
 from typing import Callable
 
 import jax
@@ -57,6 +62,7 @@ from specjax.sampling import Sampling
 from specjax.train.continuous import precompile_wanted, stream
 
 __all__ = ["DataRecipe", "PromptEncoder", "TokenShards", "params_sha256", "encode_prompt", "load_target", "sampled_every",
+           "read_shard_prompts", "compress_prompt_files",
            "generate_shards", "load_shards", "parse_weights", "read_manifest_file"]
 
 MANIFEST = "manifest.json"
@@ -182,6 +188,39 @@ def _read_manifest(out: pathlib.Path, recipe: DataRecipe, target_sha: str) -> di
     return manifest
 
 
+def _gzip(text: str) -> bytes:
+    return gzip.compress(text.encode(), compresslevel=9, mtime=0)  # mtime 0: the same text, the same bytes
+
+
+def read_shard_prompts(directory: str | pathlib.Path, shard: dict) -> list[dict]:
+    """The prompts of one manifest shard entry, in its sequences' order: [{"source", "key", "text"}, ...].
+    Reads its `prompts_file`, gzip'd (`.gz`) or plain JSON lines. Lines are split on "\n" only (a prompt
+    may hold U+2028, which `str.splitlines` would also split on)."""
+    path = pathlib.Path(directory) / shard["prompts_file"]
+    raw = path.read_bytes()
+    text = (gzip.decompress(raw) if path.name.endswith(".gz") else raw).decode("utf-8")
+    return [json.loads(line) for line in text.split("\n") if line]
+
+
+def compress_prompt_files(directory: str | pathlib.Path, manifest: dict) -> int:
+    """gzip the plain `.prompts.jsonl` files of `manifest`'s shards in place and point the manifest at
+    the `.gz` files; returns how many. Crash-safe in this order: each `.gz` written atomically, then
+    the manifest, then the plain files removed (an interrupted run leaves both, the manifest naming
+    one that exists). The texts are unchanged: `read_shard_prompts` reads the same prompts back."""
+    out = pathlib.Path(directory)
+    plain = [s for s in manifest["shards"] if not s["prompts_file"].endswith(".gz")]
+    for shard in plain:
+        _atomic_write(out / (shard["prompts_file"] + ".gz"), _gzip((out / shard["prompts_file"]).read_text("utf-8")))
+    if plain:
+        old = [s["prompts_file"] for s in plain]
+        for shard in plain:
+            shard["prompts_file"] += ".gz"
+        _atomic_write(out / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode())
+        for name in old:
+            (out / name).unlink()
+    return len(plain)
+
+
 def _totals(manifest: dict) -> dict:
     shards = manifest["shards"]
     secs = sum(s["seconds"] for s in shards)
@@ -227,6 +266,7 @@ def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | p
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     manifest = _read_manifest(out, recipe, params_sha256(params))
+    compress_prompt_files(out, manifest)  # a directory of plain prompt files continues in the gzip'd form
     order: list[TrainPrompt | None] = (training_prompts(dict(recipe.weights), recipe.seed) if prompt_order is None
                                        else read_prompt_order(prompt_order, dict(recipe.weights), recipe.seed))
     if manifest["cursor"] < len(order) and order[manifest["cursor"]] is None:
@@ -406,6 +446,19 @@ def _machine() -> str:
     return f"cpu x{os.cpu_count()} cores" if d.platform == "cpu" else f"{d.platform} {d.device_kind}, {os.cpu_count()} cores"
 
 
+def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """`np.savez_compressed`'s format (np.load reads it) with every zip entry dated 1980-01-01: the same
+    arrays give the same bytes and sha256 whenever they are written (savez stamps the time of writing)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for name, array in arrays.items():
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with z.open(info, "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(array), allow_pickle=False)
+    return buf.getvalue()
+
+
 def _write_shard(out: pathlib.Path, manifest: dict, order: list[TrainPrompt], shard: _Shard) -> None:
     """Write a shard's arrays and prompts, then the manifest with the cursor after it (each atomically)."""
     seqs = [np.asarray(p + r, np.int32) for _, p, r, _ in shard.rows]
@@ -421,13 +474,12 @@ def _write_shard(out: pathlib.Path, manifest: dict, order: list[TrainPrompt], sh
               "prompt_lengths": np.asarray(plens, np.int32), "temperature": np.asarray(temps, np.float32),
               "prompt_index": np.asarray(index, np.int32)}
     name = f"shard-{len(manifest['shards']):05d}"
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
+    buf = io.BytesIO(_npz_bytes(arrays))
     _atomic_write(out / f"{name}.npz", buf.getvalue())
-    _atomic_write(out / f"{name}.prompts.jsonl", dump_prompts(order[i] for i in index).encode())
+    _atomic_write(out / f"{name}.prompts.jsonl.gz", _gzip(dump_prompts(order[i] for i in index)))
     response = int(lengths.sum() - sum(plens))
     manifest["shards"].append({
-        "file": f"{name}.npz", "prompts_file": f"{name}.prompts.jsonl",
+        "file": f"{name}.npz", "prompts_file": f"{name}.prompts.jsonl.gz",
         "sha256": hashlib.sha256(buf.getvalue()).hexdigest(), "prompt_range": [shard.start, shard.start + shard.n],
         "sequences": len(seqs), "prompt_tokens": int(sum(plens)), "response_tokens": response,
         "sampled_sequences": int(sum(t > 0 for t in temps)), "seconds": round(shard.seconds, 1),
