@@ -11,7 +11,9 @@ from specjax import zoo
 from specjax.bench.timing import compile_totals
 from specjax.decode import generate_ar
 from specjax.models import pad_prompts
-from specjax.train.continuous import pick_rows, precompile_wanted, prompt_widths, refill_sizes, stream
+from hypothesis import given, strategies as st
+
+from specjax.train.continuous import pick_rows, precompile_wanted, prompt_widths, refill_choice, refill_sizes, stream
 
 MAX_NEW, MAX_PROMPT = 12, 16
 
@@ -129,6 +131,51 @@ def test_refills_pad_to_a_few_row_counts_from_a_sixteenth_of_the_pool():
         assert all(s & (s - 1) == 0 for s in sizes[:-1])
         assert sizes[0] <= max(1, b // 16) and (b < 32 or sizes[0] * 32 > b)
     assert refill_sizes(512) == (32, 64, 128, 256, 512) and refill_sizes(128) == (8, 16, 32, 64, 128)
+
+
+@given(lengths=st.lists(st.integers(1, 192), max_size=40), free=st.integers(1, 128), more=st.booleans(),
+       busy=st.booleans())
+def test_a_refill_takes_the_oldest_prompt_pads_no_row_while_more_wait_and_fits_the_oldest_width(lengths, free, more,
+                                                                                                busy):
+    """`refill_choice` against its rules, case by case: with nothing more to come it takes every waiting prompt
+    the free rows hold; while more wait it fills a row count of `refill_sizes` exactly (none below the smallest
+    while rows are busy); the oldest prompt is always in a refill; the others are the first that fit the
+    oldest's width, else the shortest; positions ascending and distinct."""
+    sizes, widths = refill_sizes(128), prompt_widths(192, 32)
+    more = more and len(lengths) > 0
+    chosen = refill_choice(lengths, free, sizes, widths, more, busy)
+    assert chosen == sorted(set(chosen)) and all(0 <= j < len(lengths) for j in chosen)
+    take = min(free, len(lengths))
+    if not more:
+        assert len(chosen) == take
+    elif busy and take < sizes[0]:
+        assert chosen == []
+    elif take >= sizes[0]:
+        assert len(chosen) == max(s for s in sizes if s <= take)
+    else:
+        assert len(chosen) == take
+    if not chosen:
+        return
+    assert chosen[0] == 0
+    width = next(w for w in widths if w >= lengths[0])
+    within = [j for j, n in enumerate(lengths) if n <= width]
+    if len(within) >= len(chosen):
+        assert chosen == within[:len(chosen)]
+    else:  # every prompt within the width, then the shortest of the others (ties: the older)
+        longer = sorted((j for j in range(len(lengths)) if j not in within), key=lambda j: (lengths[j], j))
+        assert chosen == sorted(within + longer[:len(chosen) - len(within)])
+
+
+def test_the_look_ahead_changes_no_answer(target):
+    """Refills that pick prompts out of order from a look-ahead of the whole prompt list give every prompt the
+    answer it gets with the shortest look-ahead (only as many waiting as rows are free), greedy and sampled;
+    the two runs answer in different orders (the schedule did change)."""
+    prompts = _prompts(40, seed=3)
+    sampled = [i % 3 == 0 for i in range(40)]
+    short, short_order = _run(target, prompts, sampled, batch_size=8, lookahead=1, width_step=4)
+    ahead, order = _run(target, prompts, sampled, batch_size=8, lookahead=40, width_step=4)  # widths 4, 8, 12, 16
+    assert ahead == short and sorted(order) == list(range(40))
+    assert order != short_order
 
 
 def test_compiling_ahead_gives_the_same_answers_bit_for_bit(target, capsys):

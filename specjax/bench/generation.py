@@ -21,7 +21,8 @@ __all__ = ["pool_speed"]
 
 
 def pool_speed(target: str, start: int, warmup: float, seconds: float, batch_size: int = 128,
-               max_new_tokens: int = 256, max_prompt_tokens: int = 192, chunk: int = 16) -> dict:
+               max_new_tokens: int = 256, max_prompt_tokens: int = 192, chunk: int = 16,
+               lookahead: int | None = None) -> dict:
     """{"tokens", "seconds", "tokens_per_s"} of the pool over a window of at least `seconds`: from the
     first chunk that ends after `warmup` to the first that ends `seconds` later (two different chunks,
     so the window is never empty, however long one chunk takes: a cold compile can span both marks)."""
@@ -47,13 +48,13 @@ def pool_speed(target: str, start: int, warmup: float, seconds: float, batch_siz
 
     for _ in stream(params, cfg, prompts(), batch_size=batch_size, max_new_tokens=max_new_tokens,
                     max_prompt_tokens=max_prompt_tokens, eos_ids=tuple(cfg.eos_token_ids), chunk=chunk,
-                    on_tokens=on_tokens):
+                    on_tokens=on_tokens, lookahead=lookahead):
         if len(marks) == 2:
             break
     if len(marks) < 2:
         raise ValueError("the prompts ran out before the measurement window ended: lower --start or --seconds")
     (ta, ca), (tb, cb) = marks
     return {"tokens": cb - ca, "seconds": round(tb - ta, 1), "tokens_per_s": round((cb - ca) / (tb - ta), 1),
-            "batch_size": batch_size, "chunk": chunk}
+            "batch_size": batch_size, "chunk": chunk, "lookahead": 2 * batch_size if lookahead is None else lookahead}
 
 

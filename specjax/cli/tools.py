@@ -69,10 +69,12 @@ def _vocab(args) -> int:
 
 
 def _generation(args) -> int:
-    if args.batch_size < 1 or args.start < 0 or not args.seconds > 0 or args.warmup < 0:
-        raise UsageError("need --batch-size >= 1, --start >= 0, --warmup >= 0 and --seconds > 0")
+    if args.batch_size < 1 or args.start < 0 or not args.seconds > 0 or args.warmup < 0 or \
+            (args.lookahead is not None and args.lookahead < 1):
+        raise UsageError("need --batch-size >= 1, --start >= 0, --warmup >= 0, --seconds > 0 and --lookahead >= 1")
     try:
-        print(json.dumps(generation.pool_speed(args.target, args.start, args.warmup, args.seconds, args.batch_size)))
+        print(json.dumps(generation.pool_speed(args.target, args.start, args.warmup, args.seconds, args.batch_size,
+                                               lookahead=args.lookahead)))
     except ValueError as e:
         raise UsageError(str(e)) from None
     return 0
@@ -172,6 +174,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--warmup", type=float, default=90, help="seconds not counted (default: %(default)s)")
     p.add_argument("--seconds", type=float, default=240, help="seconds counted (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=128, help="pool rows (default: %(default)s)")
+    p.add_argument("--lookahead", type=int, default=None,
+                   help="waiting prompts a refill picks from (default: twice the pool; `continuous.refill_choice`)")
     p.set_defaults(run=_generation)
 
     p = sub.add_parser("bench-train-step", help="drafter training step time against the draft vocabulary size",

@@ -11,11 +11,13 @@
     forward one token, commit it, pick the next), a done row's commit and output masked;
   * `refill` (jitted per (R, P) bucket): prefill R new prompts [R, P] in a cache of their own,
     scatter their K/V and lengths into the given pool rows (padding rows point past the pool
-    and are dropped), pick each first token.
+    and are dropped), pick each first token; `refill_choice` picks which of a look-ahead of
+    waiting prompts go (the oldest, then those that fit its width; no padded rows while more wait).
 
 Greedy rows are the same argmax chain as `generate_ar`'s. A sampled row draws its n-th token
 with the key fold_in(fold_in(key(seed), prompt index), n), so what a prompt gets never depends
-on which rows it shared the pool with, or on where a run was interrupted and resumed.
+on which rows it shared the pool with, on when the look-ahead let it in, or on where a run was
+interrupted and resumed.
 
 `stream` drives the pool on the host and yields each finished sequence as
 (prompt index, response token ids) in completion order.
@@ -53,7 +55,8 @@ from specjax.numerics import DEFAULT_PRECISION, matmul_scope
 from specjax.ops import argmax
 
 
-__all__ = ["Pool", "init_pool", "decode_chunk", "refill", "refill_sizes", "prompt_widths", "stream", "pick_rows",
+__all__ = ["Pool", "init_pool", "decode_chunk", "refill", "refill_sizes", "prompt_widths", "refill_choice", "stream",
+           "pick_rows",
            "PRECOMPILE_CHOICES", "precompile_wanted", "compile_pool_programs"]
 
 
@@ -184,6 +187,42 @@ def prompt_widths(max_prompt_tokens: int, width_step: int) -> tuple[int, ...]:
     return tuple(sorted({min(k * width_step, max_prompt_tokens) for k in range(1, top + 1)}))
 
 
+def refill_choice(lengths: list[int], free: int, sizes: tuple[int, ...], widths: tuple[int, ...],
+                  more: bool, busy: bool) -> list[int]:
+    """Which waiting prompts a refill takes: positions into `lengths` (the waiting prompts' token counts, in
+    prompt order), ascending; [] to refill later.
+
+    A refill costs its padded [R, P] prefill (R a row count of `sizes`, P a width of `widths`), and on
+    SmolLM2's training prompts the padding was 3.3x the prompts' tokens (a simulation of the pool over 20
+    committed shards). So, while more prompts wait (`more`: beyond the free rows or still to come):
+
+      * rows: fill the largest row count <= `free` (no padded rows), and, while other rows are still busy
+        (`busy`), none until `free` reaches the smallest (the free rows wait a chunk or two);
+      * width: the oldest waiting prompt always goes (nothing waits longer than the look-ahead); the others
+        are taken in prompt order among those within the oldest's width, then by increasing length.
+
+    The same simulation: 15 % less pool time (decode row-steps + 0.52 x padded prefill tokens, the ratio of
+    the two in a py-spy profile of the running engine: refills 36.5 % of its time) with a 256-prompt
+    look-ahead. Measured (`python -m specjax bench-generation --target smollm2-135m --start 30000 --warmup 90
+    --seconds 180`, 2-core AMD EPYC, data generation paused, runs alternated with the engine before this):
+    409-414 response tokens/s against 325-334, +25 %. What a prompt gets does not depend on when it is
+    answered or beside whom (module docstring)."""
+    take = min(free, len(lengths))
+    if more:
+        fits = [s for s in sizes if s <= take]
+        if busy and not fits:
+            return []
+        take = max(fits, default=take)
+    if take == len(lengths):
+        return list(range(take))
+    width = _bucket(lengths[0], widths)
+    within = [j for j, n in enumerate(lengths) if n <= width]
+    if len(within) >= take:
+        return within[:take]
+    longer = sorted((j for j, n in enumerate(lengths) if n > width), key=lambda j: (lengths[j], j))
+    return sorted(within + longer[:take - len(within)])
+
+
 PRECOMPILE_CHOICES = ("auto", "on", "off")
 
 
@@ -263,13 +302,15 @@ def compile_pool_programs(params, cfg, pool: Pool, eos, max_new_tokens, seed, *,
 def stream(params, cfg, prompts: Iterable[tuple[int, list[int], bool]], *, batch_size: int, max_new_tokens: int,
            max_prompt_tokens: int, eos_ids: tuple[int, ...], seed: int = 0, chunk: int = 16,
            width_step: int = 32, matmul_precision: str = DEFAULT_PRECISION,
-           on_tokens: Callable[[int], None] | None = None, precompile: str = "auto") -> Iterator[tuple[int, list[int]]]:
+           on_tokens: Callable[[int], None] | None = None, precompile: str = "auto",
+           lookahead: int | None = None) -> Iterator[tuple[int, list[int]]]:
     """Generate an answer to every prompt (index, ids, sampled) through a pool of `batch_size` rows;
     yields (index, response ids: through the first EOS, at most max_new_tokens) as rows finish.
 
-    Prompts are taken in order whenever rows are free; a refill pads its prompts to a width of
-    `prompt_widths` (multiples of `width_step`) and its row count to one of `refill_sizes` (a few
-    compiled shapes). `on_tokens(n)` is told the response tokens picked by every refill and chunk (a
+    Prompts are read in order into a look-ahead of `lookahead` waiting prompts (default 2 x batch_size);
+    a refill takes those `refill_choice` picks (the oldest, then those its width fits) and pads them to a
+    width of `prompt_widths` (multiples of `width_step`) and a row count of `refill_sizes` (a few compiled
+    shapes). `on_tokens(n)` is told the response tokens picked by every refill and chunk (a
     progress bar). precompile: "on" compiles every refill shape and the decode chunk before the first
     refill, concurrently (`compile_pool_programs`; one line on stderr says how long), "off" compiles
     each program when first needed, "auto" (`precompile_wanted`) is "on" unless jax runs on the CPU;
@@ -278,16 +319,20 @@ def stream(params, cfg, prompts: Iterable[tuple[int, list[int], bool]], *, batch
     if not eos_ids:
         raise ValueError("continuous batching needs EOS ids (a row that never ends never frees its slot)")
     ahead = precompile_wanted(precompile)
-    if min(batch_size, max_new_tokens, max_prompt_tokens, chunk, width_step) < 1:
-        raise ValueError(f"batch_size, max_new_tokens, max_prompt_tokens, chunk and width_step must be >= 1, got "
-                         f"{batch_size}, {max_new_tokens}, {max_prompt_tokens}, {chunk}, {width_step}")
+    lookahead = 2 * batch_size if lookahead is None else lookahead
+    if min(batch_size, max_new_tokens, max_prompt_tokens, chunk, width_step, lookahead) < 1:
+        raise ValueError(f"batch_size, max_new_tokens, max_prompt_tokens, chunk, width_step and lookahead must be "
+                         f">= 1, got {batch_size}, {max_new_tokens}, {max_prompt_tokens}, {chunk}, {width_step}, "
+                         f"{lookahead}")
     return _stream(params, cfg, iter(prompts), batch_size=batch_size, max_new_tokens=max_new_tokens,
                    max_prompt_tokens=max_prompt_tokens, eos_ids=tuple(eos_ids), seed=seed, chunk=chunk,
-                   width_step=width_step, matmul_precision=matmul_precision, on_tokens=on_tokens, ahead=ahead)
+                   width_step=width_step, matmul_precision=matmul_precision, on_tokens=on_tokens, ahead=ahead,
+                   lookahead=lookahead)
 
 
 def _stream(params, cfg, source: Iterator[tuple[int, list[int], bool]], *, batch_size, max_new_tokens,
-            max_prompt_tokens, eos_ids, seed, chunk, width_step, matmul_precision, on_tokens, ahead: bool):
+            max_prompt_tokens, eos_ids, seed, chunk, width_step, matmul_precision, on_tokens, ahead: bool,
+            lookahead: int):
     """`stream`'s loop, its arguments checked; `ahead`: compile every program first (`compile_pool_programs`)."""
     dtype = jax.tree.leaves(params)[0].dtype
     params = with_layout(params, "dual")  # per-layer decode steps over the per-layer pool cache, scanned refills
@@ -314,11 +359,11 @@ def _stream(params, cfg, source: Iterator[tuple[int, list[int], bool]], *, batch
 
     responses: dict[int, list[int]] = {}  # pool row -> tokens so far
     free = list(range(b))
+    waiting: list[tuple[int, list[int], bool]] = []  # read from the source, not yet in the pool; in prompt order
     exhausted = False
     while True:
-        if free and not exhausted:
-            batch = []
-            for _ in range(len(free)):
+        if free:
+            while not exhausted and len(waiting) < max(lookahead, len(free)):
                 nxt = next(source, None)
                 if nxt is None:
                     exhausted = True
@@ -326,7 +371,11 @@ def _stream(params, cfg, source: Iterator[tuple[int, list[int], bool]], *, batch
                 if len(nxt[1]) > max_prompt_tokens:
                     raise ValueError(f"prompt {nxt[0]} has {len(nxt[1])} tokens > max_prompt_tokens "
                                      f"{max_prompt_tokens}")
-                batch.append(nxt)
+                waiting.append(nxt)
+            chosen = refill_choice([len(ids) for _, ids, _ in waiting], len(free), sizes, widths,
+                                   more=not exhausted or len(waiting) > len(free), busy=bool(responses))
+            batch, taken = [waiting[j] for j in chosen], set(chosen)
+            waiting = [w for j, w in enumerate(waiting) if j not in taken]
             if batch:
                 r = _bucket(len(batch), sizes)
                 width = _bucket(max(len(ids) for _, ids, _ in batch), widths)

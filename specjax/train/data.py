@@ -413,6 +413,7 @@ def _continuous_shards(cfg, params, enc, recipe, order, cursor, per_shard, chunk
         now = time.time()
         # the pool's own speed: every token it picked meanwhile, this shard's or the next one's
         engine = {"name": "continuous", "batch_size": recipe.batch_size, "chunk": chunk, "sampler": "inverse_cdf",
+                  "refill": "lookahead", "lookahead": 2 * recipe.batch_size,  # `continuous.refill_choice`
                   "pool_tokens_per_s": round(picked[0] / max(now - t0, 1e-9), 1)}
         out = _Shard(start, n, rows, now - t0, engine)
         start, t0, picked[0] = start + n, now, 0
