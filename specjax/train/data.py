@@ -8,8 +8,8 @@ A drafter learns the target's own distribution, so its training text is the targ
 stubs, then the follow-on sources: later ShareGPT turns and wiki tasks, ~75k distinct prompts in all;
 never an evaluation prompt), in one seeded order; each goes through the target's chat
 template when it has one, cut to `max_prompt_tokens`. Generation keeps `batch_size` rows busy
-(`specjax.train.continuous`: a finished row is refilled with the next prompt at once; the
-"batched" engine runs `generate_ar` per batch instead); every `round(1 / sampled_fraction)`-th
+(`specjax.train.continuous`: finished rows are refilled from a look-ahead of the next prompts,
+`refill_choice`; the "batched" engine runs `generate_ar` per batch instead); every `round(1 / sampled_fraction)`-th
 prompt samples at temperature 1, the rest are greedy; a row stops at the target's EOS (kept) or
 after `max_new_tokens`.
 
