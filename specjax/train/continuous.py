@@ -193,15 +193,15 @@ def refill_choice(lengths: list[int], free: int, sizes: tuple[int, ...], widths:
     prompt order), ascending; [] to refill later.
 
     A refill costs its padded [R, P] prefill (R a row count of `sizes`, P a width of `widths`), and on
-    SmolLM2's training prompts the padding was 3.3x the prompts' tokens (a simulation of the pool over 20
-    committed shards). So, while more prompts wait (`more`: beyond the free rows or still to come):
+    SmolLM2's training prompts the padding was 3.3x the prompts' tokens (a one-off host-side simulation of
+    the pool over the prompt and answer lengths of 20 committed shards, session ab; not kept). So, while more prompts wait (`more`: beyond the free rows or still to come):
 
       * rows: fill the largest row count <= `free` (no padded rows), and, while other rows are still busy
         (`busy`), none until `free` reaches the smallest (the free rows wait a chunk or two);
       * width: the oldest waiting prompt always goes (nothing waits longer than the look-ahead); the others
         are taken in prompt order among those within the oldest's width, then by increasing length.
 
-    The same simulation: 15 % less pool time (decode row-steps + 0.52 x padded prefill tokens, the ratio of
+    That simulation predicted 15 % less pool time (decode row-steps + 0.52 x padded prefill tokens, the ratio of
     the two in a py-spy profile of the running engine: refills 36.5 % of its time) with a 256-prompt
     look-ahead. Measured (`python -m specjax bench-generation --target smollm2-135m --start 30000 --warmup 90
     --seconds 180`, 2-core AMD EPYC, data generation paused, runs alternated with the engine before this):
