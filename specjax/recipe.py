@@ -207,7 +207,7 @@ def _recipe_defaults(target: str, cfg, dev: DeviceProfile) -> dict:
     arch = dict(layers=1, block_size=8) if tiny else dict(layers=3, block_size=8)
     train = (dict(batch_size=4, anchors=4, gamma=4.0, lr=1e-3, log_every=10, ckpt_every=10) if tiny else
              dict(batch_size=_train_batch(dev, cfg, 448), anchors=32, gamma=4.0, lr=8e-4, log_every=100,
-                  ckpt_every=100))
+                  ckpt_every=100, patience=5))  # early stopping: the 9,552-step run's held-out loss rose after 5,000
     return {"data": data, "arch": arch, "train": train, "seq_len": 96 if tiny else 448,
             "valid_rows": 4 if tiny else 64, "draft_vocab": 0 if tiny else 8192}
 
@@ -327,7 +327,9 @@ def _train_kind(cfg: RecipeConfig, t: dict, kind: str, data_dir: pathlib.Path, k
     return {"steps_done": state["step"], "steps_planned": tc.steps,
             "steps_fitted": state["train_config"]["steps"] if state.get("fitted") else None,
             "seconds": round(time.time() - t0, 1), "export": str(result["export"]),
-            "stopped_by_deadline": state["step"] < state["train_config"]["steps"],
+            "stopped_by_deadline": (state["step"] < state["train_config"]["steps"]
+                                    and state.get("stopped_early") is None),
+            "stopped_early_at": state.get("stopped_early"),
             "measured_tau": json.loads((pathlib.Path(result["export"]) / "recipe.json").read_text())["measured_tau"]}
 
 

@@ -4,10 +4,8 @@ command line is made from their dataclasses, and a resumed run keeps its recipe 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib
 import importlib.util
-import io
 import json
 import pkgutil
 import textwrap
@@ -30,7 +28,7 @@ from specjax.train.loop import TrainSet, make_optimizer, online_steps
 from specjax.train import run as run_module
 from specjax.train.run import RUN_FILE, TRAINERS, TrainPlan, check_resume
 from specjax.train.trainer import check_values
-from tests.train_fixtures import DRAFTER, TARGET, TARGET_PARAMS, trainset
+from tests.train_fixtures import DRAFTER, TARGET, TARGET_PARAMS, tiny_data_directory, trainset
 
 
 def test_every_training_module_with_a_trainer_record_is_collected():
@@ -214,31 +212,12 @@ def test_bfloat16_drafter_products_stay_within_their_rounding_bound_and_keep_flo
     assert np.linalg.norm(d16 - d32) <= 0.05 * np.linalg.norm(d32)
 
 
-def _tiny_data(directory, rows: int = 12, length: int = 24, prompt: int = 5, vocab: int = 8192):
-    """A data directory as `python -m specjax.train data` writes it (manifest + one shard), of random
-    sequences of the zoo target's vocabulary: what a run reads, without the registry's prompts."""
-    directory.mkdir()
-    tokens = np.random.default_rng(0).integers(1, vocab, rows * length).astype(np.uint16)
-    buf = io.BytesIO()
-    np.savez_compressed(buf, tokens=tokens, offsets=np.arange(0, rows * length + 1, length, dtype=np.int64),
-                        prompt_lengths=np.full(rows, prompt, np.int32), temperature=np.zeros(rows, np.float32),
-                        prompt_index=np.arange(rows, dtype=np.int32))
-    (directory / "shard-00000.npz").write_bytes(buf.getvalue())
-    response = rows * (length - prompt)
-    manifest = {"recipe": {"target": "zoo"}, "target": {"name": "zoo", "params_sha256": "-"}, "cursor": rows,
-                "skipped_prompts": 0, "totals": {"sequences": rows, "response_tokens": response},
-                "shards": [{"file": "shard-00000.npz", "sha256": hashlib.sha256(buf.getvalue()).hexdigest(),
-                            "sequences": rows, "prompt_range": [0, rows], "response_tokens": response}]}
-    (directory / "manifest.json").write_text(json.dumps(manifest))
-    return directory
-
-
 def test_a_resumed_runs_export_records_every_command_of_the_run(tmp_path):
     """A DFlash run on the zoo target stopped after one step (`stop_after`), then resumed to its end: the
     drafter exported by the resumed call names both commands in recipe.json, in order (run.json's)."""
     t = TRAINERS["dflash"]
     arch, tc = t.arch(block_size=4), t.train_config(steps=2, batch_size=2, anchors=2, log_every=100, ckpt_every=1)
-    plan = TrainPlan(data=str(_tiny_data(tmp_path / "data")), out=str(tmp_path / "run"), target="zoo", seq_len=24,
+    plan = TrainPlan(data=str(tiny_data_directory(tmp_path / "data")), out=str(tmp_path / "run"), target="zoo", seq_len=24,
                      valid_rows=2, features="online")
     first = "python -m specjax.train dflash ... --stop-after 1"
     second = "python -m specjax.train dflash ... --resume --export DIR"
@@ -276,3 +255,20 @@ def test_the_progress_bar_times_the_steps_after_the_first_compiling_one(tmp_path
     (bar,) = bars
     assert len(returned) == 2 and returned[0] <= bar.start_t < returned[1], (returned, bar.start_t)
     assert bar.initial == 1 and bar.n == 2
+
+
+def test_a_field_added_after_a_run_began_resumes_at_its_default_and_only_there(tmp_path):
+    """A run.json written before a recipe field existed (here `patience`, `train_tokens` and `answers`, removed
+    from it) resumes while the field keeps its default; given another value, the resume is refused naming it."""
+    t = TRAINERS["dflash"]
+    plan = TrainPlan(data="D", out=str(tmp_path))
+    defaults = run_module._recipe("dflash", plan, t.arch(), t.train_config())
+    old = json.loads(json.dumps(defaults))
+    del old["train_config"]["patience"], old["train_tokens"], old["answers"]
+    run_module._write_run(tmp_path, old, "python -m specjax.train dflash ... (an older specjax)", [])
+    assert check_resume(tmp_path, defaults, (), defaults) == []
+    with pytest.raises(ValueError, match=r"train_config.patience \(0 -> 3\)"):
+        check_resume(tmp_path, run_module._recipe("dflash", plan, t.arch(), t.train_config(patience=3)), (), defaults)
+    with pytest.raises(ValueError, match=r"answers \('all' -> 'greedy'\)"):
+        check_resume(tmp_path, run_module._recipe("dflash", dataclasses.replace(plan, answers="greedy"), t.arch(),
+                                                  t.train_config()), (), defaults)

@@ -2,10 +2,14 @@
 
 A random GPT-NeoX target (vocab 24) answers 24 random prompts (half greedy, half at T = 1):
 `dense_data()` is `specjax.train.dflash.make_dataset`'s dense form, `trainset(layers)` the
-same sequences as a `TrainSet` with their features computed in memory (float16, as a cache).
+same sequences as a `TrainSet` with their features computed in memory (float16, as a cache);
+`tiny_data_directory(path)` a data directory as `python -m specjax.train data` writes it, for the zoo target.
 """
 
 import functools
+import hashlib
+import io
+import json
 
 import numpy as np
 
@@ -33,4 +37,24 @@ def dense_data() -> dict:
 @functools.lru_cache(maxsize=None)
 def trainset(layers: tuple[int, ...]) -> TrainSet:
     d = dense_data()
-    return TrainSet.from_dense((TARGET, TARGET_PARAMS), d["tokens"], d["loss_mask"], layers, valid_rows=VALID_ROWS)
+    return TrainSet.from_dense((TARGET, TARGET_PARAMS), d["tokens"], d["loss_mask"], layers, valid_rows=VALID_ROWS,
+                               temperature=d["temperature"])
+
+
+def tiny_data_directory(directory, rows: int = 12, length: int = 24, prompt: int = 5, vocab: int = 8192):
+    """A data directory as `python -m specjax.train data` writes it (manifest + one shard), of random
+    sequences of the zoo target's vocabulary: what a run reads, without the registry's prompts."""
+    directory.mkdir()
+    tokens = np.random.default_rng(0).integers(1, vocab, rows * length).astype(np.uint16)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, tokens=tokens, offsets=np.arange(0, rows * length + 1, length, dtype=np.int64),
+                        prompt_lengths=np.full(rows, prompt, np.int32), temperature=np.zeros(rows, np.float32),
+                        prompt_index=np.arange(rows, dtype=np.int32))
+    (directory / "shard-00000.npz").write_bytes(buf.getvalue())
+    response = rows * (length - prompt)
+    manifest = {"recipe": {"target": "zoo"}, "target": {"name": "zoo", "params_sha256": "-"}, "cursor": rows,
+                "skipped_prompts": 0, "totals": {"sequences": rows, "response_tokens": response},
+                "shards": [{"file": "shard-00000.npz", "sha256": hashlib.sha256(buf.getvalue()).hexdigest(),
+                            "sequences": rows, "prompt_range": [0, rows], "response_tokens": response}]}
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    return directory

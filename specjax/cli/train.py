@@ -10,6 +10,7 @@
     python -m specjax.train tokenizer --out TOK.json                                    # the zoo's BPE tokenizer
     python -m specjax.train recipe   --target smollm2-135m --minutes 10 --out DIR      # data -> drafters -> τ, timed
     python -m specjax.train recipe   --target smollm2-135m --plan-only --device h100   # its plan, on any machine
+    python -m specjax.train scaling dflash --data DATA --out DIR --budgets 1e6,3e6 --patience 4  # τ against data
 
 `python -m specjax.train COMMAND --help` lists a command's options with their defaults. A drafter
 kind's flags are made from its `Trainer` record (`specjax.train.run.TRAINERS`): its architecture's
@@ -24,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import json
-import math
-import re
+import pathlib
 import sys
 import time
 
@@ -44,10 +43,11 @@ from specjax.train.continuous import PRECOMPILE_CHOICES
 from specjax.train.data import (ENGINES, DataRecipe, generate_shards, load_shards, load_target, parse_weights)
 from specjax.train.features import build_feature_cache
 from specjax.train.lm import PRESETS, TrainConfig, report, train
-from specjax.recipe import DEVICE_PROFILES, RecipeConfig, plan, run_recipe
+from specjax.recipe import RecipeConfig, plan, run_recipe
 from specjax.train.run import TRAINERS, TrainPlan
 from specjax.train.run import check as check_run
 from specjax.train.run import run as run_drafter
+from specjax.train.scaling import TABLE_FILE, ScalingPlan, run_scaling
 from specjax.train.tokenizer import DEFAULT_SHAREGPT_CHARS, DEFAULT_VOCAB, build
 
 __all__ = ["main", "parser"]
@@ -155,6 +155,41 @@ def _drafter(args, argv) -> int:
     except (ValueError, TypeError) as e:  # the plan's and the configs' messages name their fields
         raise UsageError(as_flags(str(e), *classes)) from None
     run_drafter(kind, plan, arch, tc)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ scaling
+
+# the TrainPlan fields a τ-against-data table sets per budget (`specjax.train.scaling`): not flags of `scaling`
+_SCALING_SETS = ("command", "export", "resume", "init", "stop_after", "train_tokens", "eval_prompts", "minutes",
+                 "fit_steps", "override")
+
+
+def _scaling_flags(ap) -> None:
+    """`scaling KIND`: one sub-command per drafter kind, with the flags of `TrainPlan` (less what each budget
+    sets), `ScalingPlan` and the kind's architecture and training config."""
+    kinds = ap.add_subparsers(dest="kind", required=True, metavar="KIND")
+    for kind, trainer in TRAINERS.items():
+        p = kinds.add_parser(kind, help=f"the table for {trainer.help}",
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+        flags_of(p, TrainPlan, skip=_SCALING_SETS)
+        flags_of(p, ScalingPlan)
+        flags_of(p, trainer.arch)
+        flags_of(p, trainer.train_config)
+
+
+def _scaling(args, argv) -> int:
+    trainer = TRAINERS[args.kind]
+    classes = (TrainPlan, ScalingPlan, trainer.arch, trainer.train_config)
+    base = plan_from(args, TrainPlan, command=f"python -m specjax.train {' '.join(argv)}")
+    sp, arch, tc = plan_from(args, ScalingPlan), plan_from(args, trainer.arch), plan_from(args, trainer.train_config)
+    try:
+        sp.check()
+        check_run(args.kind, dataclasses.replace(base, train_tokens=sp.budgets[0] if sp.budgets else None), arch, tc)
+    except (ValueError, TypeError) as e:  # the plans' and the configs' messages name their fields
+        raise UsageError(as_flags(str(e), *classes)) from None
+    run_scaling(args.kind, base, arch, tc, sp)
+    print((pathlib.Path(base.out) / TABLE_FILE).read_text(), end="")
     return 0
 
 
@@ -302,6 +337,8 @@ def parser() -> argparse.ArgumentParser:
             tokenizer_flags)
     command("recipe", "data, drafters, export and τ in one time-boxed run (or its plan)", lambda a, argv: _recipe(a),
             _recipe_flags, sys.modules[plan.__module__].__doc__)
+    command("scaling", "τ against training tokens at a fixed architecture (a table)", _scaling, _scaling_flags,
+            sys.modules[run_scaling.__module__].__doc__)
     return ap
 
 

@@ -60,7 +60,8 @@ class DFlashTrainConfig(DrafterTrainConfig):
 
 def make_dataset(target, prompts: list[list[int]], *, seq_len: int, max_new_tokens: int, batch_size: int = 64,
                  sampled_fraction: float = 0.25, seed: int = 0, progress: bool = True) -> dict[str, np.ndarray]:
-    """Target-regenerated training sequences: {"tokens" int32[N, seq_len], "loss_mask" bool[N, seq_len]}.
+    """Target-regenerated training sequences: {"tokens" int32[N, seq_len], "loss_mask" bool[N, seq_len],
+    "temperature" float32[N] (each answer's: 0 greedy, 1 sampled)}.
 
     target: (cfg, params). Prompts are cut to their last `seq_len - max_new_tokens`
     tokens; every `1 / sampled_fraction`-th batch is sampled at temperature 1, the rest
@@ -74,6 +75,7 @@ def make_dataset(target, prompts: list[list[int]], *, seq_len: int, max_new_toke
     order = np.argsort([len(p) for p in prompts], kind="stable")  # similar lengths per batch: less padding work
     tokens = np.zeros((len(prompts), seq_len), np.int32)
     mask = np.zeros((len(prompts), seq_len), bool)
+    temperature = np.zeros(len(prompts), np.float32)
     every = int(round(1 / sampled_fraction)) if sampled_fraction > 0 else 0
     t0 = time.time()
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
@@ -86,6 +88,7 @@ def make_dataset(target, prompts: list[list[int]], *, seq_len: int, max_new_toke
         out = generate_ar(params, cfg, toks, lens, max_new_tokens, sampling=sampling,
                           key=jax.random.key(seed * 100003 + bi), cache_slots=keep + max_new_tokens)
         gen, num = np.asarray(out.tokens), np.asarray(out.num_tokens)
+        temperature[idx] = sampling.temperature
         for r, i in enumerate(idx):
             p = len(rows[r])
             tokens[i, :p] = rows[r]
@@ -93,7 +96,7 @@ def make_dataset(target, prompts: list[list[int]], *, seq_len: int, max_new_toke
             mask[i, p:p + num[r]] = True
         if progress and (bi % 10 == 0 or bi == len(batches) - 1):
             print(f"  data: batch {bi + 1}/{len(batches)} ({time.time() - t0:.0f}s)", flush=True)
-    return {"tokens": tokens, "loss_mask": mask}
+    return {"tokens": tokens, "loss_mask": mask, "temperature": temperature}
 
 
 # ============================================================================ loss

@@ -48,19 +48,20 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from specjax.atomic import replace_directory, staging_path
 from specjax.distributed import barrier, global_batch, is_main, local_rows
-from specjax.models import init_params, load_checkpoint, save_checkpoint
-from specjax.models.draft_vocab import split_draft_vocab, with_draft_vocab
+from specjax.models import init_params
 from specjax.models.model import layer_features
 from specjax.sharding import replicate, shard_params
+from specjax.train.checkpoints import BEST_DIR, export, init_vocab_ids, load_best, load_state, save_state, warm_start
 from specjax.train.data import TokenShards, load_shards
 from specjax.train.trainer import for_compute
 from specjax.train.features import FeatureCache, compute_features, data_sha256, open_feature_cache
 
 __all__ = ["DrafterTrainConfig", "TrainSet", "make_optimizer", "online_steps", "train", "export", "save_state",
-           "load_state", "machine", "warm_start", "init_vocab_ids", "FIT_TIMED_STEPS"]
+           "load_state", "load_best", "best_record", "evaluations_since_best", "machine", "warm_start",
+           "init_vocab_ids", "ANSWERS", "FIT_TIMED_STEPS", "BEST_DIR"]
 
+ANSWERS = ("all", "greedy", "sampled")  # the kinds of answer a run may train on (`TrainSet.with_train_tokens`)
 FIT_TIMED_STEPS = 10  # compiled steps timed to fit a time-boxed run's schedule to its deadline (`train`)
 
 
@@ -80,6 +81,9 @@ class DrafterTrainConfig:
       log_every: steps between held-out evaluations / log records (also the train-loss averaging window).
       ckpt_every: steps between checkpoints (one is also written at the last step of a call).
       seed: seeds the drafter's init, the batch order and the per-step keys (e.g. anchor draws).
+      patience: early stopping on the held-out τ estimate: stop once this many held-out evaluations in a row
+        (one every `log_every` steps) have not beaten the best one, and return (export) the best evaluation's
+        weights, kept in the run's best/ (0: run every step and return the last weights).
     """
 
     steps: int = 1200
@@ -92,6 +96,7 @@ class DrafterTrainConfig:
     log_every: int = 50
     ckpt_every: int = 200
     seed: int = 0
+    patience: int = 0
 
 
 def make_optimizer(tc: DrafterTrainConfig):
@@ -117,6 +122,8 @@ class TrainSet:
       layers: the feature layers a batch carries, in the drafter's order.
       seq_len: S, the padded batch width (longer sequences are cut to their first S tokens).
       valid_rows: the last `valid_rows` sequences are held out for evaluation.
+      train_ids: int64[n], the training sequences, ascending (None: all but the held-out ones), so runs on
+        less data or on one kind of answer (`with_train_tokens`) are evaluated on the same held-out rows.
     """
 
     shards: TokenShards
@@ -124,11 +131,18 @@ class TrainSet:
     layers: tuple[int, ...]
     seq_len: int
     valid_rows: int = 64
+    train_ids: np.ndarray | None = None
 
     def __post_init__(self):
         if len(self.shards) <= self.valid_rows:
             raise ValueError(f"{len(self.shards)} sequences leave nothing to train on after {self.valid_rows} "
                              f"held-out rows: generate more data or lower valid_rows")
+        before = len(self.shards) - self.valid_rows
+        if self.train_ids is not None and not (len(self.train_ids) and 0 <= self.train_ids.min()
+                                               and self.train_ids.max() < before
+                                               and np.all(np.diff(self.train_ids) > 0)):
+            raise ValueError(f"train_ids must be ascending distinct sequences before the {self.valid_rows} held-out "
+                             f"ones (0 to {before - 1}), at least one")
         missing = [] if self.features is None else sorted(set(self.layers) - set(self.features.layers))
         if missing:
             raise KeyError(f"layers {missing} are not in the feature cache (it has {self.features.layers}); "
@@ -149,9 +163,10 @@ class TrainSet:
 
     @classmethod
     def from_dense(cls, target, tokens: np.ndarray, loss_mask: np.ndarray, layers: tuple[int, ...],
-                   valid_rows: int = 64) -> "TrainSet":
+                   valid_rows: int = 64, temperature: np.ndarray | None = None) -> "TrainSet":
         """Dense right-padded sequences int32[N, S] whose loss mask marks each response (one run of
-        True after the prompt), features computed now in memory. target: (cfg, params)."""
+        True after the prompt), features computed now in memory. target: (cfg, params); temperature: float32[N],
+        each answer's sampling temperature (None: all greedy)."""
         tokens, loss_mask = np.asarray(tokens), np.asarray(loss_mask, bool)
         has = loss_mask.any(axis=1)
         first = np.where(has, loss_mask.argmax(axis=1), tokens.shape[1])
@@ -159,20 +174,63 @@ class TrainSet:
         flat = np.concatenate([tokens[i, :last[i]] for i in range(len(tokens))]).astype(np.int32)
         offsets = np.concatenate([[0], np.cumsum(last)]).astype(np.int64)
         shards = TokenShards(tokens=flat, offsets=offsets, prompt_lengths=first.astype(np.int32),
-                             temperature=np.zeros(len(tokens), np.float32), manifest={"shards": []})
+                             temperature=(np.zeros(len(tokens), np.float32) if temperature is None
+                                          else np.asarray(temperature, np.float32)),
+                             manifest={"shards": []})
         features = compute_features(target, shards, tuple(sorted(set(layers)))) if layers else None  # a draft LM: none
         return cls(shards, features, tuple(layers), tokens.shape[1], valid_rows)
 
     @property
     def num_train(self) -> int:
-        return len(self.shards) - self.valid_rows
+        return len(self.shards) - self.valid_rows if self.train_ids is None else len(self.train_ids)
+
+    @property
+    def training_ids(self) -> np.ndarray:
+        """int64[num_train]: the training sequences (`train_ids`, or all before the held-out ones)."""
+        return np.arange(self.num_train) if self.train_ids is None else self.train_ids
+
+    @property
+    def valid_ids(self) -> np.ndarray:
+        """int64[valid_rows]: the held-out sequences, the directory's last ones whatever `train_ids` is."""
+        return np.arange(len(self.shards) - self.valid_rows, len(self.shards))
+
+    def response_lengths(self) -> np.ndarray:
+        """int64[N]: each sequence's response tokens, as the data's manifest counts them (before any `seq_len` cut)."""
+        return np.diff(self.shards.offsets) - self.shards.prompt_lengths
+
+    def with_train_tokens(self, tokens: int | None = None, answers: str = "all") -> "TrainSet":
+        """This set trained on the sequences before the held-out ones whose answers are of kind `answers` ("all",
+        "greedy": drawn at T = 0, "sampled": at T > 0, as the data recorded them), and of those only the first
+        ones holding at most `tokens` response tokens in all (None: every one); the held-out rows stay the same.
+        ValueError when they hold fewer tokens, or none."""
+        if answers not in ANSWERS:
+            raise ValueError(f"answers must be one of {', '.join(ANSWERS)}, got {answers!r}")
+        ids = np.arange(len(self.shards) - self.valid_rows)
+        if answers != "all":
+            sampled = self.shards.temperature[ids] > 0
+            ids = ids[sampled if answers == "sampled" else ~sampled]
+        if not len(ids):
+            raise ValueError(f"the data has no {answers} answers before its {self.valid_rows} held-out sequences")
+        if tokens is not None:
+            cumulative = np.cumsum(self.response_lengths()[ids])
+            kind = "" if answers == "all" else f"{answers} "
+            if tokens > cumulative[-1]:
+                raise ValueError(f"train_tokens {tokens:,} is more than the {int(cumulative[-1]):,} response tokens of "
+                                 f"the {kind}answers before the data's {self.valid_rows} held-out sequences: generate "
+                                 f"more data or lower it")
+            ids = ids[:int(np.searchsorted(cumulative, tokens, side="right"))]
+            if not len(ids):
+                raise ValueError(f"train_tokens {tokens:,} holds no whole sequence (the first {kind}answer has "
+                                 f"{int(cumulative[0]):,} response tokens)")
+        return dataclasses.replace(self, train_ids=ids.astype(np.int64))
 
     def rows_at(self, step: int, batch_size: int, seed: int) -> np.ndarray:
-        """The training rows of step `step`: slice of the seeded permutation of its epoch."""
+        """The training rows of step `step`: slice of the seeded permutation of its epoch (of `training_ids`)."""
         per_epoch = max(1, self.num_train // batch_size)
         perm = np.random.default_rng([seed, step // per_epoch]).permutation(self.num_train)
         j = (step % per_epoch) * batch_size
-        return perm[j:j + batch_size]
+        rows = perm[j:j + batch_size]
+        return rows if self.train_ids is None else self.train_ids[rows]
 
     def batch(self, rows: np.ndarray) -> dict:
         """{"tokens" int32[B, S], "loss_mask" bool[B, S], "features" f16[B, S, n, E]} of sequence rows (no
@@ -190,49 +248,35 @@ class TrainSet:
         return {"tokens": tokens, "loss_mask": mask, "features": self.features.gather(self.layers, starts, lengths, s)}
 
     def valid_batch(self) -> dict:
-        return self.batch(np.arange(self.num_train, len(self.shards)))
+        return self.batch(self.valid_ids)
 
     def response_token_counts(self, vocab_size: int) -> np.ndarray:
         """int64[V]: how often each id occurs in the training rows' responses (the draft vocabulary's ranking)."""
         counts = np.zeros(vocab_size, np.int64)
-        for i in range(self.num_train):
+        for i in self.training_ids:
             a, b = self.shards.offsets[i], self.shards.offsets[i + 1]
             counts += np.bincount(self.shards.tokens[a + self.shards.prompt_lengths[i]:b], minlength=vocab_size)
         return counts
 
 
-# ============================================================================ checkpoints
+# ============================================================================ early stopping
 
 
-def save_state(ckpt: pathlib.Path, cfg, params, opt_state, step: int, tc, log: list, seconds: float,
-               vocab_ids: np.ndarray | None = None, fitted: bool = False) -> None:
-    """Atomically replace `ckpt` with the drafter (safetensors), optimiser state, step, log, wall seconds:
-    written whole into a fresh directory beside it, then swapped in (`specjax.atomic.replace_directory`): a
-    crash at any point leaves the previous checkpoint or the new one, never neither."""
-    tmp = staging_path(ckpt)
-    save_checkpoint(tmp, cfg, jax.device_get(params))
-    np.savez(tmp / "opt_state.npz", *[np.asarray(x) for x in jax.tree.leaves(opt_state)])
-    if vocab_ids is not None:
-        np.save(tmp / "draft_vocab_ids.npy", np.asarray(vocab_ids, np.int32))
-    (tmp / "state.json").write_text(json.dumps({"step": step, "train_config": dataclasses.asdict(tc), "log": log,
-                                                "seconds": round(seconds, 1), "fitted": fitted}))
-    replace_directory(tmp, ckpt)
+def best_record(log: list) -> int | None:
+    """Index of a training log's best held-out evaluation: the first with the highest finite τ estimate (None:
+    no record has one). A later evaluation is better only when its (logged, rounded) estimate is higher."""
+    taus = [r.get("valid_tau_estimate") for r in log]
+    finite = [i for i, t in enumerate(taus) if t is not None and np.isfinite(t)]
+    return max(finite, key=lambda i: (taus[i], -i)) if finite else None
 
 
-def load_state(ckpt: pathlib.Path, opt_state_template):
-    """(cfg, params, opt_state, step, log, seconds, draft vocab ids or None) of a checkpoint."""
-    cfg, params = load_checkpoint(ckpt, jnp.float32)
-    with np.load(ckpt / "opt_state.npz") as z:
-        leaves = [z[f"arr_{i}"] for i in range(len(z.files))]
-    template = jax.tree.leaves(opt_state_template)
-    if len(leaves) != len(template):
-        raise ValueError(f"{ckpt}: optimizer state has {len(leaves)} leaves, expected {len(template)}")
-    opt_state = jax.tree.unflatten(jax.tree.structure(opt_state_template),
-                                   [jnp.asarray(a, t.dtype) for a, t in zip(leaves, template)])
-    state = json.loads((ckpt / "state.json").read_text())
-    ids_file = ckpt / "draft_vocab_ids.npy"
-    ids = np.load(ids_file) if ids_file.exists() else None
-    return cfg, params, opt_state, state["step"], state.get("log", []), state.get("seconds", 0.0), ids
+def evaluations_since_best(log: list) -> int:
+    """Held-out evaluations logged after the best one (all of them when none has a τ estimate)."""
+    i = best_record(log)
+    return len(log) if i is None else len(log) - 1 - i
+
+
+# ============================================================================ loop
 
 
 def machine() -> dict:
@@ -240,9 +284,6 @@ def machine() -> dict:
     d = jax.devices()[0]
     return {"platform": d.platform, "device_kind": d.device_kind, "devices": jax.device_count(),
             "cpu_cores": os.cpu_count(), "processor": platform.processor() or platform.machine()}
-
-
-# ============================================================================ loop
 
 
 def _place_rows(batch_of, rows: np.ndarray, mesh):
@@ -319,7 +360,12 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
     mid-schedule. The fitted length is kept in the checkpoint's train_config; a resumed run continues to it.
 
     `compute_dtype` (e.g. bfloat16 on an accelerator): the dtype of the step's products (the kind's
-    `make_step(..., compute_dtype=)`); master weights and optimizer state stay float32."""
+    `make_step(..., compute_dtype=)`); master weights and optimizer state stay float32.
+
+    `tc.patience` > 0 (early stopping): each held-out evaluation that beats the best so far is checkpointed with
+    its weights (ckpt/best), the run stops once `patience` evaluations in a row have not, and the params
+    returned are the best evaluation's (the last ones when no evaluation ran). Which evaluation is best is read
+    from the log (`best_record`), so a resumed run stops where an uninterrupted one does."""
     tcfg, touter = target
     if hasattr(dcfg, "check_target"):  # a drafter reading the target (a draft LM was checked when built)
         dcfg.check_target(tcfg)
@@ -354,10 +400,15 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
         raise ValueError("deadline stops one process on its own clock: with several processes use stop_after")
     t0 = time.time()  # this call's seconds, on top of the checkpoint's
 
+    if run.tc.patience and resume and ckpt.exists():
+        run.best_params = load_best(ckpt)
+        run.stopped_early = json.loads((ckpt / "state.json").read_text()).get("stopped_early")
+
     def checkpoint(step: int) -> None:
         if main:
             save_state(ckpt, dcfg, run.dparams, run.opt_state, step, run.tc, run.log, seconds_before + time.time() - t0,
-                       vocab_ids, fitted=run.fitted is not None)
+                       vocab_ids, fitted=run.fitted is not None, best_params=run.best_params,
+                       stopped_early=run.stopped_early)
 
     def refit(fitted: int) -> None:  # the schedule's new length: a new optimiser (same state layout), its steps
         run.tc = dataclasses.replace(run.tc, steps=fitted)
@@ -373,6 +424,8 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
             checkpoint(stopped)
         say(f"stopped at step {stopped} of {run.tc.steps}: the deadline passed (continue with resume)")
     bar.close()
+    if run.tc.patience and run.best_params is not None:
+        return run.best_params, run.log
     return jax.device_get(run.dparams), run.log
 
 
@@ -392,15 +445,20 @@ class _Run:
     start: int
     end: int
     fitted: int | None = None
+    best_params: dict | None = None  # early stopping: the best held-out evaluation's weights (host arrays)
+    stopped_early: int | None = None  # early stopping: the step it stopped at
 
 
 def _run_steps(run: _Run, trainset: TrainSet, touter, vocab, mesh, bar, say, checkpoint, refit, deadline,
                seconds) -> int | None:
     """`train`'s steps from run.start to run.end: log records every `log_every` steps, checkpoints every
     `ckpt_every`, the schedule refitted to the deadline once (`refit`, None: never); returns the step at which
-    the deadline stopped it (None: it ran to the end)."""
+    the deadline stopped it (None: it ran to the end, or early stopping ended it; `_early_stop`)."""
     recent, last_tau, timer, valid = [], float("nan"), None, trainset.valid_batch()
     t0, s, tc = time.time(), run.start, run.tc
+    if run.stopped_early is not None:  # a resumed run that had stopped early: nothing left to do
+        say(f"the run stopped early at step {run.stopped_early}; nothing to resume")
+        return None
     while s < run.end:
         if deadline is not None and s > run.start and time.time() >= deadline:
             return s  # on time (a time-boxed run): the steps done so far are checkpointed by the caller
@@ -433,10 +491,30 @@ def _run_steps(run: _Run, trainset: TrainSet, touter, vocab, mesh, bar, say, che
                                         float(run.schedule(done)), seconds())
             run.log.append(rec)
             say(json.dumps(rec))
-        if done % tc.ckpt_every == 0 or done == run.end:
+            new_best = tc.patience > 0 and _early_stop(run, done, say)
+        else:
+            new_best = False
+        if new_best or done % tc.ckpt_every == 0 or done == run.end:
             checkpoint(done)
             barrier(f"specjax-ckpt-{done}")  # every process returns / resumes after the checkpoint is whole
     return None
+
+
+def _early_stop(run: _Run, done: int, say) -> bool:
+    """After the held-out evaluation of step `done` (the log's last record): keep the weights when it is the best
+    so far (True: checkpoint them now), or end the run at `done` when `patience` evaluations in a row have not
+    beaten the best (`run.end`, `run.stopped_early`)."""
+    since = evaluations_since_best(run.log)
+    if since == 0:
+        run.best_params = jax.device_get(run.dparams)
+        return True
+    if since >= run.tc.patience:
+        best = run.log[best_record(run.log)] if best_record(run.log) is not None else None
+        run.end = run.stopped_early = done
+        say(f"stopped early at step {done}: {since} held-out evaluations without beating "
+            + (f"step {best['step']}'s τ estimate {best['valid_tau_estimate']}" if best else "a finite τ estimate")
+            + " (its weights are the run's result)")
+    return False
 
 
 def _initial(dcfg, tc: DrafterTrainConfig, ckpt: pathlib.Path, resume: bool, init, vocab_ids):
@@ -500,54 +578,3 @@ def _log_record(eval_fn, dparams, touter, valid, vocab, tc, mesh, recent: list, 
             "valid_tau_estimate": round(float(vm["tau"]), 4), "valid_acc": [round(float(a), 4) for a in vm["acc"]],
             "lr": lr, "seconds": round(seconds, 1),
             **{f"valid_{k}": round(float(v), 4) for k, v in vm.items() if k not in ("acc", "tau")}}, float(vm["tau"])
-
-
-def export(directory: str | pathlib.Path, dcfg, dparams, recipe: dict, vocab_ids=None) -> pathlib.Path:
-    """float16 drafter checkpoint (config.json + model.safetensors, with the draft vocabulary's ids
-    when it has one) + recipe.json."""
-    directory = pathlib.Path(directory)
-    params = dparams if vocab_ids is None else with_draft_vocab(dparams, np.asarray(vocab_ids, np.int32))
-    save_checkpoint(directory, dcfg, params, dtype=np.float16)
-    (directory / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
-    return directory
-
-
-def init_vocab_ids(directory: str | pathlib.Path) -> np.ndarray | None:
-    """The draft vocabulary ids int32[K] of an exported drafter, or None (full vocabulary): a warm
-    start trains on in the vocabulary its weights learned, whatever the grown data's top K is."""
-    _, params = load_checkpoint(directory)
-    ids = split_draft_vocab(params)[1]
-    return None if ids is None else np.asarray(ids)
-
-
-def warm_start(directory: str | pathlib.Path, dcfg, vocab_ids=None):
-    """`train`'s `init` that starts from an exported drafter (`export`'s directory): its weights, cast to
-    the training params' dtypes. The drafter must have exactly `dcfg` and the same draft vocabulary
-    (`vocab_ids`, or none); a run continued on another machine, where its checkpoint is gone, starts here.
-
-    A Domino run (`dcfg.backbone()`) may also start from a DFlash drafter whose config is exactly its
-    backbone's: the backbone's weights are the DFlash drafter's, the head (`head`, absent from a DFlash
-    drafter) keeps its fresh initialisation. That is Domino on a trained DFlash backbone: the head is
-    what the run has to learn (Domino, arXiv 2605.29707, §4.1: the head corrects the backbone's logits)."""
-    cfg, params = load_checkpoint(directory)
-    backbone = getattr(dcfg, "backbone", None)
-    backbone_only = cfg != dcfg and backbone is not None and cfg == backbone()
-    if cfg != dcfg and not backbone_only:
-        diff = {f.name: (getattr(cfg, f.name, None), getattr(dcfg, f.name, None))
-                for f in dataclasses.fields(dcfg) if getattr(cfg, f.name, None) != getattr(dcfg, f.name, None)}
-        raise ValueError(f"--init {directory}: its drafter config differs from this run's in (init, run): {diff}; "
-                         f"pass the same architecture flags")
-    params, ids = split_draft_vocab(params)
-    same = (ids is None and vocab_ids is None) or (
-        ids is not None and vocab_ids is not None and np.array_equal(np.asarray(ids), np.asarray(vocab_ids)))
-    if not same:
-        raise ValueError(f"--init {directory}: its draft vocabulary differs from this run's (same --draft-vocab "
-                         f"and data give the same ids)")
-
-    def init(dparams: dict) -> dict:
-        saved = {**params, "head": dparams["head"]} if backbone_only else params
-        if jax.tree.structure(dparams) != jax.tree.structure(saved):
-            raise ValueError(f"--init {directory}: its params tree differs from this run's drafter")
-        return jax.tree.map(lambda fresh, old: jnp.asarray(old, fresh.dtype), dparams, saved)
-
-    return init

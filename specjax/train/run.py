@@ -37,15 +37,16 @@ from specjax.distributed import barrier, is_main
 from specjax.models import pad_prompts
 from specjax.models.draft_vocab import with_draft_vocab
 from specjax.models.model import outer_params
+from specjax.sampling import Sampling
 from specjax.sharding import make_mesh
 from specjax.train.data import load_shards, load_target, params_sha256
 from specjax.train.features import build_feature_cache, data_sha256
-from specjax.train.loop import TrainSet, export, init_vocab_ids, machine, train, warm_start
+from specjax.train.loop import ANSWERS, TrainSet, best_record, export, init_vocab_ids, machine, train, warm_start
 from specjax.train.trainer import Trainer, check_values, choose_mask_token
 from specjax.train.vocab import tables_of_ids, vocab_tables
 
-__all__ = ["FEATURE_MODES", "RUN_FILE", "TRAINERS", "TrainPlan", "check_resume", "features_online", "read_fields",
-           "read_mesh", "run"]
+__all__ = ["FEATURE_MODES", "RUN_FILE", "TRAINERS", "TrainPlan", "check_resume", "early_stopping", "features_online",
+           "measured_tau", "read_fields", "read_mesh", "run"]
 
 RUN_FILE = "run.json"
 FEATURE_MODES = ("auto", "cache", "online")
@@ -101,7 +102,11 @@ class TrainPlan:
         exact architecture.
       stop_after: run at most this many steps now, then checkpoint (continue with resume) (None: to the end).
       seq_len: padded sequence length S.
-      valid_rows: held-out sequences.
+      valid_rows: held-out sequences (the data's last ones).
+      train_tokens: train on the data's first sequences only, as many as hold at most this many response tokens
+        (`TrainSet.with_train_tokens`; the held-out sequences stay the same) (None: all of them).
+      answers: train on the answers of this kind only: "all", "greedy" (those the data drew at T = 0) or
+        "sampled" (at T > 0); `train_tokens` then counts those (the held-out sequences stay the same).
       draft_vocab: K most frequent response tokens the drafter predicts over (0: the full vocabulary).
       mesh: (data, model) device counts of the step's mesh, on the command line data=D,model=M (None: one device).
       eval_prompts: at export, measure τ by decoding this many held-out prompts of the data, 64 new tokens each.
@@ -132,6 +137,8 @@ class TrainPlan:
     stop_after: int | None = None
     seq_len: int = 448
     valid_rows: int = 64
+    train_tokens: int | None = None
+    answers: str = dataclasses.field(default="all", metadata={"choices": ANSWERS})
     draft_vocab: int = 0
     mesh: tuple[int, int] | None = dataclasses.field(default=None, metadata={"parse": read_mesh})
     eval_prompts: int = 0
@@ -151,8 +158,10 @@ class TrainPlan:
         for name in ("draft_vocab", "eval_prompts"):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
-        if self.stop_after is not None and (not isinstance(self.stop_after, int) or self.stop_after < 1):
-            raise ValueError(f"stop_after must be an integer >= 1, got {self.stop_after!r}")
+        for name in ("stop_after", "train_tokens"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.mesh is not None and (len(self.mesh) != 2 or min(self.mesh) < 1):
             raise ValueError(f"mesh must be (data, model) counts >= 1, got {self.mesh!r}")
         if self.minutes is not None and (isinstance(self.minutes, bool) or not isinstance(self.minutes, (int, float))
@@ -160,6 +169,8 @@ class TrainPlan:
             raise ValueError(f"minutes must be a number > 0, got {self.minutes!r}")
         if self.fit_steps and self.minutes is None:
             raise ValueError("fit_steps fits the schedule to a time box: give minutes too")
+        if self.answers not in ANSWERS:
+            raise ValueError(f"answers must be one of {', '.join(ANSWERS)}, got {self.answers!r}")
         if self.features not in FEATURE_MODES:
             raise ValueError(f"features must be one of {', '.join(FEATURE_MODES)}, got {self.features!r}")
         for name in ("target_dtype", "drafter_dtype"):
@@ -171,7 +182,7 @@ class TrainPlan:
     def recipe(self) -> dict:
         """The fields a resumed run must keep (what the drafter learns from, and how)."""
         return {"target": self.target, "data": self.data, "seq_len": self.seq_len, "valid_rows": self.valid_rows,
-                "draft_vocab": self.draft_vocab, "init": self.init}
+                "train_tokens": self.train_tokens, "answers": self.answers, "draft_vocab": self.draft_vocab, "init": self.init}
 
 
 def _recipe(kind: str, plan: TrainPlan, arch, tc) -> dict:
@@ -188,13 +199,17 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def check_resume(out: str | pathlib.Path, recipe: dict, override: tuple[str, ...] = ()) -> list[str]:
+def check_resume(out: str | pathlib.Path, recipe: dict, override: tuple[str, ...] = (),
+                 defaults: dict | None = None) -> list[str]:
     """The recipe fields a resumed run changes (each `override`n); raises ValueError naming the changed fields
-    that are not. A run directory without run.json (a fresh one, or one of an older specjax) passes."""
+    that are not. A run directory without run.json (a fresh one, or one of an older specjax) passes. `defaults`:
+    a recipe of every field's default; a field the run.json does not have (it came after the run began) had
+    its default then, so it is unchanged while it keeps it."""
     path = pathlib.Path(out) / RUN_FILE
     if not path.exists():
         return []
     before, now = _flat(json.loads(path.read_text())["recipe"]), _flat(json.loads(json.dumps(recipe)))
+    before = {**_flat(json.loads(json.dumps(defaults or {}))), **before}
     changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
     leaf = lambda k: k.rsplit(".", 1)[-1]  # noqa: E731  (override names a field by its own name)
     refused = [k for k in changed if k not in override and leaf(k) not in override]
@@ -219,20 +234,33 @@ def _write_run(out: pathlib.Path, recipe: dict, command: str, changed: list[str]
     return state["commands"]
 
 
-def _measured_tau(trainer: Trainer, dcfg, tcfg, tparams, dparams, trainset: TrainSet, n: int) -> dict:
-    """Mean accepted length of greedy decoding with the drafter on the first n held-out prompts (those
-    that reach a verification round)."""
-    rows = np.arange(trainset.num_train, len(trainset.shards))[:n]
+def measured_tau(trainer: Trainer, dcfg, tcfg, tparams, dparams, trainset: TrainSet, n: int, *,
+                 new_tokens: int = 64, temperature: float = 0.0, seed: int = 0) -> dict:
+    """Mean accepted length τ of decoding with the drafter (`generate`, one batch) on the first n held-out prompts
+    (those that reach a verification round), greedy or sampled at `temperature` (keys from `seed`)."""
+    rows = trainset.valid_ids[:n]
     prompts = [trainset.shards.tokens[trainset.shards.offsets[i]:trainset.shards.offsets[i] +
                                       trainset.shards.prompt_lengths[i]].tolist() for i in rows]
     toks, lens = pad_prompts(prompts)
-    out = generate(tparams, tcfg, trainer.drafter(dcfg, tcfg), dparams, toks, lens, 64)
+    sampled = {} if not temperature else {"sampling": Sampling(temperature=temperature), "key": jax.random.key(seed)}
+    out = generate(tparams, tcfg, trainer.drafter(dcfg, tcfg), dparams, toks, lens, new_tokens, **sampled)
     rounds = np.asarray(out.stats.num_rounds)
     taus = [float(t) for t, r in zip(np.asarray(out.stats.mean_accepted_length()), rounds) if r > 0]
     # a prompt whose answer ends at its first token (EOS from the prefill) has no round: no τ
-    return {"prompts": len(prompts), "new_tokens": 64, "temperature": 0,
+    return {"prompts": len(prompts), "new_tokens": new_tokens, "temperature": temperature,
             "tau_mean": round(float(np.mean(taus)), 3) if taus else None,
             "tau_per_prompt": [round(t, 3) for t in taus], "prompts_without_rounds": int((rounds == 0).sum())}
+
+
+def early_stopping(tc, log: list, state: dict) -> dict | None:
+    """What early stopping did in a run (`DrafterTrainConfig.patience`; None: it was off): the best held-out
+    evaluation, whose weights the run returned, and the step it stopped at (None: it ran its schedule)."""
+    if not getattr(tc, "patience", 0):
+        return None
+    best = best_record(log)
+    return {"patience": tc.patience, "evaluations": len(log), "stopped_early_at": state.get("stopped_early"),
+            "best_step": None if best is None else log[best]["step"],
+            "best_valid_tau_estimate": None if best is None else log[best]["valid_tau_estimate"]}
 
 
 def check(kind: str, plan: TrainPlan, arch, tc) -> tuple[Trainer, list[str]]:
@@ -250,7 +278,8 @@ def check(kind: str, plan: TrainPlan, arch, tc) -> tuple[Trainer, list[str]]:
     if rows is not None and rows % data:  # else a raw partitioning error at the first step
         raise ValueError(f"batch_size {rows} is not a multiple of the mesh's data axis size {data} (every data "
                          f"shard takes an equal share of each batch): give a multiple of {data}")
-    changed = check_resume(plan.out, _recipe(kind, plan, arch, tc), plan.override) if plan.resume else []
+    defaults = _recipe(kind, TrainPlan(data=plan.data, out=plan.out), trainer.arch(), trainer.train_config())
+    changed = check_resume(plan.out, _recipe(kind, plan, arch, tc), plan.override, defaults) if plan.resume else []
     return trainer, changed
 
 
@@ -284,6 +313,8 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
         barrier("specjax-feature-cache")
         trainset = TrainSet.from_directories(plan.data, cache, layers, seq_len=plan.seq_len,
                                              valid_rows=plan.valid_rows, target_sha=tsha)
+    if plan.train_tokens is not None or plan.answers != "all":
+        trainset = trainset.with_train_tokens(plan.train_tokens, plan.answers)
     responses = trainset.response_token_counts(tcfg.vocab_size)
     vocab, init_ids = None, (init_vocab_ids(plan.init) if plan.init else None)
     if plan.draft_vocab and init_ids is not None:  # a warm start keeps its vocabulary as the data grows
@@ -310,7 +341,10 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     recipe = {
         "target": {"name": plan.target, "params_sha256": tsha},
         "data": {"directory": plan.data, "sha256": dsha, **shards.manifest.get("totals", {}),
-                 "recipe": shards.manifest.get("recipe")},
+                 "recipe": shards.manifest.get("recipe"), "train_sequences": trainset.num_train,
+                 "answers": plan.answers,
+                 "train_response_tokens": int(trainset.response_lengths()[trainset.training_ids].sum()),
+                 "held_out_sequences": trainset.valid_rows},
         "features": {"cache": cache or ("computed in each step (online)" if layers else "none: tokens only"),
                      "layers": list(layers),
                      "target_dtype": None if not online else jnp.dtype(step_dtype(plan.target_dtype)
@@ -319,6 +353,7 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
                         "covers_response_tokens": round(float(
                             responses[np.asarray(vocab.ids)].sum() / responses.sum()), 4) if vocab is not None else 1.0},
         "train_config": {**dataclasses.asdict(tc), "steps": state["train_config"]["steps"]},
+        "early_stopping": early_stopping(tc, log, state),
         "drafter_products": jnp.dtype(step_dtype(plan.drafter_dtype) or jnp.float32).name,
         "schedule_fitted_to_minutes": plan.minutes if state.get("fitted") else None, "arch": dataclasses.asdict(arch), "drafter": dcfg.to_hf(),
         "mask_token": ({"id": int(mask_id), "count_in_data": int(counts[mask_id])} if trainer.uses_mask_token
@@ -326,7 +361,7 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
         "params": int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams))),
         "compute": {"train_seconds": state["seconds"], "steps": state["step"], "machine": machine(),
                     "this_call_seconds": round(time.time() - t_start, 1)},
-        "measured_tau": (_measured_tau(trainer, dcfg, tcfg, tparams, full, trainset, plan.eval_prompts)
+        "measured_tau": (measured_tau(trainer, dcfg, tcfg, tparams, full, trainset, plan.eval_prompts)
                          if plan.eval_prompts else None),
         "log": log, "command": plan.command, "commands": commands,
     }

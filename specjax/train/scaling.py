@@ -1,0 +1,217 @@
+"""What data buys: τ against the response tokens a drafter trains on, at a fixed architecture.
+
+    python -m specjax.train scaling dflash --target smollm2-135m --data DATA --out DIR \\
+        --budgets 1000000,3000000,6000000,10000000 --epochs 3 --patience 4 [the kind's architecture / training flags]
+
+    from specjax.train.scaling import ScalingPlan, run_scaling
+    rows = run_scaling("dflash", TrainPlan(data=DATA, out=DIR), arch, tc, ScalingPlan(budgets=(10**6, 3 * 10**6)))
+
+For each budget N (response tokens), one run of the kind (`specjax.train.run.run`) on the data's first sequences
+holding at most N response tokens (`TrainPlan.train_tokens`); every run has the same architecture, training
+config, seed and held-out sequences (the data's last `valid_rows`), so the budget is the only difference. A
+run's schedule is `epochs` passes over its sequences (at most the training config's `steps`), cut short by
+early stopping on the held-out τ estimate when the config's `patience` is set (its best evaluation's weights
+are the run's result). Each exported drafter is then measured the same way: τ (the mean accepted length) of
+decoding the first `eval_prompts` held-out prompts, `new_tokens` each, greedy and at each other temperature of
+`temperatures` (`specjax.train.run.measured_tau`).
+
+DIR/tokens-N/ holds each budget's run (run/) and export (drafter/, with its recipe.json); DIR/scaling.json the
+rows and DIR/scaling.md the table (`table`). Rerunning the command continues: a measured budget is read back,
+an unfinished run resumes from its checkpoint (same recipe). `minutes` boxes the whole command: the run that
+is training when it runs out stops at a checkpoint (its row says so) and later budgets wait for a rerun.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.models import load_checkpoint
+from specjax.models.draft_vocab import split_draft_vocab, with_draft_vocab
+from specjax.train.data import load_shards, load_target
+from specjax.train.features import data_sha256
+from specjax.train.loop import TrainSet, machine
+from specjax.train.run import TRAINERS, TrainPlan, check, measured_tau, run
+
+__all__ = ["ScalingPlan", "budget_steps", "run_scaling", "table", "SCALING_FILE", "TABLE_FILE"]
+
+SCALING_FILE = "scaling.json"
+TABLE_FILE = "scaling.md"
+
+
+def _tuple_of(kind):
+    return lambda text: tuple(kind(float(x)) if kind is int else kind(x) for x in text.split(",") if x.strip())
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingPlan:
+    """The budgets of a τ-against-data table and how each run is sized and measured (module docstring).
+
+    Fields:
+      budgets: response-token budgets, ascending (e.g. 1000000,3000000; 1e6 reads as 1000000).
+      epochs: each run's schedule in passes over its own sequences (at most the training config's `steps`).
+      eval_prompts: held-out prompts decoded to measure τ.
+      new_tokens: tokens generated per held-out prompt.
+      temperatures: the decoding temperatures τ is measured at (0: greedy).
+      minutes: a time box for the whole command (None: none); a rerun continues.
+      reference: an exported drafter of the same kind (e.g. the zoo's) measured on the same held-out prompts, its
+        row last in the table: what a budget's drafter has to beat (None: none).
+    """
+
+    budgets: tuple[int, ...] = dataclasses.field(default=(1_000_000, 3_000_000, 6_000_000, 10_000_000),
+                                                 metadata={"parse": _tuple_of(int)})
+    epochs: float = 3.0
+    eval_prompts: int = 20
+    new_tokens: int = 128
+    temperatures: tuple[float, ...] = dataclasses.field(default=(0.0, 1.0), metadata={"parse": _tuple_of(float)})
+    minutes: float | None = None
+    reference: str | None = None
+
+    def check(self) -> None:
+        """Raise ValueError naming the first bad field."""
+        if not self.budgets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in self.budgets):
+            raise ValueError(f"budgets must be integers >= 1, got {self.budgets!r}")
+        if list(self.budgets) != sorted(set(self.budgets)):
+            raise ValueError(f"budgets must be distinct and ascending, got {self.budgets!r}")
+        if not (isinstance(self.epochs, (int, float)) and 0 < self.epochs < float("inf")):
+            raise ValueError(f"epochs must be a number > 0, got {self.epochs!r}")
+        for name in ("eval_prompts", "new_tokens"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if not self.temperatures or any(not 0 <= t < float("inf") for t in self.temperatures):
+            raise ValueError(f"temperatures must be numbers >= 0, got {self.temperatures!r}")
+        if self.minutes is not None and not 0 < self.minutes < float("inf"):
+            raise ValueError(f"minutes must be a number > 0, got {self.minutes!r}")
+        if self.reference is not None and not (pathlib.Path(self.reference) / "config.json").is_file():
+            raise ValueError(f"reference {self.reference}: not an exported drafter (no config.json)")
+
+
+def budget_steps(sequences: int, batch_size: int, epochs: float, max_steps: int) -> int:
+    """A budget's schedule length: `epochs` passes over its `sequences` at `batch_size` a step (at least one
+    step), at most `max_steps`."""
+    return max(1, min(max_steps, math.ceil(epochs * sequences / batch_size)))
+
+
+def _plans(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan) -> list[tuple[int, TrainPlan, object, int]]:
+    """(budget, its TrainPlan, its train config, its training sequences) of every budget, every value checked and
+    the data read for the sequence counts (ValueError naming a budget the data cannot fill)."""
+    sp.check()
+    out = pathlib.Path(base.out)
+    shards = load_shards(base.data)
+    everything = TrainSet(shards, None, (), base.seq_len, base.valid_rows)
+    plans = []
+    for n in sp.budgets:
+        try:
+            rows = everything.with_train_tokens(n, base.answers).num_train
+        except ValueError as e:
+            raise ValueError(f"budgets: {n:,} tokens cannot be trained on: {e}") from None
+        run_dir = out / f"tokens-{n}"
+        plan = dataclasses.replace(base, out=str(run_dir / "run"), export=str(run_dir / "drafter"), train_tokens=n,
+                                   eval_prompts=0, resume=(run_dir / "run" / "ckpt").exists(), minutes=None,
+                                   fit_steps=False, stop_after=None)
+        btc = dataclasses.replace(tc, steps=budget_steps(rows, tc.batch_size, sp.epochs, tc.steps))
+        check(kind, plan, arch, btc)
+        plans.append((n, plan, btc, rows))
+    return plans
+
+
+def _measure(kind: str, export_dir: str, target, trainset: TrainSet, sp: ScalingPlan) -> dict:
+    """τ of the exported drafter at each of `sp.temperatures` on the held-out prompts ({"T=0": {...}, ...})."""
+    tcfg, tparams = target
+    dcfg, params = load_checkpoint(export_dir, jnp.float32)
+    params, ids = split_draft_vocab(params)
+    if ids is not None:
+        params = with_draft_vocab(params, np.asarray(ids))
+    trainer = TRAINERS[kind]
+    return {f"T={t:g}": measured_tau(trainer, dcfg, tcfg, tparams, params, trainset, sp.eval_prompts,
+                                     new_tokens=sp.new_tokens, temperature=t) for t in sp.temperatures}
+
+
+def run_scaling(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan, *, say=print) -> list[dict]:
+    """Train and measure one drafter per budget (module docstring); returns the rows (also in DIR/scaling.json,
+    the table in DIR/scaling.md). `base`: the runs' plan (its `out` is DIR; export, train_tokens, resume and the
+    time box are set per budget); `tc`: the training config every run shares (its `steps` caps each schedule)."""
+    t0 = time.time()
+    deadline = None if sp.minutes is None else t0 + 60 * sp.minutes
+    plans = _plans(kind, base, arch, tc, sp)
+    out = pathlib.Path(base.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / SCALING_FILE
+    done = {r["budget"]: r for r in json.loads(path.read_text())["rows"]} if path.exists() else {}
+    tcfg, tparams, _, _ = load_target(base.target)
+    heldout = TrainSet(load_shards(base.data), None, (), base.seq_len, base.valid_rows)
+    rows = []
+    for n, plan, btc, sequences in plans:
+        if n in done and done[n].get("complete"):  # (the reference row, budget None, is measured again)
+            rows.append(done[n])
+            continue
+        if deadline is not None and time.time() >= deadline:
+            say(f"scaling: the time box ran out before the {n:,}-token budget (rerun to continue)")
+            break
+        say(f"scaling: {kind} on {n:,} response tokens ({sequences:,} sequences, {btc.steps} steps at most)")
+        result = run(kind, plan, arch, btc, deadline=deadline)
+        recipe = json.loads((pathlib.Path(plan.export) / "recipe.json").read_text())
+        state = json.loads((pathlib.Path(plan.out) / "ckpt" / "state.json").read_text())
+        finished = state["step"] >= btc.steps or state.get("stopped_early") is not None
+        stop = recipe.get("early_stopping") or {}
+        rows.append({"budget": n, "complete": finished, "train_sequences": sequences,
+                     "train_response_tokens": recipe["data"]["train_response_tokens"],
+                     "steps_planned": btc.steps, "steps_run": state["step"],
+                     "stopped_early_at": stop.get("stopped_early_at"), "best_step": stop.get("best_step"),
+                     "best_valid_tau_estimate": stop.get("best_valid_tau_estimate"),
+                     "last_valid_tau_estimate": (result["log"][-1]["valid_tau_estimate"] if result["log"] else None),
+                     "train_seconds": state["seconds"], "tau": _measure(kind, plan.export, (tcfg, tparams), heldout, sp),
+                     "export": plan.export})
+        _write(out, kind, base, arch, tc, sp, rows)
+        if not finished:
+            say(f"scaling: the time box stopped the {n:,}-token run at step {state['step']} of {btc.steps}")
+            break
+    if sp.reference is not None and (deadline is None or time.time() < deadline):
+        rows = [r for r in rows if r["budget"] is not None]
+        rows.append({"budget": None, "reference": sp.reference, "complete": True,
+                     "tau": _measure(kind, sp.reference, (tcfg, tparams), heldout, sp)})
+    _write(out, kind, base, arch, tc, sp, rows)
+    return rows
+
+
+def _write(out: pathlib.Path, kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan, rows: list[dict]) -> None:
+    doc = {"kind": kind, "target": base.target, "data": base.data, "answers": base.answers,
+           "data_sha256": data_sha256(load_shards(base.data)), "arch": dataclasses.asdict(arch),
+           "train_config": dataclasses.asdict(tc), "scaling": dataclasses.asdict(sp), "machine": machine(),
+           "devices": [str(d) for d in jax.devices()], "command": base.command, "rows": rows}
+    tmp = out / (SCALING_FILE + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(out / SCALING_FILE)
+    (out / TABLE_FILE).write_text(table(doc))
+
+
+def table(doc: dict) -> str:
+    """The markdown table of a scaling.json document: one row per budget."""
+    temps = [f"T={t:g}" for t in doc["scaling"]["temperatures"]]
+    head = (["response tokens", "sequences", "steps (planned)", "stopped early at", "best held-out τ est."]
+            + [f"τ {t}" for t in temps] + ["train s"])
+    answers = "" if doc.get("answers", "all") == "all" else f" ({doc['answers']} answers only)"
+    lines = [f"{doc['kind']} on {doc['target']}{answers}: τ of {doc['scaling']['eval_prompts']} held-out prompts, "
+             f"{doc['scaling']['new_tokens']} new tokens; {doc['scaling']['epochs']:g} epochs at most, patience "
+             f"{doc['train_config'].get('patience', 0)}; {doc['machine']['device_kind']}", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in doc["rows"]:
+        taus = [r["tau"][t]["tau_mean"] for t in temps]
+        if r["budget"] is None:  # the reference drafter
+            lines.append("| " + " | ".join([f"reference: {r['reference']}", "", "", "", "",
+                                            *["-" if t is None else f"{t:.2f}" for t in taus], ""]) + " |")
+            continue
+        cells = [f"{r['train_response_tokens']:,}", f"{r['train_sequences']:,}",
+                 f"{r['steps_run']} ({r['steps_planned']})" + ("" if r["complete"] else ", time box"),
+                 "-" if r["stopped_early_at"] is None else str(r["stopped_early_at"]),
+                 "-" if r["best_valid_tau_estimate"] is None else f"{r['best_valid_tau_estimate']:.3f}",
+                 *["-" if t is None else f"{t:.2f}" for t in taus], f"{r['train_seconds']:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,124 @@
+"""Early stopping on the held-out τ estimate (`DrafterTrainConfig.patience`) and runs on a prefix of the data
+(`TrainSet.with_train_tokens`): what the τ-against-data table (`specjax.train.scaling`) is made of."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from specjax.models.dflash_net import target_outer
+from specjax.train import dflash as T
+from specjax.train import loop as train_loop
+from specjax.train.loop import best_record, evaluations_since_best, load_best, train
+from tests.train_fixtures import DRAFTER, TARGET, TARGET_PARAMS, VALID_ROWS, trainset
+
+# the held-out τ estimate each evaluation reports (one per step: log_every 1), scripted so the best and the stop
+# are known: the best is step 2's 1.5 (step 4's 1.5 only ties it), and with patience 3 the run stops at step 5
+SCRIPTED_TAU = {1: 1.0, 2: 1.5, 3: 1.2, 4: 1.5, 5: 1.1, 6: 2.0, 7: 2.5, 8: 3.0}
+
+
+def _run(tc, out, **kw):
+    return train((TARGET, target_outer(TARGET_PARAMS)), DRAFTER, trainset(DRAFTER.target_layer_ids), tc, out,
+                 step_factory=T.make_step, progress=False, **kw)
+
+
+@pytest.fixture
+def scripted_tau(monkeypatch):
+    """`train`'s held-out evaluations report SCRIPTED_TAU[step] as their τ estimate (the rest of the record real)."""
+    real = train_loop._log_record
+
+    def scripted(*args, **kw):
+        rec, _ = real(*args, **kw)
+        tau = SCRIPTED_TAU[rec["step"]]
+        return {**rec, "valid_tau_estimate": tau}, tau
+
+    monkeypatch.setattr(train_loop, "_log_record", scripted)
+
+
+def _equal(a, b) -> None:
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
+
+
+def test_the_best_record_is_the_first_highest_finite_estimate():
+    log = [{"valid_tau_estimate": t} for t in (1.0, float("nan"), 1.5, 1.2, 1.5, 1.1)]
+    assert best_record(log) == 2 and evaluations_since_best(log) == 3
+    assert best_record([{"valid_tau_estimate": float("nan")}]) is None
+    assert evaluations_since_best([{"valid_tau_estimate": float("nan")}] * 2) == 2 and best_record([]) is None
+
+
+def test_early_stopping_returns_the_best_evaluations_weights_and_stops_after_patience(tmp_path, scripted_tau):
+    """patience 3 over the scripted estimates: the run stops at step 5 (three evaluations, steps 3-5, without
+    beating step 2's; step 4 only ties it) instead of running its 8 steps, and returns step 2's weights, bit for
+    bit those of the same run stopped after 2 steps; a run without patience runs all 8 and returns the last."""
+    tc = T.DFlashTrainConfig(steps=8, batch_size=4, anchors=4, lr=3e-3, log_every=1, ckpt_every=100, patience=3)
+    best, log = _run(tc, tmp_path / "stopping")
+    assert [r["step"] for r in log] == [1, 2, 3, 4, 5]
+    state = json.loads((tmp_path / "stopping" / "ckpt" / "state.json").read_text())
+    assert state["step"] == 5 and state["stopped_early"] == 5
+    two_steps, _ = _run(dataclasses.replace(tc, patience=0), tmp_path / "two", stop_after=2)
+    _equal(best, two_steps)
+    _equal(best, load_best(tmp_path / "stopping" / "ckpt"))
+    last, full_log = _run(dataclasses.replace(tc, patience=0), tmp_path / "all")
+    assert len(full_log) == 8 and not (tmp_path / "all" / "ckpt" / "best").exists()
+    with pytest.raises(AssertionError):
+        _equal(best, last)
+
+
+def test_an_early_stopped_run_resumes_to_the_same_stop_and_weights(tmp_path, scripted_tau):
+    """Interrupted after step 3 (a checkpoint holding step 2's best), resumed: it stops at step 5 with the
+    uninterrupted run's weights and log; resumed once more, it runs no step and returns the same weights."""
+    tc = T.DFlashTrainConfig(steps=8, batch_size=4, anchors=4, lr=3e-3, log_every=1, ckpt_every=100, patience=3)
+    whole, whole_log = _run(tc, tmp_path / "a")
+    _run(tc, tmp_path / "b", stop_after=3)
+    resumed, log = _run(tc, tmp_path / "b", resume=True)
+    _equal(whole, resumed)
+    assert [r["step"] for r in log] == [r["step"] for r in whole_log] == [1, 2, 3, 4, 5]
+    again, log_again = _run(tc, tmp_path / "b", resume=True)
+    _equal(whole, again)
+    assert len(log_again) == 5
+
+
+def test_a_data_prefix_trains_on_its_first_sequences_and_keeps_the_held_out_ones():
+    """`with_train_tokens(n)`: the longest run of first sequences whose responses hold <= n tokens (counted
+    by brute force here), its batches drawn from those rows only, the held-out rows those of the whole set."""
+    full = trainset(DRAFTER.target_layer_ids)
+    lengths = [int(full.shards.offsets[i + 1] - full.shards.offsets[i] - full.shards.prompt_lengths[i])
+               for i in range(len(full.shards))]
+    for tokens in (lengths[0], lengths[0] + lengths[1] - 1, sum(lengths[:7]), sum(lengths[:-VALID_ROWS])):
+        part = full.with_train_tokens(tokens)
+        expect = max(k for k in range(1, len(lengths) - VALID_ROWS + 1) if sum(lengths[:k]) <= tokens)
+        assert part.num_train == expect, (tokens, part.num_train, expect)
+        np.testing.assert_array_equal(part.valid_ids, full.valid_ids)
+        epoch = np.concatenate([part.rows_at(s, 4, 0) for s in range(max(1, expect // 4))])
+        assert epoch.max() < expect and len(set(epoch.tolist())) == len(epoch) == min(expect, 4 * (expect // 4) or expect)
+        np.testing.assert_array_equal(part.valid_batch()["tokens"], full.valid_batch()["tokens"])
+    with pytest.raises(ValueError, match=f"more than the {sum(lengths[:-VALID_ROWS])} response tokens of the answers before"):
+        full.with_train_tokens(sum(lengths[:-VALID_ROWS]) + 1)
+    with pytest.raises(ValueError, match="holds no whole sequence"):
+        full.with_train_tokens(lengths[0] - 1)
+
+
+def test_a_run_on_one_kind_of_answer_trains_on_those_rows_only():
+    """answers="greedy" / "sampled": the rows the data drew at T = 0 / T > 0 before the held-out ones (the
+    fixture's answers are half of each), a token budget counted over those; "all" with no budget is every row."""
+    full = trainset(DRAFTER.target_layer_ids)
+    before = np.arange(len(full.shards) - VALID_ROWS)
+    temps = full.shards.temperature[before]
+    assert (temps > 0).any() and (temps == 0).any()
+    greedy, sampled = full.with_train_tokens(answers="greedy"), full.with_train_tokens(answers="sampled")
+    np.testing.assert_array_equal(greedy.training_ids, before[temps == 0])
+    np.testing.assert_array_equal(sampled.training_ids, before[temps > 0])
+    np.testing.assert_array_equal(full.with_train_tokens(answers="all").training_ids, before)
+    lengths = full.response_lengths()[before[temps > 0]]
+    part = full.with_train_tokens(int(lengths[:2].sum()), "sampled")
+    np.testing.assert_array_equal(part.training_ids, before[temps > 0][:2])
+    rows = np.concatenate([part.rows_at(s, 2, 0) for s in range(3)])
+    assert set(rows.tolist()) == set(before[temps > 0][:2].tolist())
+    counts = part.response_token_counts(TARGET.vocab_size)
+    assert counts.sum() == lengths[:2].sum()
+    with pytest.raises(ValueError, match="answers must be one of all, greedy, sampled"):
+        full.with_train_tokens(answers="best")

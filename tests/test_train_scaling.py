@@ -1,0 +1,68 @@
+"""The τ-against-data table (`python -m specjax.train scaling KIND`): one run per budget on the data's first
+sequences, every run with the same held-out prompts, measured greedy and sampled, resumable."""
+
+from __future__ import annotations
+
+import json
+
+
+from specjax.cli.train import main as train_main
+from specjax.train import scaling as scaling_module
+from specjax.train.scaling import budget_steps
+from tests.train_fixtures import tiny_data_directory
+
+ROWS, LENGTH, PROMPT, VALID = 16, 24, 5, 2  # tiny_data_directory's shape: 19 response tokens a sequence
+
+
+def test_budget_steps_are_epochs_over_the_budgets_sequences_capped():
+    assert budget_steps(7, 2, 1.0, 50) == 4 and budget_steps(7, 2, 3.0, 50) == 11 and budget_steps(7, 2, 3.0, 5) == 5
+    assert budget_steps(1, 64, 0.5, 10) == 1
+
+
+def test_the_table_trains_one_drafter_per_budget_and_a_rerun_reads_it_back(tmp_path, monkeypatch, capsys):
+    """Budgets of 3 and 7 sequences (57 and 133 response tokens) of a zoo-target data directory: two DFlash runs
+    whose schedules are one pass over their own sequences, early stopping on, each measured greedy and at T = 1
+    on the same 2 held-out prompts; rerun, nothing trains again and the table is the same."""
+    data = tiny_data_directory(tmp_path / "data", rows=ROWS, length=LENGTH, prompt=PROMPT)
+    out = tmp_path / "table"
+    args = ["scaling", "dflash", "--target", "zoo", "--data", str(data), "--out", str(out), "--seq-len", "24",
+            "--valid-rows", str(VALID), "--features", "online", "--budgets", "57,133", "--epochs", "1",
+            "--eval-prompts", "2", "--new-tokens", "4", "--temperatures", "0,1", "--block-size", "4",
+            "--batch-size", "2", "--anchors", "2", "--log-every", "1", "--patience", "2", "--steps", "50"]
+    assert train_main(args) == 0
+    doc = json.loads((out / "scaling.json").read_text())
+    rows = doc["rows"]
+    assert [r["budget"] for r in rows] == [57, 133]
+    assert [r["train_sequences"] for r in rows] == [3, 7] and [r["train_response_tokens"] for r in rows] == [57, 133]
+    assert [r["steps_planned"] for r in rows] == [2, 4] and all(r["complete"] for r in rows)
+    for r in rows:
+        recipe = json.loads((out / f"tokens-{r['budget']}" / "drafter" / "recipe.json").read_text())
+        assert recipe["data"]["train_sequences"] == r["train_sequences"] and recipe["early_stopping"]["patience"] == 2
+        assert set(r["tau"]) == {"T=0", "T=1"}
+        for t, m in r["tau"].items():
+            assert m["prompts"] == 2 and m["new_tokens"] == 4 and m["temperature"] == float(t[2:])
+            assert all(1 <= x <= 4 + 1 for x in m["tau_per_prompt"])  # at least the target's token, at most a block
+    table = (out / "scaling.md").read_text()
+    assert capsys.readouterr().out.endswith(table) and "| 57 | 3 |" in table and "| 133 | 7 |" in table
+
+    def no_training(*a, **kw):
+        raise AssertionError("a measured budget was trained again")
+    monkeypatch.setattr(scaling_module, "run", no_training)
+    assert train_main(args) == 0
+    assert json.loads((out / "scaling.json").read_text())["rows"] == rows
+    # a reference drafter (here the first budget's own export) is measured on the same prompts with the same keys
+    assert train_main(args + ["--reference", str(out / "tokens-57" / "drafter")]) == 0
+    again = json.loads((out / "scaling.json").read_text())["rows"]
+    assert again[:2] == rows and again[2]["budget"] is None and again[2]["tau"] == rows[0]["tau"]
+    assert "| reference: " in (out / "scaling.md").read_text()
+
+
+def test_a_budget_the_data_cannot_fill_is_refused_naming_it(tmp_path, capsys):
+    data = tiny_data_directory(tmp_path / "data", rows=ROWS, length=LENGTH, prompt=PROMPT)
+    args = ["scaling", "dflash", "--target", "zoo", "--data", str(data), "--out", str(tmp_path / "t"),
+            "--valid-rows", str(VALID), "--budgets", "57,100000"]
+    assert train_main(args) == 2
+    assert "budgets: 100,000 tokens cannot be trained on" in capsys.readouterr().err
+    assert train_main(args[:-1] + ["100,57"]) == 2
+    assert "--budgets must be distinct and ascending" in capsys.readouterr().err
+    assert not (tmp_path / "t" / "scaling.json").exists()
