@@ -62,6 +62,9 @@ def test_early_stopping_returns_the_best_evaluations_weights_and_stops_after_pat
     two_steps, _ = _run(dataclasses.replace(tc, patience=0), tmp_path / "two", stop_after=2)
     _equal(best, two_steps)
     _equal(best, load_best(tmp_path / "stopping" / "ckpt"))
+    ends_there, _ = _run(dataclasses.replace(tc, steps=5), tmp_path / "five")  # patience runs out at the last step
+    assert json.loads((tmp_path / "five" / "ckpt" / "state.json").read_text())["stopped_early"] is None
+    _equal(ends_there, two_steps)  # not an early stop, but the best weights all the same
     last, full_log = _run(dataclasses.replace(tc, patience=0), tmp_path / "all")
     assert len(full_log) == 8 and not (tmp_path / "all" / "ckpt" / "best").exists()
     with pytest.raises(AssertionError):

@@ -508,7 +508,7 @@ def _early_stop(run: _Run, done: int, say) -> bool:
     if since == 0:
         run.best_params = jax.device_get(run.dparams)
         return True
-    if since >= run.tc.patience:
+    if since >= run.tc.patience and done < run.tc.steps:  # (at its last step a run ends anyway: not early)
         best = run.log[best_record(run.log)] if best_record(run.log) is not None else None
         run.end = run.stopped_early = done
         say(f"stopped early at step {done}: {since} held-out evaluations without beating "
