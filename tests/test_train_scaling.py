@@ -55,6 +55,14 @@ def test_the_table_trains_one_drafter_per_budget_and_a_rerun_reads_it_back(tmp_p
     again = json.loads((out / "scaling.json").read_text())["rows"]
     assert again[:2] == rows and again[2]["budget"] is None and again[2]["tau"] == rows[0]["tau"]
     assert "| reference: " in (out / "scaling.md").read_text()
+    # `compare` measures exported drafters on the same prompts with the same keys: the table's figures again
+    exports = [str(out / f"tokens-{n}" / "drafter") for n in (57, 133)]
+    assert train_main(["compare", "dflash", "--target", "zoo", "--data", str(data), "--drafters", ",".join(exports),
+                       "--valid-rows", str(VALID), "--eval-prompts", "2", "--new-tokens", "4",
+                       "--json", str(tmp_path / "compare.json")]) == 0
+    measured = json.loads((tmp_path / "compare.json").read_text())["drafters"]
+    assert [measured[e] for e in exports] == [r["tau"] for r in rows]
+    assert f"| {exports[0]} | {rows[0]['tau']['T=0']['tau_mean']:.3f} |" in capsys.readouterr().out
 
 
 def test_a_budget_the_data_cannot_fill_is_refused_naming_it(tmp_path, capsys):
@@ -66,3 +74,6 @@ def test_a_budget_the_data_cannot_fill_is_refused_naming_it(tmp_path, capsys):
     assert train_main(args[:-1] + ["100,57"]) == 2
     assert "--budgets must be distinct and ascending" in capsys.readouterr().err
     assert not (tmp_path / "t" / "scaling.json").exists()
+    assert train_main(["compare", "dflash", "--target", "zoo", "--data", str(data), "--drafters",
+                       str(tmp_path / "nowhere")]) == 2
+    assert "drafters must be exported drafter directories" in capsys.readouterr().err

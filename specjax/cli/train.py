@@ -11,6 +11,7 @@
     python -m specjax.train recipe   --target smollm2-135m --minutes 10 --out DIR      # data -> drafters -> τ, timed
     python -m specjax.train recipe   --target smollm2-135m --plan-only --device h100   # its plan, on any machine
     python -m specjax.train scaling dflash --data DATA --out DIR --budgets 1e6,3e6 --patience 4  # τ against data
+    python -m specjax.train compare dflash --data DATA --drafters NEW,OLD             # held-out τ, T = 0 and 1
 
 `python -m specjax.train COMMAND --help` lists a command's options with their defaults. A drafter
 kind's flags are made from its `Trainer` record (`specjax.train.run.TRAINERS`): its architecture's
@@ -47,7 +48,7 @@ from specjax.recipe import RecipeConfig, plan, run_recipe
 from specjax.train.run import TRAINERS, TrainPlan
 from specjax.train.run import check as check_run
 from specjax.train.run import run as run_drafter
-from specjax.train.scaling import TABLE_FILE, ScalingPlan, run_scaling
+from specjax.train.scaling import TABLE_FILE, ScalingPlan, compare_drafters, run_scaling
 from specjax.train.tokenizer import DEFAULT_SHAREGPT_CHARS, DEFAULT_VOCAB, build
 
 __all__ = ["main", "parser"]
@@ -190,6 +191,41 @@ def _scaling(args, argv) -> int:
         raise UsageError(as_flags(str(e), *classes)) from None
     run_scaling(args.kind, base, arch, tc, sp)
     print((pathlib.Path(base.out) / TABLE_FILE).read_text(), end="")
+    return 0
+
+
+def _compare_flags(ap) -> None:
+    ap.add_argument("kind", choices=list(TRAINERS), metavar="KIND", help="the drafters' kind: "
+                    + ", ".join(TRAINERS))
+    ap.add_argument("--drafters", required=True, help="comma-separated exported drafter directories")
+    ap.add_argument("--target", default="smollm2-135m", help="zoo | smollm2-135m | HF checkpoint directory "
+                    "(default: %(default)s)")
+    ap.add_argument("--data", required=True, help="data directory whose last --valid-rows sequences are the prompts")
+    ap.add_argument("--valid-rows", type=_number(int), default=64, help="held-out sequences (default: %(default)s)")
+    ap.add_argument("--seq-len", type=_number(int), default=448, help="(default: %(default)s)")
+    flags_of(ap, ScalingPlan, skip=("budgets", "epochs", "minutes", "reference"))
+    ap.add_argument("--json", default=None, metavar="FILE", help="also write the measurements here")
+
+
+def _compare(args) -> int:
+    sp = plan_from(args, ScalingPlan)
+    drafters = tuple(d.strip() for d in args.drafters.split(",") if d.strip())
+    try:
+        rows = compare_drafters(args.kind, args.target, args.data, drafters, sp, seq_len=args.seq_len,
+                                valid_rows=args.valid_rows)
+    except ValueError as e:
+        raise UsageError(as_flags(str(e), ScalingPlan)) from None
+    temps = [f"T={t:g}" for t in sp.temperatures]
+    print(f"τ of {args.kind} drafters on the last {args.valid_rows} sequences of {args.data}: the first "
+          f"{sp.eval_prompts} prompts, {sp.new_tokens} new tokens\n")
+    print("| drafter | " + " | ".join(f"τ {t}" for t in temps) + " |\n|---|" + "---|" * len(temps))
+    for d, taus in rows.items():
+        print(f"| {d} | " + " | ".join("-" if taus[t]["tau_mean"] is None else f"{taus[t]['tau_mean']:.3f}"
+                                       for t in temps) + " |")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps({"kind": args.kind, "target": args.target, "data": args.data,
+                                                       "valid_rows": args.valid_rows, **dataclasses.asdict(sp),
+                                                       "drafters": rows}, indent=1) + "\n")
     return 0
 
 
@@ -339,6 +375,8 @@ def parser() -> argparse.ArgumentParser:
             _recipe_flags, sys.modules[plan.__module__].__doc__)
     command("scaling", "τ against training tokens at a fixed architecture (a table)", _scaling, _scaling_flags,
             sys.modules[run_scaling.__module__].__doc__)
+    command("compare", "τ of exported drafters on the same held-out prompts, greedy and sampled",
+            lambda a, argv: _compare(a), _compare_flags, compare_drafters.__doc__)
     return ap
 
 

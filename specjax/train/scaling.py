@@ -40,7 +40,7 @@ from specjax.train.features import data_sha256
 from specjax.train.loop import TrainSet, machine
 from specjax.train.run import TRAINERS, TrainPlan, check, measured_tau, run
 
-__all__ = ["ScalingPlan", "budget_steps", "run_scaling", "table", "SCALING_FILE", "TABLE_FILE"]
+__all__ = ["ScalingPlan", "budget_steps", "compare_drafters", "run_scaling", "table", "SCALING_FILE", "TABLE_FILE"]
 
 SCALING_FILE = "scaling.json"
 TABLE_FILE = "scaling.md"
@@ -132,6 +132,21 @@ def _measure(kind: str, export_dir: str, target, trainset: TrainSet, sp: Scaling
     trainer = TRAINERS[kind]
     return {f"T={t:g}": measured_tau(trainer, dcfg, tcfg, tparams, params, trainset, sp.eval_prompts,
                                      new_tokens=sp.new_tokens, temperature=t) for t in sp.temperatures}
+
+
+def compare_drafters(kind: str, target: str, data: str, drafters: tuple[str, ...], sp: ScalingPlan, *,
+                     seq_len: int = 448, valid_rows: int = 64) -> dict:
+    """τ of exported drafters of one kind on the same held-out prompts of a data directory (its last
+    `valid_rows` sequences), with the same keys, at each of `sp.temperatures` (`sp.eval_prompts` prompts,
+    `sp.new_tokens` each): {drafter directory: {"T=0": {...}, ...}}. A drafter replaces another when it is
+    better greedy and sampled on prompts neither trained on (`python -m specjax.train compare`)."""
+    sp.check()
+    missing = [d for d in drafters if not (pathlib.Path(d) / "config.json").is_file()]
+    if not drafters or missing:
+        raise ValueError(f"drafters must be exported drafter directories (with config.json), got {missing or 'none'}")
+    tcfg, tparams, _, _ = load_target(target)
+    heldout = TrainSet(load_shards(data), None, (), seq_len, valid_rows)
+    return {d: _measure(kind, d, (tcfg, tparams), heldout, sp) for d in drafters}
 
 
 def run_scaling(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan, *, say=print) -> list[dict]:
