@@ -12,7 +12,8 @@ Phases, each with its share of the budget (`RecipeConfig.shares`), each stopped 
 2. **train**: each drafter kind in turn (`specjax.train.run.run`, DFlash by default; `--kinds
    dflash,eagle3,draft-lm` adds an EAGLE-3 drafter and a draft LM for chains and DynaTree) for its share, the
    schedule sized from the plan's step-time estimate and cut by a deadline at a checkpoint; a second
-   run with the same DIR resumes it (same recipe) towards the planned steps.
+   run with the same DIR resumes it (same recipe) towards the planned steps, on the data shards its first
+   call read (`TrainPlan.data_shards`: the held-out rows stay held out).
 3. **export**: the last good weights with `recipe.json` (data, compute, every command, checksums), and
    τ measured by decoding held-out prompts of the data.
 4. **measure**: speedup and τ against AR on held-out prompts of the target's evaluation set

@@ -24,11 +24,13 @@ from specjax.models import init_params
 from specjax.models.dflash_net import target_outer
 from specjax.train import dflash as train_dflash
 from specjax.train import loop as train_loop
+from specjax.train.data import load_shards
+from specjax.train.features import data_sha256
 from specjax.train.loop import TrainSet, make_optimizer, online_steps
 from specjax.train import run as run_module
 from specjax.train.run import RUN_FILE, TRAINERS, TrainPlan, check_resume
 from specjax.train.trainer import check_values
-from tests.train_fixtures import DRAFTER, TARGET, TARGET_PARAMS, tiny_data_directory, trainset
+from tests.train_fixtures import DRAFTER, TARGET, TARGET_PARAMS, add_tiny_shard, tiny_data_directory, trainset
 
 
 def test_every_training_module_with_a_trainer_record_is_collected():
@@ -222,11 +224,17 @@ def test_a_resumed_runs_export_records_every_command_of_the_run(tmp_path):
     first = "python -m specjax.train dflash ... --stop-after 1"
     second = "python -m specjax.train dflash ... --resume --export DIR"
     run_module.run("dflash", dataclasses.replace(plan, stop_after=1, command=first), arch, tc)
+    one_shard = data_sha256(load_shards(plan.data))
+    add_tiny_shard(tmp_path / "data")  # the generator wrote on meanwhile: the resumed call still reads one shard
     run_module.run("dflash", dataclasses.replace(plan, resume=True, export=str(tmp_path / "export"), command=second),
                    arch, tc)
     recipe = json.loads((tmp_path / "export" / "recipe.json").read_text())
     assert [c["command"] for c in recipe["commands"]] == [first, second]
     assert recipe["command"] == second and recipe["compute"]["steps"] == 2
+    assert recipe["data"]["sha256"] == one_shard and recipe["data"]["sequences"] == 12
+    assert recipe["data"]["train_sequences"] == 10 and run_module.read_data_shards(plan.out) == 1
+    fresh = run_module.run("dflash", dataclasses.replace(plan, out=str(tmp_path / "again"), stop_after=1), arch, tc)
+    assert fresh["export"] is None and run_module.read_data_shards(tmp_path / "again") == 2  # a new run: all of it
 
 
 def test_the_progress_bar_times_the_steps_after_the_first_compiling_one(tmp_path, monkeypatch):

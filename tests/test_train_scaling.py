@@ -8,8 +8,10 @@ import json
 
 from specjax.cli.train import main as train_main
 from specjax.train import scaling as scaling_module
+from specjax.train.data import load_shards
+from specjax.train.features import data_sha256
 from specjax.train.scaling import budget_steps
-from tests.train_fixtures import tiny_data_directory
+from tests.train_fixtures import add_tiny_shard, tiny_data_directory
 
 ROWS, LENGTH, PROMPT, VALID = 16, 24, 5, 2  # tiny_data_directory's shape: 19 response tokens a sequence
 
@@ -50,15 +52,19 @@ def test_the_table_trains_one_drafter_per_budget_and_a_rerun_reads_it_back(tmp_p
     monkeypatch.setattr(scaling_module, "run", no_training)
     assert train_main(args) == 0
     assert json.loads((out / "scaling.json").read_text())["rows"] == rows
-    # a reference drafter (here the first budget's own export) is measured on the same prompts with the same keys
+    # a reference drafter (here the first budget's own export) is measured on the same prompts with the same keys,
+    # those of the data as the first call read it, though a generator has appended a shard since
+    add_tiny_shard(data, rows=ROWS, length=LENGTH, prompt=PROMPT)
     assert train_main(args + ["--reference", str(out / "tokens-57" / "drafter")]) == 0
-    again = json.loads((out / "scaling.json").read_text())["rows"]
+    doc = json.loads((out / "scaling.json").read_text())
+    assert doc["data_shards"] == 1 and doc["data_sha256"] == data_sha256(load_shards(data, 1))
+    again = doc["rows"]
     assert again[:2] == rows and again[2]["budget"] is None and again[2]["tau"] == rows[0]["tau"]
     assert "| reference: " in (out / "scaling.md").read_text()
     # `compare` measures exported drafters on the same prompts with the same keys: the table's figures again
     exports = [str(out / f"tokens-{n}" / "drafter") for n in (57, 133)]
     assert train_main(["compare", "dflash", "--target", "zoo", "--data", str(data), "--drafters", ",".join(exports),
-                       "--valid-rows", str(VALID), "--eval-prompts", "2", "--new-tokens", "4",
+                       "--valid-rows", str(VALID), "--eval-prompts", "2", "--new-tokens", "4", "--data-shards", "1",
                        "--json", str(tmp_path / "compare.json")]) == 0
     measured = json.loads((tmp_path / "compare.json").read_text())["drafters"]
     assert [measured[e] for e in exports] == [r["tau"] for r in rows]

@@ -45,16 +45,29 @@ def tiny_data_directory(directory, rows: int = 12, length: int = 24, prompt: int
     """A data directory as `python -m specjax.train data` writes it (manifest + one shard), of random
     sequences of the zoo target's vocabulary: what a run reads, without the registry's prompts."""
     directory.mkdir()
-    tokens = np.random.default_rng(0).integers(1, vocab, rows * length).astype(np.uint16)
+    (directory / "manifest.json").write_text(json.dumps({
+        "recipe": {"target": "zoo"}, "target": {"name": "zoo", "params_sha256": "-"}, "cursor": 0,
+        "skipped_prompts": 0, "totals": {"sequences": 0, "response_tokens": 0}, "shards": []}))
+    return add_tiny_shard(directory, rows, length, prompt, vocab, seed=0)
+
+
+def add_tiny_shard(directory, rows: int = 12, length: int = 24, prompt: int = 5, vocab: int = 8192, seed: int = 1):
+    """Append a shard of `rows` random sequences (`seed`) to a `tiny_data_directory`, as a generator resumed there
+    would."""
+    manifest = json.loads((directory / "manifest.json").read_text())
+    index, start = len(manifest["shards"]), manifest["cursor"]
+    tokens = np.random.default_rng(seed).integers(1, vocab, rows * length).astype(np.uint16)
     buf = io.BytesIO()
     np.savez_compressed(buf, tokens=tokens, offsets=np.arange(0, rows * length + 1, length, dtype=np.int64),
                         prompt_lengths=np.full(rows, prompt, np.int32), temperature=np.zeros(rows, np.float32),
-                        prompt_index=np.arange(rows, dtype=np.int32))
-    (directory / "shard-00000.npz").write_bytes(buf.getvalue())
+                        prompt_index=np.arange(start, start + rows, dtype=np.int32))
+    name = f"shard-{index:05d}.npz"
+    (directory / name).write_bytes(buf.getvalue())
     response = rows * (length - prompt)
-    manifest = {"recipe": {"target": "zoo"}, "target": {"name": "zoo", "params_sha256": "-"}, "cursor": rows,
-                "skipped_prompts": 0, "totals": {"sequences": rows, "response_tokens": response},
-                "shards": [{"file": "shard-00000.npz", "sha256": hashlib.sha256(buf.getvalue()).hexdigest(),
-                            "sequences": rows, "prompt_range": [0, rows], "response_tokens": response}]}
+    manifest["shards"].append({"file": name, "sha256": hashlib.sha256(buf.getvalue()).hexdigest(), "sequences": rows,
+                               "prompt_range": [start, start + rows], "response_tokens": response})
+    manifest["cursor"] = start + rows
+    manifest["totals"] = {"sequences": manifest["totals"]["sequences"] + rows,
+                          "response_tokens": manifest["totals"]["response_tokens"] + response}
     (directory / "manifest.json").write_text(json.dumps(manifest))
     return directory

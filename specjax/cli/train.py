@@ -203,6 +203,8 @@ def _compare_flags(ap) -> None:
     ap.add_argument("--data", required=True, help="data directory whose last --valid-rows sequences are the prompts")
     ap.add_argument("--valid-rows", type=_number(int), default=64, help="held-out sequences (default: %(default)s)")
     ap.add_argument("--seq-len", type=_number(int), default=448, help="(default: %(default)s)")
+    ap.add_argument("--data-shards", type=_number(int), default=None, help="read only the data's first N shards (a "
+                    "run's own held-out rows: its run.json's data_shards_read) (default: all)")
     flags_of(ap, ScalingPlan, skip=("budgets", "epochs", "minutes", "reference"))
     ap.add_argument("--json", default=None, metavar="FILE", help="also write the measurements here")
 
@@ -212,11 +214,12 @@ def _compare(args) -> int:
     drafters = tuple(d.strip() for d in args.drafters.split(",") if d.strip())
     try:
         rows = compare_drafters(args.kind, args.target, args.data, drafters, sp, seq_len=args.seq_len,
-                                valid_rows=args.valid_rows)
+                                valid_rows=args.valid_rows, data_shards=args.data_shards)
     except ValueError as e:
         raise UsageError(as_flags(str(e), ScalingPlan)) from None
     temps = [f"T={t:g}" for t in sp.temperatures]
-    print(f"τ of {args.kind} drafters on the last {args.valid_rows} sequences of {args.data}: the first "
+    print(f"τ of {args.kind} drafters on the last {args.valid_rows} sequences of {args.data}"
+          + ("" if args.data_shards is None else f" (its first {args.data_shards} shards)") + ": the first "
           f"{sp.eval_prompts} prompts, {sp.new_tokens} new tokens\n")
     print("| drafter | " + " | ".join(f"τ {t}" for t in temps) + " |\n|---|" + "---|" * len(temps))
     for d, taus in rows.items():

@@ -514,13 +514,20 @@ class TokenShards:
         return len(self.prompt_lengths)
 
 
-def load_shards(directory: str | pathlib.Path) -> TokenShards:
-    """All shards of a data directory, concatenated (sha256-checked; a mismatch names the shard)."""
+def load_shards(directory: str | pathlib.Path, num_shards: int | None = None) -> TokenShards:
+    """All shards of a data directory, or its first `num_shards`, concatenated (sha256-checked; a mismatch names
+    the shard); the manifest returned lists those shards, its totals theirs."""
     directory = pathlib.Path(directory)
     path = directory / MANIFEST
     manifest = read_manifest_file(directory)
     if manifest is None:
         raise FileNotFoundError(f"{path} not found: generate the data first (python -m specjax.train data ...)")
+    if num_shards is not None and num_shards != len(manifest["shards"]):
+        if num_shards > len(manifest["shards"]):
+            raise ValueError(f"{path} lists {len(manifest['shards'])} shards, fewer than the {num_shards} asked for")
+        kept = manifest["shards"][:num_shards]
+        manifest = {**manifest, "shards": kept, "totals": {k: sum(int(e.get(k, 0)) for e in kept)
+                                                           for k in ("sequences", "prompt_tokens", "response_tokens")}}
     toks, offs, plens, temps, base = [], [np.zeros(1, np.int64)], [], [], 0
     for shard in manifest["shards"]:
         raw = (directory / shard["file"]).read_bytes()

@@ -83,7 +83,7 @@ class DrafterTrainConfig:
       seed: seeds the drafter's init, the batch order and the per-step keys (e.g. anchor draws).
       patience: early stopping on the held-out τ estimate: stop once this many held-out evaluations in a row
         (one every `log_every` steps) have not beaten the best one, and return (export) the best evaluation's
-        weights, kept in the run's best/ (0: run every step and return the last weights).
+        weights, kept in the checkpoint's best/ (0: run every step and return the last weights).
     """
 
     steps: int = 1200

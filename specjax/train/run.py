@@ -40,13 +40,13 @@ from specjax.models.model import outer_params
 from specjax.sampling import Sampling
 from specjax.sharding import make_mesh
 from specjax.train.data import load_shards, load_target, params_sha256
-from specjax.train.features import build_feature_cache, data_sha256
+from specjax.train.features import build_feature_cache, data_sha256, open_feature_cache
 from specjax.train.loop import ANSWERS, TrainSet, best_record, export, init_vocab_ids, machine, train, warm_start
 from specjax.train.trainer import Trainer, check_values, choose_mask_token
 from specjax.train.vocab import tables_of_ids, vocab_tables
 
 __all__ = ["FEATURE_MODES", "RUN_FILE", "TRAINERS", "TrainPlan", "check_resume", "early_stopping", "features_online",
-           "measured_tau", "read_fields", "read_mesh", "run"]
+           "measured_tau", "read_data_shards", "read_fields", "read_mesh", "run"]
 
 RUN_FILE = "run.json"
 FEATURE_MODES = ("auto", "cache", "online")
@@ -103,6 +103,8 @@ class TrainPlan:
       stop_after: run at most this many steps now, then checkpoint (continue with resume) (None: to the end).
       seq_len: padded sequence length S.
       valid_rows: held-out sequences (the data's last ones).
+      data_shards: read only the data directory's first this many shards (None: all it has when the run starts;
+        a resumed run reads as many as its first call did, recorded in run.json, however the directory grew).
       train_tokens: train on the data's first sequences only, as many as hold at most this many response tokens
         (`TrainSet.with_train_tokens`; the held-out sequences stay the same) (None: all of them).
       answers: train on the answers of this kind only: "all", "greedy" (those the data drew at T = 0) or
@@ -137,6 +139,7 @@ class TrainPlan:
     stop_after: int | None = None
     seq_len: int = 448
     valid_rows: int = 64
+    data_shards: int | None = None
     train_tokens: int | None = None
     answers: str = dataclasses.field(default="all", metadata={"choices": ANSWERS})
     draft_vocab: int = 0
@@ -158,7 +161,7 @@ class TrainPlan:
         for name in ("draft_vocab", "eval_prompts"):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
-        for name in ("stop_after", "train_tokens"):
+        for name in ("stop_after", "train_tokens", "data_shards"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -182,7 +185,7 @@ class TrainPlan:
     def recipe(self) -> dict:
         """The fields a resumed run must keep (what the drafter learns from, and how)."""
         return {"target": self.target, "data": self.data, "seq_len": self.seq_len, "valid_rows": self.valid_rows,
-                "train_tokens": self.train_tokens, "answers": self.answers, "draft_vocab": self.draft_vocab, "init": self.init}
+                "data_shards": self.data_shards, "train_tokens": self.train_tokens, "answers": self.answers, "draft_vocab": self.draft_vocab, "init": self.init}
 
 
 def _recipe(kind: str, plan: TrainPlan, arch, tc) -> dict:
@@ -221,10 +224,20 @@ def check_resume(out: str | pathlib.Path, recipe: dict, override: tuple[str, ...
     return changed
 
 
-def _write_run(out: pathlib.Path, recipe: dict, command: str, changed: list[str]) -> list[dict]:
-    """Append this call to run.json (recipe, every command with the fields it overrode); return the commands."""
+def read_data_shards(out: str | pathlib.Path) -> int | None:
+    """How many data shards a run directory's first call read (run.json's "data_shards_read"; None: no run yet,
+    or one of an older specjax)."""
+    path = pathlib.Path(out) / RUN_FILE
+    return json.loads(path.read_text()).get("data_shards_read") if path.exists() else None
+
+
+def _write_run(out: pathlib.Path, recipe: dict, command: str, changed: list[str],
+               data_shards: int | None = None) -> list[dict]:
+    """Append this call to run.json (recipe, every command with the fields it overrode, the data shards the first
+    call read); return the commands."""
     path = out / RUN_FILE
-    state = json.loads(path.read_text()) if path.exists() else {"recipe": recipe, "commands": []}
+    state = json.loads(path.read_text()) if path.exists() else {"recipe": recipe, "commands": [],
+                                                                 "data_shards_read": data_shards}
     state["commands"].append({"command": command, "overrides": changed, "time": time.strftime("%Y-%m-%d %H:%M:%S")})
     state["recipe"] = recipe
     out.mkdir(parents=True, exist_ok=True)
@@ -293,7 +306,9 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     out = pathlib.Path(plan.out)
     recipe_fields = _recipe(kind, plan, arch, tc)
     tcfg, tparams, _, reserved = load_target(plan.target)
-    shards = load_shards(plan.data)
+    # a resumed run reads the data its first call read (the held-out rows, the mask token, the batches), however
+    # the directory has grown since
+    shards = load_shards(plan.data, (read_data_shards(out) if plan.resume else None) or plan.data_shards)
     tsha, dsha = params_sha256(tparams), data_sha256(shards)
     counts = np.bincount(shards.tokens, minlength=tcfg.vocab_size)
     mask_id = getattr(arch, "mask_token", None)
@@ -306,13 +321,13 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     cache = None if online or not layers else (plan.cache or str(cache_root() / "features" /
                                                                  f"{plan.target.replace('/', '_')}-{tsha[:12]}-{first}"))
     if cache is None:  # nothing cached: the step computes the features, or needs none
-        trainset = TrainSet.online(plan.data, layers, seq_len=plan.seq_len, valid_rows=plan.valid_rows)
+        trainset = TrainSet(shards, None, tuple(layers), plan.seq_len, plan.valid_rows)
     else:
         if is_main():  # one process writes the cache (a directory every process reads), the others wait for it
             build_feature_cache((tcfg, tparams), plan.target, shards, plan.data, layers, cache)
         barrier("specjax-feature-cache")
-        trainset = TrainSet.from_directories(plan.data, cache, layers, seq_len=plan.seq_len,
-                                             valid_rows=plan.valid_rows, target_sha=tsha)
+        trainset = TrainSet(shards, open_feature_cache(cache, target_sha=tsha, data_sha=dsha), tuple(layers),
+                            plan.seq_len, plan.valid_rows)
     if plan.train_tokens is not None or plan.answers != "all":
         trainset = trainset.with_train_tokens(plan.train_tokens, plan.answers)
     responses = trainset.response_token_counts(tcfg.vocab_size)
@@ -327,7 +342,7 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     touter = outer_params(tparams)  # the target params a drafter shares: all but the layers
     init = (warm_start(plan.init, dcfg, None if vocab is None else vocab.ids) if plan.init
             else trainer.init(touter, tcfg, vocab))
-    commands = _write_run(out, recipe_fields, plan.command, changed) if is_main() else []
+    commands = _write_run(out, recipe_fields, plan.command, changed, len(shards.manifest["shards"])) if is_main() else []
     mesh = None if plan.mesh is None else make_mesh(data=plan.mesh[0], model=plan.mesh[1])
     dparams, log = train((tcfg, touter), dcfg, trainset, tc, plan.out, step_factory=trainer.make_step, vocab=vocab,
                          resume=plan.resume, stop_after=plan.stop_after, mesh=mesh, init=init, deadline=deadline,

@@ -104,7 +104,7 @@ def _plans(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan) -> list[tuple[
     the data read for the sequence counts (ValueError naming a budget the data cannot fill)."""
     sp.check()
     out = pathlib.Path(base.out)
-    shards = load_shards(base.data)
+    shards = load_shards(base.data, base.data_shards)  # `run_scaling` pinned the count: every budget reads the same
     everything = TrainSet(shards, None, (), base.seq_len, base.valid_rows)
     plans = []
     for n in sp.budgets:
@@ -114,6 +114,7 @@ def _plans(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan) -> list[tuple[
             raise ValueError(f"budgets: {n:,} tokens cannot be trained on: {e}") from None
         run_dir = out / f"tokens-{n}"
         plan = dataclasses.replace(base, out=str(run_dir / "run"), export=str(run_dir / "drafter"), train_tokens=n,
+                                   data_shards=len(shards.manifest["shards"]),
                                    eval_prompts=0, resume=(run_dir / "run" / "ckpt").exists(), minutes=None,
                                    fit_steps=False, stop_after=None)
         btc = dataclasses.replace(tc, steps=budget_steps(rows, tc.batch_size, sp.epochs, tc.steps))
@@ -135,9 +136,10 @@ def _measure(kind: str, export_dir: str, target, trainset: TrainSet, sp: Scaling
 
 
 def compare_drafters(kind: str, target: str, data: str, drafters: tuple[str, ...], sp: ScalingPlan, *,
-                     seq_len: int = 448, valid_rows: int = 64) -> dict:
+                     seq_len: int = 448, valid_rows: int = 64, data_shards: int | None = None) -> dict:
     """τ of exported drafters of one kind on the same held-out prompts of a data directory (its last
-    `valid_rows` sequences), with the same keys, at each of `sp.temperatures` (`sp.eval_prompts` prompts,
+    `valid_rows` sequences, of its first `data_shards` shards when given: a run's own held-out rows), with the
+    same keys, at each of `sp.temperatures` (`sp.eval_prompts` prompts,
     `sp.new_tokens` each): {drafter directory: {"T=0": {...}, ...}}. A drafter replaces another when it is
     better greedy and sampled on prompts neither trained on (`python -m specjax.train compare`)."""
     sp.check()
@@ -145,7 +147,7 @@ def compare_drafters(kind: str, target: str, data: str, drafters: tuple[str, ...
     if not drafters or missing:
         raise ValueError(f"drafters must be exported drafter directories (with config.json), got {missing or 'none'}")
     tcfg, tparams, _, _ = load_target(target)
-    heldout = TrainSet(load_shards(data), None, (), seq_len, valid_rows)
+    heldout = TrainSet(load_shards(data, data_shards), None, (), seq_len, valid_rows)
     return {d: _measure(kind, d, (tcfg, tparams), heldout, sp) for d in drafters}
 
 
@@ -155,13 +157,18 @@ def run_scaling(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan, *, say=pr
     time box are set per budget); `tc`: the training config every run shares (its `steps` caps each schedule)."""
     t0 = time.time()
     deadline = None if sp.minutes is None else t0 + 60 * sp.minutes
-    plans = _plans(kind, base, arch, tc, sp)
     out = pathlib.Path(base.out)
-    out.mkdir(parents=True, exist_ok=True)
     path = out / SCALING_FILE
-    done = {r["budget"]: r for r in json.loads(path.read_text())["rows"]} if path.exists() else {}
+    before = json.loads(path.read_text()) if path.exists() else {}
+    # every budget, in this call and any later one, reads the data shards the first call found (the held-out rows
+    # stay the same while a generator appends to the directory)
+    pinned = before.get("data_shards") or base.data_shards or len(load_shards(base.data).manifest["shards"])
+    base = dataclasses.replace(base, data_shards=pinned)
+    plans = _plans(kind, base, arch, tc, sp)
+    out.mkdir(parents=True, exist_ok=True)
+    done = {r["budget"]: r for r in before.get("rows", [])}
     tcfg, tparams, _, _ = load_target(base.target)
-    heldout = TrainSet(load_shards(base.data), None, (), base.seq_len, base.valid_rows)
+    heldout = TrainSet(load_shards(base.data, pinned), None, (), base.seq_len, base.valid_rows)
     rows = []
     for n, plan, btc, sequences in plans:
         if n in done and done[n].get("complete"):  # (the reference row, budget None, is measured again)
@@ -198,7 +205,8 @@ def run_scaling(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan, *, say=pr
 
 def _write(out: pathlib.Path, kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan, rows: list[dict]) -> None:
     doc = {"kind": kind, "target": base.target, "data": base.data, "answers": base.answers,
-           "data_sha256": data_sha256(load_shards(base.data)), "arch": dataclasses.asdict(arch),
+           "data_shards": base.data_shards, "data_sha256": data_sha256(load_shards(base.data, base.data_shards)),
+           "arch": dataclasses.asdict(arch),
            "train_config": dataclasses.asdict(tc), "scaling": dataclasses.asdict(sp), "machine": machine(),
            "devices": [str(d) for d in jax.devices()], "command": base.command, "rows": rows}
     tmp = out / (SCALING_FILE + ".tmp")
