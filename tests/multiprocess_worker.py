@@ -85,8 +85,10 @@ def job_train(out: pathlib.Path) -> None:
     tcfg, tparams, _ = zoo.load("tiny-neox-target")
     dcfg = _drafter(tcfg)
     ts, mesh = _trainset(tcfg, tparams, dcfg), _data_mesh()
+    # patience: the best evaluation's weights are kept (device_get on every process, written by process 0 with
+    # the checkpoint) and returned, and the stop is read from the log every process keeps alike
     tc = TD.DFlashTrainConfig(steps=STEPS, batch_size=BATCH, anchors=4, log_every=1, ckpt_every=RESUME_AT, seed=0,
-                              lr=2e-4)
+                              lr=2e-4, patience=2)
     target = (tcfg, target_outer(tparams))
     run = lambda d, **kw: train(target, dcfg, ts, tc, d, step_factory=TD.make_step, mesh=mesh,  # noqa: E731
                                 progress=False, **kw)

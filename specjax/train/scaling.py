@@ -139,9 +139,9 @@ def compare_drafters(kind: str, target: str, data: str, drafters: tuple[str, ...
                      seq_len: int = 448, valid_rows: int = 64, data_shards: int | None = None) -> dict:
     """τ of exported drafters of one kind on the same held-out prompts of a data directory (its last
     `valid_rows` sequences, of its first `data_shards` shards when given: a run's own held-out rows), with the
-    same keys, at each of `sp.temperatures` (`sp.eval_prompts` prompts,
-    `sp.new_tokens` each): {drafter directory: {"T=0": {...}, ...}}. A drafter replaces another when it is
-    better greedy and sampled on prompts neither trained on (`python -m specjax.train compare`)."""
+    same keys, at each of `sp.temperatures` (`sp.eval_prompts` prompts, `sp.new_tokens` each):
+    {drafter directory: {"T=0": {...}, ...}}. A drafter replaces another when it is better greedy and sampled on
+    prompts neither trained on (`python -m specjax.train compare`)."""
     sp.check()
     missing = [d for d in drafters if not (pathlib.Path(d) / "config.json").is_file()]
     if not drafters or missing:
