@@ -206,7 +206,7 @@ def _compare_flags(ap) -> None:
     ap.add_argument("--data-shards", type=_number(int), default=None, help="read only the data's first N shards (a "
                     "run's own held-out rows: its run.json's data_shards_read) (default: all)")
     flags_of(ap, ScalingPlan, skip=("budgets", "epochs", "minutes", "reference"))
-    ap.add_argument("--json", default=None, metavar="FILE", help="also write the measurements here")
+    ap.add_argument("--json", default=None, metavar="FILE", help="also write the measurements here (default: none)")
 
 
 def _compare(args) -> int:
