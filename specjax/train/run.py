@@ -291,7 +291,10 @@ def check(kind: str, plan: TrainPlan, arch, tc) -> tuple[Trainer, list[str]]:
     if rows is not None and rows % data:  # else a raw partitioning error at the first step
         raise ValueError(f"batch_size {rows} is not a multiple of the mesh's data axis size {data} (every data "
                          f"shard takes an equal share of each batch): give a multiple of {data}")
-    defaults = _recipe(kind, TrainPlan(data=plan.data, out=plan.out), trainer.arch(), trainer.train_config())
+    try:  # every field's default (a kind declared outside the package may have fields without one)
+        defaults = _recipe(kind, TrainPlan(data=plan.data, out=plan.out), trainer.arch(), trainer.train_config())
+    except TypeError:
+        defaults = None
     changed = check_resume(plan.out, _recipe(kind, plan, arch, tc), plan.override, defaults) if plan.resume else []
     return trainer, changed
 
