@@ -6,13 +6,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 from specjax import zoo
 from specjax.bench.timing import compile_totals
 from specjax.decode import generate_ar
 from specjax.models import pad_prompts
-from hypothesis import given, strategies as st
-
 from specjax.train.continuous import pick_rows, precompile_wanted, prompt_widths, refill_choice, refill_sizes, stream
 
 MAX_NEW, MAX_PROMPT = 12, 16

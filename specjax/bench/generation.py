@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from specjax.data.train_sources import DEFAULT_WEIGHTS, training_prompts
-from specjax.train.continuous import stream
+from specjax.train.continuous import lookahead_for, stream
 from specjax.train.data import DataRecipe, encode_prompt, load_target, sampled_every
 
 __all__ = ["pool_speed"]
@@ -55,6 +55,6 @@ def pool_speed(target: str, start: int, warmup: float, seconds: float, batch_siz
         raise ValueError("the prompts ran out before the measurement window ended: lower --start or --seconds")
     (ta, ca), (tb, cb) = marks
     return {"tokens": cb - ca, "seconds": round(tb - ta, 1), "tokens_per_s": round((cb - ca) / (tb - ta), 1),
-            "batch_size": batch_size, "chunk": chunk, "lookahead": 2 * batch_size if lookahead is None else lookahead}
+            "batch_size": batch_size, "chunk": chunk, "lookahead": lookahead_for(batch_size, lookahead)}
 
 

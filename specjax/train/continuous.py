@@ -55,8 +55,8 @@ from specjax.numerics import DEFAULT_PRECISION, matmul_scope
 from specjax.ops import argmax
 
 
-__all__ = ["Pool", "init_pool", "decode_chunk", "refill", "refill_sizes", "prompt_widths", "refill_choice", "stream",
-           "pick_rows",
+__all__ = ["Pool", "init_pool", "decode_chunk", "refill", "refill_sizes", "prompt_widths", "refill_choice", "lookahead_for",
+           "stream", "pick_rows",
            "PRECOMPILE_CHOICES", "precompile_wanted", "compile_pool_programs"]
 
 
@@ -223,6 +223,11 @@ def refill_choice(lengths: list[int], free: int, sizes: tuple[int, ...], widths:
     return sorted(within + longer[:take - len(within)])
 
 
+def lookahead_for(batch_size: int, lookahead: int | None = None) -> int:
+    """The waiting prompts `stream` reads ahead for `refill_choice`: `lookahead`, by default twice the pool's rows."""
+    return 2 * batch_size if lookahead is None else lookahead
+
+
 PRECOMPILE_CHOICES = ("auto", "on", "off")
 
 
@@ -319,7 +324,7 @@ def stream(params, cfg, prompts: Iterable[tuple[int, list[int], bool]], *, batch
     if not eos_ids:
         raise ValueError("continuous batching needs EOS ids (a row that never ends never frees its slot)")
     ahead = precompile_wanted(precompile)
-    lookahead = 2 * batch_size if lookahead is None else lookahead
+    lookahead = lookahead_for(batch_size, lookahead)
     if min(batch_size, max_new_tokens, max_prompt_tokens, chunk, width_step, lookahead) < 1:
         raise ValueError(f"batch_size, max_new_tokens, max_prompt_tokens, chunk, width_step and lookahead must be "
                          f">= 1, got {batch_size}, {max_new_tokens}, {max_prompt_tokens}, {chunk}, {width_step}, "

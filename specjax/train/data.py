@@ -59,7 +59,7 @@ from specjax.decode import generate_ar
 from specjax.models import pad_prompts
 from specjax.pipeline import load_pair
 from specjax.sampling import Sampling
-from specjax.train.continuous import precompile_wanted, stream
+from specjax.train.continuous import lookahead_for, precompile_wanted, stream
 
 __all__ = ["DataRecipe", "PromptEncoder", "TokenShards", "params_sha256", "encode_prompt", "load_target", "sampled_every",
            "read_shard_prompts", "compress_prompt_files",
@@ -413,7 +413,7 @@ def _continuous_shards(cfg, params, enc, recipe, order, cursor, per_shard, chunk
         now = time.time()
         # the pool's own speed: every token it picked meanwhile, this shard's or the next one's
         engine = {"name": "continuous", "batch_size": recipe.batch_size, "chunk": chunk, "sampler": "inverse_cdf",
-                  "refill": "lookahead", "lookahead": 2 * recipe.batch_size,  # `continuous.refill_choice`
+                  "refill": "lookahead", "lookahead": lookahead_for(recipe.batch_size),  # `continuous.refill_choice`
                   "pool_tokens_per_s": round(picked[0] / max(now - t0, 1e-9), 1)}
         out = _Shard(start, n, rows, now - t0, engine)
         start, t0, picked[0] = start + n, now, 0

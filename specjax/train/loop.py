@@ -509,7 +509,8 @@ def _early_stop(run: _Run, done: int, say) -> bool:
         run.best_params = jax.device_get(run.dparams)
         return True
     if since >= run.tc.patience and done < run.tc.steps:  # (at its last step a run ends anyway: not early)
-        best = run.log[best_record(run.log)] if best_record(run.log) is not None else None
+        i = best_record(run.log)
+        best = None if i is None else run.log[i]
         run.end = run.stopped_early = done
         say(f"stopped early at step {done}: {since} held-out evaluations without beating "
             + (f"step {best['step']}'s τ estimate {best['valid_tau_estimate']}" if best else "a finite τ estimate")

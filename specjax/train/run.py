@@ -185,7 +185,8 @@ class TrainPlan:
     def recipe(self) -> dict:
         """The fields a resumed run must keep (what the drafter learns from, and how)."""
         return {"target": self.target, "data": self.data, "seq_len": self.seq_len, "valid_rows": self.valid_rows,
-                "data_shards": self.data_shards, "train_tokens": self.train_tokens, "answers": self.answers, "draft_vocab": self.draft_vocab, "init": self.init}
+                "data_shards": self.data_shards, "train_tokens": self.train_tokens, "answers": self.answers,
+                "draft_vocab": self.draft_vocab, "init": self.init}
 
 
 def _recipe(kind: str, plan: TrainPlan, arch, tc) -> dict:
@@ -311,7 +312,7 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     tcfg, tparams, _, reserved = load_target(plan.target)
     # a resumed run reads the data its first call read (the held-out rows, the mask token, the batches), however
     # the directory has grown since
-    shards = load_shards(plan.data, (read_data_shards(out) if plan.resume else None) or plan.data_shards)
+    shards = load_shards(plan.data, plan.data_shards or (read_data_shards(out) if plan.resume else None))
     tsha, dsha = params_sha256(tparams), data_sha256(shards)
     counts = np.bincount(shards.tokens, minlength=tcfg.vocab_size)
     mask_id = getattr(arch, "mask_token", None)

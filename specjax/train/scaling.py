@@ -31,10 +31,8 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from specjax.models import load_checkpoint
-from specjax.models.draft_vocab import split_draft_vocab, with_draft_vocab
 from specjax.train.data import load_shards, load_target
 from specjax.train.features import data_sha256
 from specjax.train.loop import TrainSet, machine
@@ -99,13 +97,11 @@ def budget_steps(sequences: int, batch_size: int, epochs: float, max_steps: int)
     return max(1, min(max_steps, math.ceil(epochs * sequences / batch_size)))
 
 
-def _plans(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan) -> list[tuple[int, TrainPlan, object, int]]:
-    """(budget, its TrainPlan, its train config, its training sequences) of every budget, every value checked and
-    the data read for the sequence counts (ValueError naming a budget the data cannot fill)."""
-    sp.check()
+def _plans(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan,
+           everything: TrainSet) -> list[tuple[int, TrainPlan, object, int]]:
+    """(budget, its TrainPlan, its train config, its training sequences) of every budget, every value checked,
+    the sequence counts from `everything` (the pinned data; ValueError naming a budget it cannot fill)."""
     out = pathlib.Path(base.out)
-    shards = load_shards(base.data, base.data_shards)  # `run_scaling` pinned the count: every budget reads the same
-    everything = TrainSet(shards, None, (), base.seq_len, base.valid_rows)
     plans = []
     for n in sp.budgets:
         try:
@@ -114,7 +110,6 @@ def _plans(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan) -> list[tuple[
             raise ValueError(f"budgets: {n:,} tokens cannot be trained on: {e}") from None
         run_dir = out / f"tokens-{n}"
         plan = dataclasses.replace(base, out=str(run_dir / "run"), export=str(run_dir / "drafter"), train_tokens=n,
-                                   data_shards=len(shards.manifest["shards"]),
                                    eval_prompts=0, resume=(run_dir / "run" / "ckpt").exists(), minutes=None,
                                    fit_steps=False, stop_after=None)
         btc = dataclasses.replace(tc, steps=budget_steps(rows, tc.batch_size, sp.epochs, tc.steps))
@@ -126,10 +121,7 @@ def _plans(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan) -> list[tuple[
 def _measure(kind: str, export_dir: str, target, trainset: TrainSet, sp: ScalingPlan) -> dict:
     """τ of the exported drafter at each of `sp.temperatures` on the held-out prompts ({"T=0": {...}, ...})."""
     tcfg, tparams = target
-    dcfg, params = load_checkpoint(export_dir, jnp.float32)
-    params, ids = split_draft_vocab(params)
-    if ids is not None:
-        params = with_draft_vocab(params, np.asarray(ids))
+    dcfg, params = load_checkpoint(export_dir, jnp.float32)  # with its draft vocabulary's ids, as a drafter decodes
     trainer = TRAINERS[kind]
     return {f"T={t:g}": measured_tau(trainer, dcfg, tcfg, tparams, params, trainset, sp.eval_prompts,
                                      new_tokens=sp.new_tokens, temperature=t) for t in sp.temperatures}
@@ -162,13 +154,16 @@ def run_scaling(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan, *, say=pr
     before = json.loads(path.read_text()) if path.exists() else {}
     # every budget, in this call and any later one, reads the data shards the first call found (the held-out rows
     # stay the same while a generator appends to the directory)
-    pinned = before.get("data_shards") or base.data_shards or len(load_shards(base.data).manifest["shards"])
+    sp.check()
+    shards = load_shards(base.data, before.get("data_shards") or base.data_shards)
+    pinned = len(shards.manifest["shards"])
     base = dataclasses.replace(base, data_shards=pinned)
-    plans = _plans(kind, base, arch, tc, sp)
+    heldout = TrainSet(shards, None, (), base.seq_len, base.valid_rows)
+    plans = _plans(kind, base, arch, tc, sp, heldout)
     out.mkdir(parents=True, exist_ok=True)
     done = {r["budget"]: r for r in before.get("rows", [])}
+    data = {"data_shards": pinned, "data_sha256": data_sha256(heldout.shards)}
     tcfg, tparams, _, _ = load_target(base.target)
-    heldout = TrainSet(load_shards(base.data, pinned), None, (), base.seq_len, base.valid_rows)
     rows = []
     for n, plan, btc, sequences in plans:
         if n in done and done[n].get("complete"):  # (the reference row, budget None, is measured again)
@@ -191,7 +186,7 @@ def run_scaling(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan, *, say=pr
                      "last_valid_tau_estimate": (result["log"][-1]["valid_tau_estimate"] if result["log"] else None),
                      "train_seconds": state["seconds"], "tau": _measure(kind, plan.export, (tcfg, tparams), heldout, sp),
                      "export": plan.export})
-        _write(out, kind, base, arch, tc, sp, rows)
+        _write(out, kind, base, data, arch, tc, sp, rows)
         if not finished:
             say(f"scaling: the time box stopped the {n:,}-token run at step {state['step']} of {btc.steps}")
             break
@@ -199,13 +194,13 @@ def run_scaling(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan, *, say=pr
         rows = [r for r in rows if r["budget"] is not None]
         rows.append({"budget": None, "reference": sp.reference, "complete": True,
                      "tau": _measure(kind, sp.reference, (tcfg, tparams), heldout, sp)})
-    _write(out, kind, base, arch, tc, sp, rows)
+    _write(out, kind, base, data, arch, tc, sp, rows)
     return rows
 
 
-def _write(out: pathlib.Path, kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan, rows: list[dict]) -> None:
-    doc = {"kind": kind, "target": base.target, "data": base.data, "answers": base.answers,
-           "data_shards": base.data_shards, "data_sha256": data_sha256(load_shards(base.data, base.data_shards)),
+def _write(out: pathlib.Path, kind: str, base: TrainPlan, data: dict, arch, tc, sp: ScalingPlan,
+           rows: list[dict]) -> None:
+    doc = {"kind": kind, "target": base.target, "data": base.data, "answers": base.answers, **data,
            "arch": dataclasses.asdict(arch),
            "train_config": dataclasses.asdict(tc), "scaling": dataclasses.asdict(sp), "machine": machine(),
            "devices": [str(d) for d in jax.devices()], "command": base.command, "rows": rows}
