@@ -24,7 +24,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["argmax", "device_widths", "FLAT_VERIFY_WIDTH", "switch_on_width", "top_k", "width_buckets"]
+__all__ = ["argmax", "device_widths", "FLAT_VERIFY_WIDTH", "switch_on_width", "top_k", "verify_buckets",
+           "width_buckets"]
 
 
 def top_k(x: jax.Array, k: int, *, equal_zeros: bool = False, chunk: int | None = None
@@ -76,6 +77,16 @@ def width_buckets(width: int, smallest: int = 4, factor: float = 2) -> tuple[int
         out.append(w)
         w = max(w + 1, math.ceil(w * factor))
     return (*out, width)
+
+
+def verify_buckets(budget: int, smallest_rows: int = 4, factor: float = 2) -> tuple[int, ...]:
+    """Verify widths (tree nodes past the root, up to `budget`) whose target forwards have
+    `width_buckets` row counts: the root and w nodes are w + 1 rows, so rows 4, 8, 16, ...
+    are widths 3, 7, 15, ..., budget. On a CPU those row counts are the products' fast ones
+    (`specjax.models.layers.KERNEL_FIRST_PAD` pads 5-7 rows to 8 and 9-15 to 16): buckets of
+    4 and 8 nodes verified 5 and 9 rows, which cost as 8 and 16."""
+    return tuple(rows - 1 for rows in width_buckets(budget + 1, smallest=min(smallest_rows, budget + 1),
+                                                    factor=factor))
 
 
 # Verify widths up to which one target forward costs about the same as a single token on a

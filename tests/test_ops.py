@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specjax.ops import argmax, device_widths, switch_on_width, top_k, width_buckets
+from specjax.ops import argmax, device_widths, switch_on_width, top_k, verify_buckets, width_buckets
 
 
 @pytest.mark.parametrize("width, smallest, factor, expected", [
@@ -24,6 +24,14 @@ from specjax.ops import argmax, device_widths, switch_on_width, top_k, width_buc
 ])
 def test_width_buckets(width, smallest, factor, expected):
     assert width_buckets(width, smallest, factor) == expected
+
+
+@pytest.mark.parametrize("budget", [*range(1, 40), 63, 64, 100, 255, 256, 257])
+def test_verify_buckets_are_widths_whose_forwards_have_power_of_two_rows(budget):
+    """Independent of width_buckets: 2^k - 1 nodes past the root (2^k rows, k >= 2) below the
+    budget, then the budget."""
+    expected = [2 ** k - 1 for k in range(2, 12) if 2 ** k - 1 < budget] + [budget]
+    assert verify_buckets(budget) == tuple(expected)
 
 
 def test_device_widths_merge_the_buckets_a_backend_runs_at_flat_cost():

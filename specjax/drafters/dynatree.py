@@ -65,7 +65,7 @@ from specjax.drafters.level_tree import (THRESHOLDS, Knobs, Level, LevelFn, Tree
                                          expand_level_topk, level_widths, log_thresholds)
 from specjax.drafters.spec import Build, Field, MethodSpec, fields_from
 from specjax.models.model import ModelConfig
-from specjax.ops import width_buckets
+from specjax.ops import verify_buckets
 from specjax.tree import Tree, tree_depth
 from specjax.verify import WalkResult
 
@@ -272,12 +272,13 @@ class DynaTreeDrafter(DraftLMDrafter):
 
     @property
     def verify_widths(self) -> tuple[int, ...]:
-        """The target verifies the packed tree at the smallest of these widths holding it
-        (4, 8, 16, ...: steps of 2x). Each width is one compiled target forward: steps of 1.5x
-        waste less of a CPU verify (~1.2x instead of ~1.4x the live tree, on average) but
-        took 12 branches and most of DynaTree's first compile (issue 16 item 5); on a GPU
-        `ops.device_widths` drops those below the flat size anyway."""
-        return width_buckets(self.n_max, smallest=4, factor=2)
+        """The target verifies the packed tree at the smallest of these widths holding it:
+        3, 7, 15, ... nodes past the root (forwards of 4, 8, 16, ... rows: `ops.verify_buckets`,
+        the row counts a CPU's products run fastest at; 4 and 8 nodes were 5 and 9 rows, which
+        cost as 8 and 16). Each width is one compiled target forward: steps of 1.5x waste
+        less of a CPU verify but took 12 branches and most of DynaTree's first compile
+        (issue 16 item 5); on a GPU `ops.device_widths` drops those below the flat size anyway."""
+        return verify_buckets(self.n_max)
 
     @property
     def max_depth(self) -> int:
