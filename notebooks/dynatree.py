@@ -34,8 +34,8 @@
 # 1.77), DynaTree with the paper's knobs 0.74x (τ 1.71), the fixed 5x2 tree 0.32x (τ 2.16): the fixed tree
 # falls behind as in the paper, DynaTree does not beat the chain with this draft on this CPU (its trees stay
 # at ~2.6 nodes). The draft continued on 6M tokens ("The draft LM on 6M tokens", unstacked layers): chain4
-# 1.05x (τ 1.92), DynaTree 0.90x (τ 1.96, 3.7-3.9 nodes): its τ now above the chains', its speed not; with its verify's N-sized costs removed ("DynaTree's verify without
-# its N-sized costs") 1.11x against chain3's 1.29x on GSM8K / HumanEval. The untrained alternative, SmolLM2's own first layers under its final norm and LM head
+# 1.05x (τ 1.92), DynaTree 0.90x (τ 1.96, 3.7-3.9 nodes): its τ now above the chains', its speed not; verified at 4 and 8 rows ("DynaTree's verify at 4 and 8
+# rows") 1.05x against chain3's 1.26x on GSM8K / HumanEval. The untrained alternative, SmolLM2's own first layers under its final norm and LM head
 # (`--draft early-exit:K`, profile `cpu-smollm2-early-exit`), is accepted 1.4 % (K = 6) and 2.8 % (K = 12)
 # of the time (0.2-0.36x AR). The committed `dynatree.ipynb` outputs are still the `cpu-tiny` run (this
 # profile has not been run through the whole notebook yet).

@@ -37,8 +37,8 @@ from typing import Any, Callable
 
 from specjax.drafters.protocol import PromptContext, Verified
 from specjax.inputs import check_generate_args, is_traced, validate_prompts
-from specjax.models.cache import KVCache, advance, check_capacity, commit, init_cache, stacked_cache
-from specjax.models.model import ModelConfig, forward, loop_cache, outer_params, prefill_tapped, prefill_unchecked
+from specjax.models.cache import KVCache, advance, check_capacity, commit, init_cache
+from specjax.models.model import ModelConfig, forward, outer_params, prefill_tapped, prefill_unchecked
 from specjax.numerics import DEFAULT_PRECISION, decode_compiler_options, matmul_scope
 from specjax.ops import argmax, device_widths
 from specjax.ops import top_k as top_k_op
@@ -378,7 +378,7 @@ def initial_state(params, cfg: ModelConfig, drafter, draft_params, tokens: jax.A
     stop = max_new_tokens if stop is None else stop
     b = tokens.shape[0]
     key = jax.random.key(0) if key is None else key  # created on device: no host transfer
-    cache = loop_cache(params, init_cache(cfg, b, num_slots, jax.tree.leaves(params)[0].dtype))
+    cache = init_cache(cfg, b, num_slots, jax.tree.leaves(params)[0].dtype)
     layers = target_layers(drafter)
     logits, last, cache, features = prefill_tapped(params, cfg, tokens, prompt_lengths, cache, layers,
                                                    matmul_precision=None)
@@ -406,8 +406,8 @@ def finish(state: LoopState, max_new_tokens: int, pad_id: int) -> "SpeculativeOu
     """The generation's output from the final LoopState."""
     tokens_out = jnp.where(jnp.arange(max_new_tokens)[None] < state.count[:, None], state.out[:, :max_new_tokens],
                            pad_id)
-    return SpeculativeOutput(tokens=tokens_out, num_tokens=state.count, cache=stacked_cache(state.cache),
-                             stats=state.stats, draft_state=state.draft_state)
+    return SpeculativeOutput(tokens=tokens_out, num_tokens=state.count, cache=state.cache, stats=state.stats,
+                             draft_state=state.draft_state)
 
 
 _SPEC_JIT = dict(static_argnames=("cfg", "drafter", "max_new_tokens", "sampling", "pad_id", "num_slots",

@@ -365,7 +365,7 @@ def test_verify_width_buckets_change_nothing_but_cost():
     params = random_pair_params(cfg, 11)
     fields = dict(phase=2, d0=2, d_max=4, n_max=24, rho_stop=1e-4, rho_deep=1e-3, tau=1e-4)
     bucketed, full = DynaTreeDrafter(cfg, **fields), FullWidthDynaTree(cfg, **fields)  # self-draft: deep trees
-    assert len(bucketed.verify_widths) > 2
+    assert bucketed.verify_widths == (3, 7, 15, 24)  # forwards of 4, 8, 16 rows (`ops.verify_buckets`), then N
     tokens, lengths = pad_prompts([[1, 5, 9, 2], [7, 7]], PROMPT_WIDTH)
     outs = [generate(params, cfg, d, params, tokens, lengths, MAX_NEW, eos_ids=()) for d in (bucketed, full)]
     for a, b in zip(jax.tree.leaves((outs[0].tokens, outs[0].stats)), jax.tree.leaves((outs[1].tokens, outs[1].stats))):

@@ -353,54 +353,6 @@ def test_a_loop_that_verifies_at_several_widths_copies_no_cache_in_its_rounds():
             drafter, target, drafted)
 
 
-def _layer_cache_reads(hlo: str, cfg, min_slots: int) -> dict[str, int]:
-    """Ops of compiled `hlo` outside its entry computation (so: in every round) whose output is one layer's whole K or
-    V cache [1, B=2, K, S, D] (S >= `min_slots`) cut out of a stacked one (slice, dynamic-slice) or copied (copy), by
-    op; per-layer arrays read where they lie make none. (The entry computation runs once a call: the prefill's and
-    the result's.)"""
-    import collections
-    import re
-
-    found, entry = collections.Counter(), False
-    layer_cache = r"= f32\[1,2,%d,(\d+),%d\]\{[^}]*\} (slice|dynamic-slice|copy)\(" % (cfg.num_kv_heads, cfg.head_dim)
-    for line in hlo.splitlines():
-        if line and not line.startswith(" ") and "{" in line:
-            entry = line.startswith("ENTRY")
-        elif (m := re.search(layer_cache, line)) and int(m[1]) >= min_slots and not entry:
-            found[m[2]] += 1
-    return dict(found)
-
-
-def test_unstacked_speculative_loops_read_each_layers_cache_where_it_lies():
-    """A layer sliced out of a stacked cache is a copy on XLA:CPU (SmolLM2's DynaTree verify at 480 slots: 60 copies
-    of 368 KB a round, ~6 ms of 32). Speculative loops over unstacked params keep the target's cache and the draft
-    LM's per layer (`model.loop_cache`): no layer's cache is sliced out or copied, whether the target verifies at
-    several widths (DynaTree) or one (a chain), while the stacked programs slice every layer. The AR loop keeps its
-    stacked cache (per layer it ran 6 % slower on SmolLM2 at 256 slots). `generate` returns the cache stacked."""
-    from specjax.drafters.chain import ChainDrafter
-    from specjax.drafters.dynatree import DynaTreeDrafter
-    from specjax.models.llama import LlamaConfig
-    from specjax.testing import random_params
-
-    cfg = LlamaConfig(vocab_size=72, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
-                      intermediate_size=64)
-    draft = LlamaConfig(vocab_size=72, hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=8,
-                        intermediate_size=32)
-    params, dparams = random_params(cfg, 0), random_params(draft, 1)
-    drafters = (DynaTreeDrafter(draft, phase=3, n_max=16, d_max=4, d0=3), ChainDrafter(draft, 3))
-    for layout in ("stacked", "unstacked"):
-        p, d = with_layout(params, layout), with_layout(dparams, layout)
-        loops = [_compiled_loop(x, d, cfg, p) for x in drafters]
-        reads = [(_layer_cache_reads(hlo, cfg, 8 + 12), _layer_cache_reads(hlo, draft, 8 + 12)) for hlo in loops]
-        if layout == "unstacked":
-            assert reads == [({}, {}), ({}, {})], reads
-        else:  # every layer of both caches cut out of its stack
-            assert all(sum(r.values()) >= c.num_layers for pair in reads for r, c in zip(pair, (cfg, draft))), reads
-        tokens, lengths = pad_prompts([[1, 2, 3], [4, 5]], 8)
-        out = generate(p, cfg, drafters[1], d, tokens, lengths, 6, eos_ids=())
-        assert not out.cache.per_layer and out.cache.k.shape[0] == cfg.num_layers
-
-
 @pytest.mark.parametrize("spec", ["ddtree-8", "eagle3"])
 def test_a_drafters_context_rows_are_committed_in_place_without_a_copy_in_the_rounds(spec):
     """DFlash's context rows (DDTree drafts with DFlash) and EAGLE-3's catch-up forward are written at region offset 0

@@ -36,8 +36,7 @@ from specjax.models.cache import KVCache, advance, commit, init_cache
 from specjax.models.draft_vocab import draft_head, split_draft_vocab, vocab_logits, weights_dtype
 from specjax.models.gpt_neox import GPTNeoXConfig
 from specjax.models.llama import LlamaConfig
-from specjax.models.model import (ModelConfig, check_params, final_norm, forward, forward_tapped, loop_cache,
-                                  prefill_unchecked)
+from specjax.models.model import ModelConfig, check_params, final_norm, forward, forward_tapped, prefill_unchecked
 from specjax.tree import Tree
 from specjax.verify import WalkResult
 
@@ -119,8 +118,8 @@ def init_state(draft_cfg, params, tokens, prompt_lengths, num_slots: int, budget
     tree, the walk's max depth when retrieved paths are grafted)."""
     check_params(draft_cfg, params, "the draft LM")  # while tracing: before anything compiles
     b = tokens.shape[0]
+    cache = init_cache(draft_cfg, b, num_slots, weights_dtype(params))  # not the draft vocabulary's int32 ids
     model, ids = split_draft_vocab(params)
-    cache = loop_cache(model, init_cache(draft_cfg, b, num_slots, weights_dtype(params)))  # dtype: not the int32 ids
     _, _, cache = prefill_unchecked(model, draft_cfg, tokens, prompt_lengths, cache,
                                     matmul_precision=None)  # inherits the loop's policy
     if ids is not None:  # gather the K head columns once, not in every draft forward (`draft_forward`)

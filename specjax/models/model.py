@@ -290,16 +290,6 @@ def is_unstacked(params: dict) -> bool:
     return isinstance(params.get("layers"), (tuple, list))
 
 
-def loop_cache(params, cache: KVCache) -> KVCache:
-    """The KV cache as a decode loop over `params` keeps it: per layer (`per_layer_cache`) for unstacked params,
-    whose forwards then read and write each layer's arrays where they lie, else as given. A layer sliced out of
-    a stacked cache is a copy on XLA:CPU: every forward copied the whole cache once (SmolLM2's DynaTree verify
-    at 480 slots: 60 copies of 368 KB, ~6 ms of a 32 ms verify). `specjax.decode`'s speculative loop and the draft
-    LM (`specjax.drafters.draft_lm`) keep their caches so, and `generate` returns the target's stacked; the AR loop
-    keeps a stacked cache (per layer it ran 6 % slower: SmolLM2, one prompt, 256 slots, interleaved, 2 CPU cores)."""
-    return per_layer_cache(cache) if is_unstacked(params) else cache
-
-
 def outer_params(params: dict) -> dict:
     """Everything but the layers (and their per-layer copies) and a draft LM's draft vocabulary (its int ids,
     read by the draft LM's drafters only: `specjax.drafters.draft_lm.draft_forward`): the embedding, final
@@ -461,7 +451,6 @@ __all__ = [
     "forward", "forward_tapped", "forward_jit", "prefill", "prefill_tapped", "causal_mask",
     "pad_prompts", "family", "embed_tokens", "final_norm", "project_to_vocab", "layer_features",
     "check_feature_layers", "check_params", "prefill_unchecked", "unstack_layers", "stack_layers", "is_unstacked",
-    "layout_of", "loop_cache", "num_params", "outer_params", "LAYOUTS", "LAYER_COPIES", "with_layout",
-    "per_layer_cache",
+    "layout_of", "num_params", "outer_params", "LAYOUTS", "LAYER_COPIES", "with_layout", "per_layer_cache",
     "stacked_cache",
 ]
