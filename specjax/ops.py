@@ -97,14 +97,16 @@ FLAT_VERIFY_WIDTH = {"cpu": 1, "gpu": 64, "cuda": 64, "rocm": 64, "tpu": 128}
 
 
 def device_widths(widths: tuple[int, ...] | None, backend: str | None = None) -> tuple[int, ...] | None:
-    """A drafter's verify `widths` for `backend` (default: jax's default backend): every width
-    below the backend's flat size (`FLAT_VERIFY_WIDTH`) is dropped, so the next larger one
-    serves those trees; the largest width always stays. None stays None (one full width)."""
+    """A drafter's verify `widths` (nodes past the root) for `backend` (default: jax's default
+    backend): every width whose forward (the root and its nodes: w + 1 tokens) is shorter than
+    the backend's flat size (`FLAT_VERIFY_WIDTH`) is dropped, so the next larger one serves
+    those trees; the largest width always stays. None stays None (one full width). DynaTree's
+    (3, 7, ..., 63, 127, 255, 256) keep 63 on a GPU: trees of up to 63 nodes verify as 64 tokens."""
     if widths is None:
         return None
     backend = jax.default_backend() if backend is None else backend
     flat = FLAT_VERIFY_WIDTH.get(backend, 1)
-    kept = tuple(w for w in widths[:-1] if w >= flat)
+    kept = tuple(w for w in widths[:-1] if w + 1 >= flat)
     return (*kept, widths[-1])
 
 

@@ -41,6 +41,9 @@ def test_device_widths_merge_the_buckets_a_backend_runs_at_flat_cost():
     assert device_widths((16, 32, 64), "tpu") == (64,)  # the budget always stays
     assert device_widths(None, "gpu") is None and device_widths((8,), "gpu") == (8,)
     assert device_widths(dynatree) == dynatree  # this test runs on CPU
+    # a width counts nodes past the root: its forward is w + 1 tokens, so 63 (64 tokens) is flat on a GPU
+    assert device_widths(verify_buckets(256), "gpu") == (63, 127, 255, 256)
+    assert device_widths((62, 63, 64, 100), "gpu") == (63, 64, 100)
 
 
 def test_width_buckets_rejects_bad_input():
