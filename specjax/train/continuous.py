@@ -55,9 +55,8 @@ from specjax.numerics import DEFAULT_PRECISION, matmul_scope
 from specjax.ops import argmax
 
 
-__all__ = ["Pool", "init_pool", "decode_chunk", "refill", "refill_sizes", "prompt_widths", "refill_choice", "lookahead_for",
-           "stream", "pick_rows",
-           "PRECOMPILE_CHOICES", "precompile_wanted", "compile_pool_programs"]
+__all__ = ["Pool", "init_pool", "decode_chunk", "refill", "refill_sizes", "prompt_widths", "refill_choice",
+           "lookahead_for", "stream", "pick_rows", "PRECOMPILE_CHOICES", "precompile_wanted", "compile_pool_programs"]
 
 
 @struct.dataclass

@@ -292,12 +292,20 @@ def check(kind: str, plan: TrainPlan, arch, tc) -> tuple[Trainer, list[str]]:
     if rows is not None and rows % data:  # else a raw partitioning error at the first step
         raise ValueError(f"batch_size {rows} is not a multiple of the mesh's data axis size {data} (every data "
                          f"shard takes an equal share of each batch): give a multiple of {data}")
-    try:  # every field's default (a kind declared outside the package may have fields without one)
-        defaults = _recipe(kind, TrainPlan(data=plan.data, out=plan.out), trainer.arch(), trainer.train_config())
+    if not plan.resume:
+        return trainer, []
+    return trainer, check_resume(plan.out, _recipe(kind, plan, arch, tc), plan.override,
+                                 _default_recipe(kind, plan, trainer))
+
+
+def _default_recipe(kind: str, plan: TrainPlan, trainer: Trainer) -> dict | None:
+    """`kind`'s recipe with every field at its default (what a field added after a run began resumes at); None
+    when its architecture or train config has a field without one (a kind declared outside the package)."""
+    try:
+        arch, tc = trainer.arch(), trainer.train_config()
     except TypeError:
-        defaults = None
-    changed = check_resume(plan.out, _recipe(kind, plan, arch, tc), plan.override, defaults) if plan.resume else []
-    return trainer, changed
+        return None
+    return _recipe(kind, TrainPlan(data=plan.data, out=plan.out), arch, tc)
 
 
 def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) -> dict:
