@@ -83,3 +83,42 @@ def test_a_budget_the_data_cannot_fill_is_refused_naming_it(tmp_path, capsys):
     assert train_main(["compare", "dflash", "--target", "zoo", "--data", str(data), "--drafters",
                        str(tmp_path / "nowhere")]) == 2
     assert "drafters must be exported drafter directories" in capsys.readouterr().err
+
+
+def test_one_run_tables_branch_one_wsd_run_and_each_branch_is_the_run_of_its_length(tmp_path):
+    """`--one-run`: budgets of tokens seen by one packed draft-LM run (14 training sequences of 19 response tokens,
+    two a 48-token row, one row a step: 38 tokens a step). The 114-token budget is 3 steps, branched from the
+    7-step run at its decay start (step 2); its export is bit for bit the export of a separate 3-step run with
+    the same config, and its row counts the tokens and sequences its batches held."""
+    data = tiny_data_directory(tmp_path / "data", rows=ROWS, length=LENGTH, prompt=PROMPT)
+    common = ["--target", "zoo", "--data", str(data), "--seq-len", "48", "--valid-rows", str(VALID), "--pack",
+              "--hidden-size", "16", "--num-layers", "1", "--num-heads", "2", "--num-kv-heads", "1",
+              "--intermediate-size", "32", "--batch-size", "1", "--schedule", "wsd", "--warmup-steps", "1",
+              "--decay-frac", "0.2", "--lr", "1e-2", "--log-every", "1", "--ckpt-every", "100"]
+    out = tmp_path / "table"
+    assert train_main(["scaling", "draft-lm", *common, "--out", str(out), "--budgets", "114,266", "--one-run",
+                       "--eval-prompts", "2", "--new-tokens", "4", "--temperatures", "0"]) == 0
+    rows = json.loads((out / "scaling.json").read_text())["rows"]
+    assert [(r["budget"], r["steps_planned"], r["steps_run"], r["decay_from"]) for r in rows] == [(114, 3, 3, 2),
+                                                                                                  (266, 7, 7, 6)]
+    assert [(r["train_response_tokens"], r["train_sequences"]) for r in rows] == [(114, 6), (266, 14)]
+    branch = json.loads((out / "tokens-114" / "run" / "run.json").read_text())
+    assert [c["overrides"] for c in branch["commands"]][-1] == ["train_config.steps"]
+    assert train_main(["draft-lm", *common, "--out", str(tmp_path / "alone"), "--export", str(tmp_path / "alone-x"),
+                       "--steps", "3"]) == 0
+    for name in ("model.safetensors",):
+        assert (out / "tokens-114" / "drafter" / name).read_bytes() == (tmp_path / "alone-x" / name).read_bytes()
+    recipe = json.loads((tmp_path / "alone-x" / "recipe.json").read_text())
+    assert recipe["data"]["packed"] and recipe["data"]["response_tokens_seen"] == 114
+    assert "one run, each budget's tokens seen once" in (out / "scaling.md").read_text()
+
+
+def test_a_one_run_table_needs_a_wsd_schedule_and_budgets_within_one_epoch(tmp_path, capsys):
+    data = tiny_data_directory(tmp_path / "data", rows=ROWS, length=LENGTH, prompt=PROMPT)
+    args = ["scaling", "draft-lm", "--target", "zoo", "--data", str(data), "--out", str(tmp_path / "t"),
+            "--valid-rows", str(VALID), "--one-run", "--budgets", "100"]
+    assert train_main(args) == 2
+    assert "--one-run branches one run at each budget's decay start: give --schedule wsd" in capsys.readouterr().err
+    assert train_main(args[:-1] + ["300", "--schedule", "wsd", "--warmup-steps", "1"]) == 2
+    assert "budgets: 300 tokens are more than one epoch's 266 response tokens" in capsys.readouterr().err
+    assert not (tmp_path / "t" / "scaling.json").exists()

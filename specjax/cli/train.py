@@ -48,7 +48,7 @@ from specjax.recipe import RecipeConfig, plan, run_recipe
 from specjax.train.run import TRAINERS, TrainPlan
 from specjax.train.run import check as check_run
 from specjax.train.run import run as run_drafter
-from specjax.train.scaling import TABLE_FILE, ScalingPlan, compare_drafters, run_scaling
+from specjax.train.scaling import TABLE_FILE, ScalingPlan, check_one_run, compare_drafters, run_scaling
 from specjax.train.tokenizer import DEFAULT_SHAREGPT_CHARS, DEFAULT_VOCAB, build
 
 __all__ = ["main", "parser"]
@@ -187,6 +187,8 @@ def _scaling(args, argv) -> int:
     try:
         sp.check()
         check_run(args.kind, dataclasses.replace(base, train_tokens=sp.budgets[0] if sp.budgets else None), arch, tc)
+        if sp.one_run:
+            check_one_run(tc)
     except (ValueError, TypeError) as e:  # the plans' and the configs' messages name their fields
         raise UsageError(as_flags(str(e), *classes)) from None
     run_scaling(args.kind, base, arch, tc, sp)

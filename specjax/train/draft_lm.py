@@ -137,16 +137,23 @@ def init_from_target(touter: dict, tcfg, vocab=None):
     return init
 
 
-def next_token_loss(dparams, dcfg: LlamaConfig, tokens, loss_mask, vocab=None, compute_dtype=None):
+def next_token_loss(dparams, dcfg: LlamaConfig, tokens, loss_mask, vocab=None, compute_dtype=None,
+                    positions=None, segments=None):
     """(loss, {"acc": f32[1], "tau": scalar}) of int32[B, S] sequences with their response mask bool[B, S]
     (module docstring): the mean response next-token cross entropy, the top-1 accuracy and the τ estimate
-    of a greedy chain of CHAIN tokens. Logits over the draft vocabulary's K rows (vocab) or all V."""
+    of a greedy chain of CHAIN tokens. Logits over the draft vocabulary's K rows (vocab) or all V.
+    Packed rows (`specjax.train.trainset.TrainSet.pack`): positions int32[B, S] restart at each sequence and
+    segments int32[B, S] keep attention inside it, so each sequence's loss is the one it has alone (a sequence's
+    last token predicts the next one's first, a prompt token: outside the mask, as padding is)."""
     b, s = tokens.shape
     p = for_compute(dparams, compute_dtype)
-    positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
+    if positions is None:
+        positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
+    mask = causal_mask(b, s)
+    if segments is not None:
+        mask = mask & (segments[:, :, None] == segments[:, None, :])
     cache = init_cache(dcfg, b, s, compute_dtype or jnp.float32)
-    _, _, last = forward_tapped(p, dcfg, tokens, positions, causal_mask(b, s), cache, (dcfg.num_layers - 1,),
-                                with_logits=False)
+    _, _, last = forward_tapped(p, dcfg, tokens, positions, mask, cache, (dcfg.num_layers - 1,), with_logits=False)
     logits = subset_logits(p, dcfg, final_norm(p, dcfg, last[:, :-1, 0]), vocab)  # [B, S-1, K or V]
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     labels, in_vocab = labels_in_vocab(tokens[:, 1:], vocab)
@@ -169,7 +176,8 @@ def make_step(dcfg: LlamaConfig, tcfg, opt, tc: DraftLMTrainConfig, compute_dtyp
     """(step, evaluate) with `specjax.train.loop`'s contract; the target's outer params and the key are
     unused (no target features, no random draws); products in `compute_dtype` (None: float32)."""
     def loss_at(p, touter, batch, vocab, key):
-        return next_token_loss(p, dcfg, batch["tokens"], batch["loss_mask"], vocab, compute_dtype)
+        return next_token_loss(p, dcfg, batch["tokens"], batch["loss_mask"], vocab, compute_dtype,
+                               batch.get("positions"), batch.get("segments"))
 
     return optimizer_steps(loss_at, opt)
 
@@ -178,4 +186,4 @@ TRAINER = Trainer(kind="draft-lm", help="a small draft LM (for chains, fixed tre
                   "target's answers", train_config=DraftLMTrainConfig, arch=DraftLMArch, build_config=build_config,
                   make_step=make_step, layers=lambda dcfg, tcfg: (), drafter=lambda dcfg, tcfg: ChainDrafter(dcfg, CHAIN),
                   init=init_from_target, measured=("chain4", "dynatree"), uses_mask_token=False,
-                  loads_as="draft")
+                  loads_as="draft", packs=True)

@@ -11,12 +11,14 @@ Step contract (`step_factory(dcfg, tcfg, opt, tc) -> (step, evaluate)`, both jit
   step(dparams, opt_state, touter, batch, vocab, key, step_index) -> (dparams, opt_state, loss, metrics)
   evaluate(dparams, touter, batch, vocab, key) -> (loss, metrics)  (the loop averages it over chunks
     of batch_size held-out rows: a whole held-out set's logits need not fit in memory)
-batch: {"tokens" int32[B, S], "loss_mask" bool[B, S] (the response), "features" f16[B, S, n, E]};
+batch: {"tokens" int32[B, S], "loss_mask" bool[B, S] (the response), "features" f16[B, S, n, E]}, or, packed
+(`specjax.train.trainset.TrainSet.pack`, a kind that reads tokens only), "positions" and "segments" int32[B, S]
+instead of "features";
 vocab: None (the full vocabulary) or a `DraftVocabTables` (`specjax.train.vocab`); metrics:
 {"acc": f32[L], "tau": scalar, other scalars}.
 
 Determinism: the batch of step s is a pure function of (seed, s) (an epoch permutation seeded
-with (seed, epoch)), every step key is fold_in(key(seed), s), and a checkpoint holds params,
+with (seed, epoch), packed or not: `specjax.train.trainset`), every step key is fold_in(key(seed), s), and a checkpoint holds params,
 optimiser state, the step, the log and the wall seconds so far; so a run stopped at any
 checkpoint and resumed ends bit-exactly where an uninterrupted run ends (tested).
 
@@ -53,29 +55,36 @@ from specjax.models import init_params
 from specjax.models.model import layer_features
 from specjax.sharding import replicate, shard_params
 from specjax.train.checkpoints import BEST_DIR, export, init_vocab_ids, load_best, load_state, save_state, warm_start
-from specjax.train.data import TokenShards, load_shards
 from specjax.train.trainer import for_compute
-from specjax.train.features import FeatureCache, compute_features, data_sha256, open_feature_cache
+from specjax.train.trainset import ANSWERS, TrainSet
 
-__all__ = ["DrafterTrainConfig", "TrainSet", "make_optimizer", "online_steps", "train", "export", "save_state",
+__all__ = ["DrafterTrainConfig", "SCHEDULES", "TrainSet", "make_optimizer", "wsd_decay_start", "online_steps", "train", "export", "save_state",
            "load_state", "load_best", "best_record", "evaluations_since_best", "machine", "warm_start",
            "init_vocab_ids", "ANSWERS", "FIT_TIMED_STEPS", "BEST_DIR"]
 
-ANSWERS = ("all", "greedy", "sampled")  # the kinds of answer a run may train on (`TrainSet.with_train_tokens`)
+SCHEDULES = ("cosine", "wsd")  # `DrafterTrainConfig.schedule`
 FIT_TIMED_STEPS = 10  # compiled steps timed to fit a time-boxed run's schedule to its deadline (`train`)
 
 
 @dataclasses.dataclass(frozen=True)
 class DrafterTrainConfig:
     """The optimisation and logging fields every drafter's training shares (`train`, `make_optimizer`):
-    AdamW with linear warm-up from 0, then cosine decay, after global-norm clipping (optax).
+    AdamW with linear warm-up from 0, then cosine decay (or warmup-stable-decay), after global-norm clipping (optax).
 
     Fields:
       steps: optimiser steps in total (the schedule's length; a resumed run continues to it).
-      batch_size: sequences per step (one epoch = len(train) // batch_size steps, reshuffled per epoch).
+      batch_size: rows per step: sequences, or packed rows of several (`TrainSet.pack`) (one epoch =
+        len(train) // batch_size steps unpacked, reshuffled per epoch).
       lr: peak learning rate, reached after the warm-up.
       warmup_frac: fraction of `steps` spent in the linear warm-up (at least 1 step).
-      min_lr_ratio: the cosine decay's final learning rate as a fraction of lr (0 = decay to 0).
+      warmup_steps: the warm-up in steps instead (0: `warmup_frac` of `steps`); runs of different lengths that
+        must share their first steps (the branches of `specjax.train.scaling`'s one-run table) give this.
+      schedule: "cosine" (warm-up, then cosine decay to min_lr_ratio * lr over the rest) or "wsd" (warm-up,
+        lr held, then a linear decay to min_lr_ratio * lr over the last `decay_frac` of the steps: "Scaling Laws
+        and Compute-Optimal Training beyond Fixed Training Durations", Hägele et al., arXiv 2405.18392, §3: a
+        run of any shorter length is the long run's checkpoint at `wsd_decay_start` plus its own decay).
+      decay_frac: the "wsd" schedule's final decay as a fraction of `steps` (at least one step).
+      min_lr_ratio: the decay's final learning rate as a fraction of lr (0 = decay to 0).
       weight_decay: AdamW's decoupled weight decay (0 = plain Adam).
       clip: global gradient-norm clipping threshold.
       log_every: steps between held-out evaluations / log records (also the train-loss averaging window).
@@ -90,6 +99,9 @@ class DrafterTrainConfig:
     batch_size: int = 8
     lr: float = 1e-3
     warmup_frac: float = dataclasses.field(default=0.04, metadata={"at_most": 1})
+    warmup_steps: int = 0
+    schedule: str = dataclasses.field(default="cosine", metadata={"choices": SCHEDULES})
+    decay_frac: float = dataclasses.field(default=0.2, metadata={"at_most": 1})
     min_lr_ratio: float = dataclasses.field(default=0.0, metadata={"at_most": 1})
     weight_decay: float = 0.0
     clip: float = 1.0
@@ -99,164 +111,25 @@ class DrafterTrainConfig:
     patience: int = 0
 
 
+def wsd_decay_start(steps: int, decay_frac: float, warmup: int = 1) -> int:
+    """The step at which a "wsd" schedule of `steps` steps starts its decay: `steps` less round(decay_frac *
+    steps) (at least one decay step), never before the warm-up's end."""
+    return max(warmup, steps - max(1, round(decay_frac * steps)))
+
+
 def make_optimizer(tc: DrafterTrainConfig):
     """(optax optimiser, learning-rate schedule) of the config (class docstring)."""
-    warmup = max(1, int(tc.warmup_frac * tc.steps))
-    schedule = optax.warmup_cosine_decay_schedule(0.0, tc.lr, warmup, max(tc.steps, warmup + 1),
-                                                  end_value=tc.lr * tc.min_lr_ratio)
+    warmup = tc.warmup_steps or max(1, int(tc.warmup_frac * tc.steps))
+    if tc.schedule == "wsd":
+        decay_at = wsd_decay_start(tc.steps, tc.decay_frac, warmup)
+        schedule = optax.join_schedules(
+            [optax.linear_schedule(0.0, tc.lr, warmup), optax.constant_schedule(tc.lr),
+             optax.linear_schedule(tc.lr, tc.lr * tc.min_lr_ratio, max(1, tc.steps - decay_at))], [warmup, decay_at])
+    else:
+        schedule = optax.warmup_cosine_decay_schedule(0.0, tc.lr, warmup, max(tc.steps, warmup + 1),
+                                                      end_value=tc.lr * tc.min_lr_ratio)
     opt = optax.chain(optax.clip_by_global_norm(tc.clip), optax.adamw(schedule, weight_decay=tc.weight_decay))
     return opt, schedule
-
-
-# ============================================================================ data
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainSet:
-    """Sequences (prompt + the target's response) with their cached target features.
-
-    Fields:
-      shards: the sequences (`TokenShards`: flat tokens, offsets, prompt lengths).
-      features: their features (`FeatureCache`, memory-mapped or in memory), or None: computed inside each
-        training step by one forward of the frozen target (`online_steps`; no cache on disk).
-      layers: the feature layers a batch carries, in the drafter's order.
-      seq_len: S, the padded batch width (longer sequences are cut to their first S tokens).
-      valid_rows: the last `valid_rows` sequences are held out for evaluation.
-      train_ids: int64[n], the training sequences, ascending (None: all but the held-out ones), so runs on
-        less data or on one kind of answer (`with_train_tokens`) are evaluated on the same held-out rows.
-    """
-
-    shards: TokenShards
-    features: FeatureCache | None
-    layers: tuple[int, ...]
-    seq_len: int
-    valid_rows: int = 64
-    train_ids: np.ndarray | None = None
-
-    def __post_init__(self):
-        if len(self.shards) <= self.valid_rows:
-            raise ValueError(f"{len(self.shards)} sequences leave nothing to train on after {self.valid_rows} "
-                             f"held-out rows: generate more data or lower valid_rows")
-        before = len(self.shards) - self.valid_rows
-        if self.train_ids is not None and not (len(self.train_ids) and 0 <= self.train_ids.min()
-                                               and self.train_ids.max() < before
-                                               and np.all(np.diff(self.train_ids) > 0)):
-            raise ValueError(f"train_ids must be ascending distinct sequences before the {self.valid_rows} held-out "
-                             f"ones (0 to {before - 1}), at least one")
-        missing = [] if self.features is None else sorted(set(self.layers) - set(self.features.layers))
-        if missing:
-            raise KeyError(f"layers {missing} are not in the feature cache (it has {self.features.layers}); "
-                           f"add them with python -m specjax.train features --layers ...")
-
-    @classmethod
-    def from_directories(cls, data_dir, cache_dir, layers: tuple[int, ...], *, seq_len: int, valid_rows: int = 64,
-                         target_sha: str | None = None) -> "TrainSet":
-        """A data directory (`specjax.train.data`) with its feature cache (`specjax.train.features`)."""
-        shards = load_shards(data_dir)
-        cache = open_feature_cache(cache_dir, target_sha=target_sha, data_sha=data_sha256(shards))
-        return cls(shards, cache, tuple(layers), seq_len, valid_rows)
-
-    @classmethod
-    def online(cls, data_dir, layers: tuple[int, ...], *, seq_len: int, valid_rows: int = 64) -> "TrainSet":
-        """A data directory whose features each step computes itself (`online_steps`): no feature cache."""
-        return cls(load_shards(data_dir), None, tuple(layers), seq_len, valid_rows)
-
-    @classmethod
-    def from_dense(cls, target, tokens: np.ndarray, loss_mask: np.ndarray, layers: tuple[int, ...],
-                   valid_rows: int = 64, temperature: np.ndarray | None = None) -> "TrainSet":
-        """Dense right-padded sequences int32[N, S] whose loss mask marks each response (one run of
-        True after the prompt), features computed now in memory. target: (cfg, params); temperature: float32[N],
-        each answer's sampling temperature (None: all greedy)."""
-        tokens, loss_mask = np.asarray(tokens), np.asarray(loss_mask, bool)
-        has = loss_mask.any(axis=1)
-        first = np.where(has, loss_mask.argmax(axis=1), tokens.shape[1])
-        last = np.where(has, tokens.shape[1] - loss_mask[:, ::-1].argmax(axis=1), tokens.shape[1])
-        flat = np.concatenate([tokens[i, :last[i]] for i in range(len(tokens))]).astype(np.int32)
-        offsets = np.concatenate([[0], np.cumsum(last)]).astype(np.int64)
-        shards = TokenShards(tokens=flat, offsets=offsets, prompt_lengths=first.astype(np.int32),
-                             temperature=(np.zeros(len(tokens), np.float32) if temperature is None
-                                          else np.asarray(temperature, np.float32)),
-                             manifest={"shards": []})
-        features = compute_features(target, shards, tuple(sorted(set(layers)))) if layers else None  # a draft LM: none
-        return cls(shards, features, tuple(layers), tokens.shape[1], valid_rows)
-
-    @property
-    def num_train(self) -> int:
-        return len(self.shards) - self.valid_rows if self.train_ids is None else len(self.train_ids)
-
-    @property
-    def training_ids(self) -> np.ndarray:
-        """int64[num_train]: the training sequences (`train_ids`, or all before the held-out ones)."""
-        return np.arange(self.num_train) if self.train_ids is None else self.train_ids
-
-    @property
-    def valid_ids(self) -> np.ndarray:
-        """int64[valid_rows]: the held-out sequences, the directory's last ones whatever `train_ids` is."""
-        return np.arange(len(self.shards) - self.valid_rows, len(self.shards))
-
-    def response_lengths(self) -> np.ndarray:
-        """int64[N]: each sequence's response tokens, as the data's manifest counts them (before any `seq_len` cut)."""
-        return np.diff(self.shards.offsets) - self.shards.prompt_lengths
-
-    def with_train_tokens(self, tokens: int | None = None, answers: str = "all") -> "TrainSet":
-        """This set trained on the sequences before the held-out ones whose answers are of kind `answers` ("all",
-        "greedy": drawn at T = 0, "sampled": at T > 0, as the data recorded them), and of those only the first
-        ones holding at most `tokens` response tokens in all (None: every one); the held-out rows stay the same.
-        ValueError when they hold fewer tokens, or none."""
-        if answers not in ANSWERS:
-            raise ValueError(f"answers must be one of {', '.join(ANSWERS)}, got {answers!r}")
-        ids = np.arange(len(self.shards) - self.valid_rows)
-        if answers != "all":
-            sampled = self.shards.temperature[ids] > 0
-            ids = ids[sampled if answers == "sampled" else ~sampled]
-        if not len(ids):
-            raise ValueError(f"the data has no {answers} answers before its {self.valid_rows} held-out sequences")
-        if tokens is not None:
-            cumulative = np.cumsum(self.response_lengths()[ids])
-            kind = "" if answers == "all" else f"{answers} "
-            if tokens > cumulative[-1]:
-                raise ValueError(f"train_tokens {tokens:,} is more than the {int(cumulative[-1]):,} response tokens of "
-                                 f"the {kind}answers before the data's {self.valid_rows} held-out sequences: generate "
-                                 f"more data or lower it")
-            ids = ids[:int(np.searchsorted(cumulative, tokens, side="right"))]
-            if not len(ids):
-                raise ValueError(f"train_tokens {tokens:,} holds no whole sequence (the first {kind}answer has "
-                                 f"{int(cumulative[0]):,} response tokens)")
-        return dataclasses.replace(self, train_ids=ids.astype(np.int64))
-
-    def rows_at(self, step: int, batch_size: int, seed: int) -> np.ndarray:
-        """The training rows of step `step`: slice of the seeded permutation of its epoch (of `training_ids`)."""
-        per_epoch = max(1, self.num_train // batch_size)
-        perm = np.random.default_rng([seed, step // per_epoch]).permutation(self.num_train)
-        j = (step % per_epoch) * batch_size
-        rows = perm[j:j + batch_size]
-        return rows if self.train_ids is None else self.train_ids[rows]
-
-    def batch(self, rows: np.ndarray) -> dict:
-        """{"tokens" int32[B, S], "loss_mask" bool[B, S], "features" f16[B, S, n, E]} of sequence rows (no
-        "features" when they are computed in the step)."""
-        s = self.seq_len
-        starts = self.shards.offsets[rows]
-        lengths = np.minimum(self.shards.offsets[rows + 1] - starts, s)
-        tokens = np.zeros((len(rows), s), np.int32)
-        mask = np.zeros((len(rows), s), bool)
-        for b, (a, n, p) in enumerate(zip(starts, lengths, self.shards.prompt_lengths[rows])):
-            tokens[b, :n] = self.shards.tokens[a:a + n]
-            mask[b, p:n] = True
-        if self.features is None:
-            return {"tokens": tokens, "loss_mask": mask}
-        return {"tokens": tokens, "loss_mask": mask, "features": self.features.gather(self.layers, starts, lengths, s)}
-
-    def valid_batch(self) -> dict:
-        return self.batch(self.valid_ids)
-
-    def response_token_counts(self, vocab_size: int) -> np.ndarray:
-        """int64[V]: how often each id occurs in the training rows' responses (the draft vocabulary's ranking)."""
-        counts = np.zeros(vocab_size, np.int64)
-        for i in self.training_ids:
-            a, b = self.shards.offsets[i], self.shards.offsets[i + 1]
-            counts += np.bincount(self.shards.tokens[a + self.shards.prompt_lengths[i]:b], minlength=vocab_size)
-        return counts
 
 
 # ============================================================================ early stopping

@@ -107,6 +107,9 @@ class TrainPlan:
         a resumed run reads as many as its first call did, recorded in run.json, however the directory grew).
       train_tokens: train on the data's first sequences only, as many as hold at most this many response tokens
         (`TrainSet.with_train_tokens`; the held-out sequences stay the same) (None: all of them).
+      pack: several whole sequences in each training row, each attending only to itself (`TrainSet.pack`): the
+        same loss per sequence with a third fewer padded tokens at this data's lengths; only for a kind whose step
+        takes packed rows (`Trainer.packs`: the draft LM); batch_size then counts rows.
       answers: train on the answers of this kind only: "all", "greedy" (those the data drew at T = 0) or
         "sampled" (at T > 0); `train_tokens` then counts those (the held-out sequences stay the same).
       draft_vocab: K most frequent response tokens the drafter predicts over (0: the full vocabulary).
@@ -141,6 +144,7 @@ class TrainPlan:
     valid_rows: int = 64
     data_shards: int | None = None
     train_tokens: int | None = None
+    pack: bool = False
     answers: str = dataclasses.field(default="all", metadata={"choices": ANSWERS})
     draft_vocab: int = 0
     mesh: tuple[int, int] | None = dataclasses.field(default=None, metadata={"parse": read_mesh})
@@ -185,7 +189,8 @@ class TrainPlan:
     def recipe(self) -> dict:
         """The fields a resumed run must keep (what the drafter learns from, and how)."""
         return {"target": self.target, "data": self.data, "seq_len": self.seq_len, "valid_rows": self.valid_rows,
-                "data_shards": self.data_shards, "train_tokens": self.train_tokens, "answers": self.answers,
+                "data_shards": self.data_shards, "train_tokens": self.train_tokens, "pack": self.pack,
+                "answers": self.answers,
                 "draft_vocab": self.draft_vocab, "init": self.init}
 
 
@@ -286,6 +291,9 @@ def check(kind: str, plan: TrainPlan, arch, tc) -> tuple[Trainer, list[str]]:
     if not isinstance(arch, trainer.arch) or not isinstance(tc, trainer.train_config):
         raise TypeError(f"{kind} trains with a {trainer.arch.__name__} and a {trainer.train_config.__name__}")
     plan.check()
+    if plan.pack and not trainer.packs:
+        raise ValueError(f"pack: a {kind} step takes one sequence a row (its features follow the row); pack only "
+                         f"the kinds that read tokens alone: {', '.join(k for k, t in TRAINERS.items() if t.packs)}")
     check_values(arch)
     check_values(tc)
     rows, data = getattr(tc, "batch_size", None), plan.mesh[0] if plan.mesh is not None else 1
@@ -333,7 +341,7 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     cache = None if online or not layers else (plan.cache or str(cache_root() / "features" /
                                                                  f"{plan.target.replace('/', '_')}-{tsha[:12]}-{first}"))
     if cache is None:  # nothing cached: the step computes the features, or needs none
-        trainset = TrainSet(shards, None, tuple(layers), plan.seq_len, plan.valid_rows)
+        trainset = TrainSet(shards, None, tuple(layers), plan.seq_len, plan.valid_rows, pack=plan.pack)
     else:
         if is_main():  # one process writes the cache (a directory every process reads), the others wait for it
             build_feature_cache((tcfg, tparams), plan.target, shards, plan.data, layers, cache)
@@ -371,6 +379,9 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
                  "recipe": shards.manifest.get("recipe"), "train_sequences": trainset.num_train,
                  "answers": plan.answers,
                  "train_response_tokens": int(trainset.response_lengths()[trainset.training_ids].sum()),
+                 "packed": plan.pack,
+                 "response_tokens_seen": int(trainset.tokens_seen(state["step"], tc.batch_size, tc.seed)[-1])
+                 if state["step"] else 0,
                  "held_out_sequences": trainset.valid_rows},
         "features": {"cache": cache or ("computed in each step (online)" if layers else "none: tokens only"),
                      "layers": list(layers),

@@ -15,6 +15,16 @@ are the run's result). Each exported drafter is then measured the same way: τ (
 decoding the first `eval_prompts` held-out prompts, `new_tokens` each, greedy and at each other temperature of
 `temperatures` (`specjax.train.run.measured_tau`).
 
+One run instead (`one_run`, where a run per budget costs too much: the largest budget's tokens once, not the sum of
+all): the budgets are response tokens *seen*, each at most once (one epoch), by one run with the warmup-stable-decay
+schedule ("wsd", `specjax.train.loop.make_optimizer`: warm-up, the learning rate held, a linear decay over the last
+`decay_frac` of the steps; Hägele et al., arXiv 2405.18392, §3-4: such a decay matches a cosine schedule of the
+same length). A budget's run length is the first step count whose batches hold its tokens
+(`TrainSet.tokens_seen`); a smaller budget is the long run's checkpoint at that length's decay start
+(`wsd_decay_start`), copied and resumed with its own length, so its schedule, batches and keys are the ones a
+separate run of that length would have had. Each model has then been trained on as many tokens as its budget
+says, with its own decay; the whole table costs the largest budget's steps plus the smaller budgets' decays.
+
 DIR/tokens-N/ holds each budget's run (run/) and export (drafter/, with its recipe.json); DIR/scaling.json the
 rows and DIR/scaling.md the table (`table`). Rerunning the command continues: a measured budget is read back,
 an unfinished run resumes from its checkpoint (same recipe). `minutes` boxes the whole command: the run that
@@ -27,18 +37,20 @@ import dataclasses
 import json
 import math
 import pathlib
+import shutil
 import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specjax.models import load_checkpoint
 from specjax.train.data import load_shards, load_target
 from specjax.train.features import data_sha256
-from specjax.train.loop import TrainSet, machine
+from specjax.train.loop import TrainSet, machine, wsd_decay_start
 from specjax.train.run import TRAINERS, TrainPlan, check, measured_tau, run
 
-__all__ = ["ScalingPlan", "budget_steps", "compare_drafters", "run_scaling", "table", "SCALING_FILE", "TABLE_FILE"]
+__all__ = ["ScalingPlan", "budget_steps", "check_one_run", "compare_drafters", "run_scaling", "table", "SCALING_FILE", "TABLE_FILE"]
 
 SCALING_FILE = "scaling.json"
 TABLE_FILE = "scaling.md"
@@ -61,6 +73,8 @@ class ScalingPlan:
       minutes: a time box for the whole command (None: none); a rerun continues.
       reference: an exported drafter of the same kind (e.g. the zoo's) measured on the same held-out prompts, its
         row last in the table: what a budget's drafter has to beat (None: none).
+      one_run: the budgets are response tokens seen by one run and its branches (module docstring; `epochs` is
+        then unused): the training config's schedule must be "wsd" with a `warmup_steps`, and no early stopping.
     """
 
     budgets: tuple[int, ...] = dataclasses.field(default=(1_000_000, 3_000_000, 6_000_000, 10_000_000),
@@ -71,6 +85,7 @@ class ScalingPlan:
     temperatures: tuple[float, ...] = dataclasses.field(default=(0.0, 1.0), metadata={"parse": _tuple_of(float)})
     minutes: float | None = None
     reference: str | None = None
+    one_run: bool = False
 
     def check(self) -> None:
         """Raise ValueError naming the first bad field."""
@@ -118,6 +133,70 @@ def _plans(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan,
     return plans
 
 
+def check_one_run(tc) -> None:
+    """Raise ValueError naming the fields when training config `tc` cannot be branched (`ScalingPlan.one_run`)."""
+    if tc.schedule != "wsd" or tc.warmup_steps < 1 or tc.patience:
+        raise ValueError(f"one_run branches one run at each budget's decay start: give `schedule` wsd, a "
+                         f"`warmup_steps` >= 1 and `patience` 0 (got {tc.schedule}, {tc.warmup_steps}, {tc.patience})")
+
+
+def _one_run_plans(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan,
+                   everything: TrainSet) -> list[tuple[int, TrainPlan, object, int, int]]:
+    """(budget, its TrainPlan, its train config, sequences seen, response tokens seen) of every budget of a
+    one-run table (module docstring): the largest budget's run in its tokens-N/run, every smaller one a branch of
+    it. ValueError naming the field for a schedule that cannot branch, or a budget past one epoch."""
+    check_one_run(tc)
+    trainset = dataclasses.replace(everything, pack=base.pack).with_train_tokens(None, base.answers)
+    per_epoch = trainset.steps_per_epoch(tc.batch_size, tc.seed)
+    seen = trainset.tokens_seen(per_epoch, tc.batch_size, tc.seed)
+    out, plans = pathlib.Path(base.out), []
+    for n in sp.budgets:
+        if n > seen[-1]:
+            raise ValueError(f"budgets: {n:,} tokens are more than one epoch's {int(seen[-1]):,} response tokens "
+                             f"({per_epoch} steps of {tc.batch_size}): one_run sees each token once; generate more "
+                             f"data or lower it")
+        steps = int(np.searchsorted(seen, n)) + 1  # the first step count whose batches hold n tokens
+        if wsd_decay_start(steps, tc.decay_frac, tc.warmup_steps) <= tc.warmup_steps:
+            raise ValueError(f"warmup_steps {tc.warmup_steps} does not end before the {n:,}-token budget's decay "
+                             f"({steps} steps, the last {tc.decay_frac:g} decaying): lower it")
+        ids = np.unique(np.concatenate([np.ravel(trainset.rows_at(s, tc.batch_size, tc.seed)) for s in range(steps)]))
+        sequences = int((ids >= 0).sum())
+        run_dir = out / f"tokens-{n}"
+        branch = n != sp.budgets[-1]
+        plan = dataclasses.replace(base, out=str(run_dir / "run"), export=str(run_dir / "drafter"), train_tokens=None,
+                                   eval_prompts=0, resume=False, minutes=None, fit_steps=False, stop_after=None,
+                                   override=("steps",) if branch else ())  # (resumed once its run exists)
+        btc = dataclasses.replace(tc, steps=steps)
+        check(kind, plan, arch, btc)
+        plans.append((n, plan, btc, sequences, int(seen[steps - 1])))
+    return plans
+
+
+def _step_of(run_dir: pathlib.Path) -> int:
+    state = run_dir / "ckpt" / "state.json"
+    return json.loads(state.read_text())["step"] if state.exists() else 0
+
+
+def _branch(kind: str, main: TrainPlan, arch, main_tc, plan: TrainPlan, tc, deadline, say) -> bool:
+    """Make a one-run table's branch `plan` (its run directory): the main run advanced to the branch's decay start
+    and copied. False when the time box stopped the main run first."""
+    run_dir, main_dir = pathlib.Path(plan.out), pathlib.Path(main.out)
+    if (run_dir / "ckpt").exists():
+        return True
+    at, step = wsd_decay_start(tc.steps, tc.decay_frac, tc.warmup_steps), _step_of(main_dir)
+    if step > at:
+        raise ValueError(f"{main_dir} is at step {step}, past the {tc.steps}-step branch's decay start {at}: its "
+                         f"state there is gone; remove {main_dir.parent.parent} to make the table again")
+    if step < at:
+        say(f"scaling: the one run to step {at} (the {plan.out} branch's decay start)")
+        run(kind, dataclasses.replace(main, export=None, resume=step > 0, stop_after=at - step), arch, main_tc,
+            deadline=deadline)
+        if _step_of(main_dir) < at:
+            return False
+    shutil.copytree(main_dir, run_dir)
+    return True
+
+
 def _measure(kind: str, export_dir: str, target, trainset: TrainSet, sp: ScalingPlan) -> dict:
     """τ of the exported drafter at each of `sp.temperatures` on the held-out prompts ({"T=0": {...}, ...})."""
     tcfg, tparams = target
@@ -159,27 +238,37 @@ def run_scaling(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan, *, say=pr
     pinned = len(shards.manifest["shards"])
     base = dataclasses.replace(base, data_shards=pinned)
     heldout = TrainSet(shards, None, (), base.seq_len, base.valid_rows)
-    plans = _plans(kind, base, arch, tc, sp, heldout)
+    if sp.one_run:
+        plans = _one_run_plans(kind, base, arch, tc, sp, heldout)
+        main, main_tc = plans[-1][1], plans[-1][2]
+    else:
+        plans = [(n, plan, btc, rows, None) for n, plan, btc, rows in _plans(kind, base, arch, tc, sp, heldout)]
     out.mkdir(parents=True, exist_ok=True)
     done = {r["budget"]: r for r in before.get("rows", [])}
     data = {"data_shards": pinned, "data_sha256": data_sha256(heldout.shards)}
     tcfg, tparams, _, _ = load_target(base.target)
     rows = []
-    for n, plan, btc, sequences in plans:
+    for n, plan, btc, sequences, seen in plans:
         if n in done and done[n].get("complete"):  # (the reference row, budget None, is measured again)
             rows.append(done[n])
             continue
         if deadline is not None and time.time() >= deadline:
             say(f"scaling: the time box ran out before the {n:,}-token budget (rerun to continue)")
             break
+        if sp.one_run and plan is not main and not _branch(kind, main, arch, main_tc, plan, btc, deadline, say):
+            say(f"scaling: the time box stopped the one run before the {n:,}-token branch (rerun to continue)")
+            break
         say(f"scaling: {kind} on {n:,} response tokens ({sequences:,} sequences, {btc.steps} steps at most)")
-        result = run(kind, plan, arch, btc, deadline=deadline)
+        result = run(kind, dataclasses.replace(plan, resume=(pathlib.Path(plan.out) / "ckpt").exists()), arch, btc,
+                     deadline=deadline)
         recipe = json.loads((pathlib.Path(plan.export) / "recipe.json").read_text())
         state = json.loads((pathlib.Path(plan.out) / "ckpt" / "state.json").read_text())
         finished = state["step"] >= btc.steps or state.get("stopped_early") is not None
         stop = recipe.get("early_stopping") or {}
         rows.append({"budget": n, "complete": finished, "train_sequences": sequences,
-                     "train_response_tokens": recipe["data"]["train_response_tokens"],
+                     "train_response_tokens": recipe["data"]["train_response_tokens"] if seen is None else seen,
+                     **({} if seen is None else {"decay_from": wsd_decay_start(btc.steps, btc.decay_frac,
+                                                                               btc.warmup_steps)}),
                      "steps_planned": btc.steps, "steps_run": state["step"],
                      "stopped_early_at": stop.get("stopped_early_at"), "best_step": stop.get("best_step"),
                      "best_valid_tau_estimate": stop.get("best_valid_tau_estimate"),
@@ -216,9 +305,12 @@ def table(doc: dict) -> str:
     head = (["response tokens", "sequences", "steps (planned)", "stopped early at", "best held-out τ est."]
             + [f"τ {t}" for t in temps] + ["train s"])
     answers = "" if doc.get("answers", "all") == "all" else f" ({doc['answers']} answers only)"
+    tc = doc["train_config"]
+    how = (f"one run, each budget's tokens seen once, its own decay over the last {tc['decay_frac']:g} of its "
+           f"steps (wsd, lr {tc['lr']:g}, {tc['warmup_steps']} warm-up steps)" if doc["scaling"].get("one_run")
+           else f"{doc['scaling']['epochs']:g} epochs at most, patience {tc.get('patience', 0)}")
     lines = [f"{doc['kind']} on {doc['target']}{answers}: τ of {doc['scaling']['eval_prompts']} held-out prompts, "
-             f"{doc['scaling']['new_tokens']} new tokens; {doc['scaling']['epochs']:g} epochs at most, patience "
-             f"{doc['train_config'].get('patience', 0)}; {doc['machine']['device_kind']}", "",
+             f"{doc['scaling']['new_tokens']} new tokens; {how}; {doc['machine']['device_kind']}", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in doc["rows"]:
         taus = [r["tau"][t]["tau_mean"] for t in temps]

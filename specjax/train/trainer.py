@@ -96,6 +96,8 @@ class Trainer:
       loads_as: the name methods need it by (`MethodSpec.needs`), which is also its `--<name> DIR` flag and
         the suffix of its zoo directory (`<model prefix>-<name>`): None for the kind itself (a drafter
         that reads the target, its `READER`'s kind), "draft" for a draft LM.
+      packs: its step takes packed rows (`specjax.train.trainset.TrainSet.pack`: "positions" and "segments" in
+        the batch), so a run may pack several sequences into each row (`TrainPlan.pack`).
     """
 
     kind: str
@@ -110,6 +112,7 @@ class Trainer:
     measured: tuple[str, ...]
     uses_mask_token: bool = True
     loads_as: str | None = None
+    packs: bool = False
 
     def __post_init__(self):
         if isinstance(self.measured, str) or not self.measured:
@@ -127,8 +130,8 @@ class Trainer:
 _POSITIVE = {"steps", "batch_size", "log_every", "ckpt_every", "anchors", "ttt_steps", "lr", "clip", "gamma",
              "anneal_frac", "layers", "block_size", "gru_hidden", "head_rank", "step_decay", "hidden_size", "num_layers",
              "num_heads", "num_kv_heads", "intermediate_size"}
-_NONNEGATIVE = {"seed", "patience", "weight_decay", "warmup_frac", "min_lr_ratio", "pure_prefix_len", "lambda0"}
-_AT_MOST_ONE = {"warmup_frac", "min_lr_ratio", "lambda0", "step_decay"}
+_NONNEGATIVE = {"seed", "patience", "weight_decay", "warmup_frac", "warmup_steps", "decay_frac", "min_lr_ratio", "pure_prefix_len", "lambda0"}
+_AT_MOST_ONE = {"warmup_frac", "decay_frac", "min_lr_ratio", "lambda0", "step_decay"}
 
 
 def check_values(obj, flag: Callable[[str], str] = lambda name: name) -> None:
@@ -138,6 +141,8 @@ def check_values(obj, flag: Callable[[str], str] = lambda name: name) -> None:
         value, want = getattr(obj, f.name), type(f.default) if f.default is not dataclasses.MISSING else None
         if value is None or want is None or want is type(None):
             continue
+        if f.metadata.get("choices") and value not in f.metadata["choices"]:
+            raise ValueError(f"{flag(f.name)} must be one of {', '.join(map(str, f.metadata['choices']))}, got {value!r}")
         if want is bool:
             if not isinstance(value, bool):
                 raise ValueError(f"{flag(f.name)} must be true or false, got {value!r}")
