@@ -35,7 +35,7 @@ import ml_dtypes
 import numpy as np
 
 from specjax.cli.common import UsageError, load_methods_from, methods_from_flag
-from specjax.cli.plans import as_flags, field_docs, flags_of, plan_from
+from specjax.cli.plans import as_flags, flags_of, plan_from
 from specjax.cli.plans import number as _number
 from specjax.data import compile_cache
 from specjax.data.train_sources import write_prompt_order

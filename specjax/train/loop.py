@@ -18,7 +18,8 @@ vocab: None (the full vocabulary) or a `DraftVocabTables` (`specjax.train.vocab`
 {"acc": f32[L], "tau": scalar, other scalars}.
 
 Determinism: the batch of step s is a pure function of (seed, s) (an epoch permutation seeded
-with (seed, epoch), packed or not: `specjax.train.trainset`), every step key is fold_in(key(seed), s), and a checkpoint holds params,
+with (seed, epoch), packed or not: `specjax.train.trainset`), every step key is
+fold_in(key(seed), s), and a checkpoint holds params,
 optimiser state, the step, the log and the wall seconds so far; so a run stopped at any
 checkpoint and resumed ends bit-exactly where an uninterrupted run ends (tested).
 
@@ -58,9 +59,9 @@ from specjax.train.checkpoints import BEST_DIR, export, init_vocab_ids, load_bes
 from specjax.train.trainer import for_compute
 from specjax.train.trainset import ANSWERS, TrainSet
 
-__all__ = ["DrafterTrainConfig", "SCHEDULES", "TrainSet", "make_optimizer", "wsd_decay_start", "online_steps", "train", "export", "save_state",
-           "load_state", "load_best", "best_record", "evaluations_since_best", "machine", "warm_start",
-           "init_vocab_ids", "ANSWERS", "FIT_TIMED_STEPS", "BEST_DIR"]
+__all__ = ["DrafterTrainConfig", "SCHEDULES", "TrainSet", "make_optimizer", "wsd_decay_start", "online_steps", "train",
+           "export", "save_state", "load_state", "load_best", "best_record", "evaluations_since_best", "machine",
+           "warm_start", "init_vocab_ids", "ANSWERS", "FIT_TIMED_STEPS", "BEST_DIR"]
 
 SCHEDULES = ("cosine", "wsd")  # `DrafterTrainConfig.schedule`
 FIT_TIMED_STEPS = 10  # compiled steps timed to fit a time-boxed run's schedule to its deadline (`train`)

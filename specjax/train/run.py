@@ -108,8 +108,8 @@ class TrainPlan:
       train_tokens: train on the data's first sequences only, as many as hold at most this many response tokens
         (`TrainSet.with_train_tokens`; the held-out sequences stay the same) (None: all of them).
       pack: several whole sequences in each training row, each attending only to itself (`TrainSet.pack`): the
-        same loss per sequence with a third fewer padded tokens at this data's lengths; only for a kind whose step
-        takes packed rows (`Trainer.packs`: the draft LM); batch_size then counts rows.
+        same loss per sequence, ~1.27x the response tokens a step at SmolLM2 data's lengths; only for a kind whose
+        step takes packed rows (`Trainer.packs`: the draft LM); the batch size then counts rows.
       answers: train on the answers of this kind only: "all", "greedy" (those the data drew at T = 0) or
         "sampled" (at T > 0); `train_tokens` then counts those (the held-out sequences stay the same).
       draft_vocab: K most frequent response tokens the drafter predicts over (0: the full vocabulary).

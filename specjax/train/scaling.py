@@ -50,7 +50,8 @@ from specjax.train.features import data_sha256
 from specjax.train.loop import TrainSet, machine, wsd_decay_start
 from specjax.train.run import TRAINERS, TrainPlan, check, measured_tau, run
 
-__all__ = ["ScalingPlan", "budget_steps", "check_one_run", "compare_drafters", "run_scaling", "table", "SCALING_FILE", "TABLE_FILE"]
+__all__ = ["ScalingPlan", "budget_steps", "check_one_run", "compare_drafters", "run_scaling", "table", "SCALING_FILE",
+           "TABLE_FILE"]
 
 SCALING_FILE = "scaling.json"
 TABLE_FILE = "scaling.md"
@@ -73,8 +74,8 @@ class ScalingPlan:
       minutes: a time box for the whole command (None: none); a rerun continues.
       reference: an exported drafter of the same kind (e.g. the zoo's) measured on the same held-out prompts, its
         row last in the table: what a budget's drafter has to beat (None: none).
-      one_run: the budgets are response tokens seen by one run and its branches (module docstring; `epochs` is
-        then unused): the training config's schedule must be "wsd" with a `warmup_steps`, and no early stopping.
+      one_run: the budgets are response tokens seen, each once, by one run and its decay branches
+        (`specjax.train.scaling`; `epochs` is then unused): give --schedule wsd, --warmup-steps and no --patience.
     """
 
     budgets: tuple[int, ...] = dataclasses.field(default=(1_000_000, 3_000_000, 6_000_000, 10_000_000),
