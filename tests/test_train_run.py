@@ -19,6 +19,7 @@ import pytest
 import specjax.train as train_package
 from specjax import declared, zoo
 from specjax.cli import train as train_cli
+from specjax.cli.plans import field_docs
 from specjax.drafters.registry import needs_of
 from specjax.models import init_params
 from specjax.models.dflash_net import target_outer
@@ -88,7 +89,7 @@ def test_every_training_flag_says_what_it_does():
     """Each kind's training-config and architecture flags get their help from the docstrings' "Fields:"
     entries (a subclass's, else its base's) or `arch_field`: none falls back to a bare field name."""
     for kind, t in TRAINERS.items():
-        docs = train_cli.field_docs(t.train_config)
+        docs = field_docs(t.train_config)
         assert set(docs) >= {f.name for f in dataclasses.fields(t.train_config)}, kind
         assert docs["lr"].startswith("peak learning rate") and "\n" not in docs["clip"]
         assert all(f.metadata.get("help") for f in dataclasses.fields(t.arch)), kind
