@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from specjax.testing import random_params
 from specjax.train.draft_lm import next_token_loss
-from specjax.train.run import TRAINERS
+from specjax.train.run import TRAINERS, TrainPlan, check
 from specjax.train.trainset import TrainSet, pack_sequences
 from tests.train_fixtures import TARGET, TARGET_PARAMS, dense_data
 
@@ -96,3 +96,11 @@ def test_packing_a_set_with_features_is_refused():
     with_features = TrainSet.from_dense((TARGET, TARGET_PARAMS), d["tokens"], d["loss_mask"], (0,), valid_rows=4)
     with pytest.raises(ValueError, match="pack only a kind that reads tokens alone"):
         dataclasses.replace(with_features, pack=True)
+
+
+def test_packing_a_kind_whose_step_reads_features_is_refused_before_anything_loads(tmp_path):
+    t = TRAINERS["dflash"]
+    with pytest.raises(ValueError, match="pack: a dflash step takes one sequence a row.*: draft-lm"):
+        check("dflash", TrainPlan(data=str(tmp_path), out=str(tmp_path / "run"), pack=True), t.arch(), t.train_config())
+    check("draft-lm", TrainPlan(data=str(tmp_path), out=str(tmp_path / "run"), pack=True), KIND.arch(),
+          KIND.train_config())

@@ -130,7 +130,8 @@ class Trainer:
 _POSITIVE = {"steps", "batch_size", "log_every", "ckpt_every", "anchors", "ttt_steps", "lr", "clip", "gamma",
              "anneal_frac", "layers", "block_size", "gru_hidden", "head_rank", "step_decay", "hidden_size", "num_layers",
              "num_heads", "num_kv_heads", "intermediate_size"}
-_NONNEGATIVE = {"seed", "patience", "weight_decay", "warmup_frac", "warmup_steps", "decay_frac", "min_lr_ratio", "pure_prefix_len", "lambda0"}
+_NONNEGATIVE = {"seed", "patience", "weight_decay", "warmup_frac", "warmup_steps", "decay_frac", "min_lr_ratio",
+                "pure_prefix_len", "lambda0"}
 _AT_MOST_ONE = {"warmup_frac", "decay_frac", "min_lr_ratio", "lambda0", "step_decay"}
 
 
