@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 from specjax.testing import random_params
 from specjax.train.draft_lm import next_token_loss
 from specjax.train.run import TRAINERS, TrainPlan, check
+from specjax.train import trainset as trainset_module
 from specjax.train.trainset import TrainSet, pack_sequences
 from tests.train_fixtures import TARGET, TARGET_PARAMS, dense_data
 
@@ -104,3 +105,16 @@ def test_packing_a_kind_whose_step_reads_features_is_refused_before_anything_loa
         check("dflash", TrainPlan(data=str(tmp_path), out=str(tmp_path / "run"), pack=True), t.arch(), t.train_config())
     check("draft-lm", TrainPlan(data=str(tmp_path), out=str(tmp_path / "run"), pack=True), KIND.arch(),
           KIND.train_config())
+
+
+def test_a_late_packed_step_packs_only_its_own_epoch(monkeypatch):
+    """Finding a step's epoch reads the row counts of the epochs before it, kept for all of them, so a step far into a
+    long run packs no earlier epoch again (a host cost on every step otherwise)."""
+    ts = _packable()
+    late = 9 * ts.steps_per_epoch(2, seed=0) + 1  # past the 4 epochs whose rows the cache keeps
+    ts.rows_at(late, 2, seed=0)
+    calls = []
+    monkeypatch.setattr(trainset_module, "pack_sequences", lambda *a, **kw: calls.append(a) or pack_sequences(*a, **kw))
+    for s in (late, late + 1, late - 1):
+        ts.rows_at(s, 2, seed=0)
+    assert calls == []

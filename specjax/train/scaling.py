@@ -149,7 +149,9 @@ def _one_run_plans(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan,
     check_one_run(tc)
     trainset = dataclasses.replace(everything, pack=base.pack).with_train_tokens(None, base.answers)
     per_epoch = trainset.steps_per_epoch(tc.batch_size, tc.seed)
-    seen = trainset.tokens_seen(per_epoch, tc.batch_size, tc.seed)
+    batches = [trainset.rows_at(s, tc.batch_size, tc.seed) for s in range(per_epoch)]
+    seen = np.cumsum([trainset.response_tokens_of(rows) for rows in batches])
+    sequences_seen = np.cumsum([int((rows >= 0).sum()) for rows in batches])  # (an epoch reads each one once)
     out, plans = pathlib.Path(base.out), []
     for n in sp.budgets:
         if n > seen[-1]:
@@ -160,8 +162,6 @@ def _one_run_plans(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan,
         if wsd_decay_start(steps, tc.decay_frac, tc.warmup_steps) <= tc.warmup_steps:
             raise ValueError(f"warmup_steps {tc.warmup_steps} does not end before the {n:,}-token budget's decay "
                              f"({steps} steps, the last {tc.decay_frac:g} decaying): lower it")
-        ids = np.unique(np.concatenate([np.ravel(trainset.rows_at(s, tc.batch_size, tc.seed)) for s in range(steps)]))
-        sequences = int((ids >= 0).sum())
         run_dir = out / f"tokens-{n}"
         branch = n != sp.budgets[-1]
         plan = dataclasses.replace(base, out=str(run_dir / "run"), export=str(run_dir / "drafter"), train_tokens=None,
@@ -169,7 +169,7 @@ def _one_run_plans(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan,
                                    override=("steps",) if branch else ())  # (resumed once its run exists)
         btc = dataclasses.replace(tc, steps=steps)
         check(kind, plan, arch, btc)
-        plans.append((n, plan, btc, sequences, int(seen[steps - 1])))
+        plans.append((n, plan, btc, int(sequences_seen[steps - 1]), int(seen[steps - 1])))
     return plans
 
 

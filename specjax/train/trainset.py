@@ -69,6 +69,8 @@ class TrainSet:
       pack: training rows hold several whole sequences each (module docstring; `batch` then adds "positions" and
         "segments"); only for sets without feature layers (the held-out batch is never packed).
       _epochs: a cache of the last few epochs' rows (`rows_at`), not a field to set.
+      _epoch_rows: every epoch's row count so far, kept for all of them (a late step's epoch is found from the
+        counts of those before it without packing them again), not a field to set.
     """
 
     shards: TokenShards
@@ -79,6 +81,7 @@ class TrainSet:
     train_ids: np.ndarray | None = None
     pack: bool = False
     _epochs: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
+    _epoch_rows: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if len(self.shards) <= self.valid_rows:
@@ -174,7 +177,7 @@ class TrainSet:
                                  f"{int(cumulative[0]):,} response tokens)")
         return dataclasses.replace(self, train_ids=ids.astype(np.int64))
 
-    def _epoch(self, epoch: int, batch_size: int, seed: int) -> np.ndarray:
+    def _epoch(self, epoch: int, seed: int) -> np.ndarray:
         """int64[rows, P] (packed, -1 past a row's sequences) or int64[rows] (not): epoch `epoch`'s training rows in
         order, the seeded permutation of `training_ids`, packed when `pack`; cached (the last few epochs)."""
         key = (epoch, seed)
@@ -191,13 +194,16 @@ class TrainSet:
             if len(self._epochs) >= 4:
                 self._epochs.pop(next(iter(self._epochs)))
             self._epochs[key] = ids
+            self._epoch_rows[key] = len(ids)
         return self._epochs[key]
 
     def steps_per_epoch(self, batch_size: int, seed: int, epoch: int = 0) -> int:
         """Steps in epoch `epoch` (its whole batches; packed, the count depends on the epoch's packing)."""
         if not self.pack:
             return max(1, self.num_train // batch_size)
-        return max(1, len(self._epoch(epoch, batch_size, seed)) // batch_size)
+        if (epoch, seed) not in self._epoch_rows:
+            self._epoch(epoch, seed)
+        return max(1, self._epoch_rows[epoch, seed] // batch_size)
 
     def rows_at(self, step: int, batch_size: int, seed: int) -> np.ndarray:
         """The training rows of step `step`: int64[batch_size] sequence ids, a slice of the seeded permutation of
@@ -205,7 +211,7 @@ class TrainSet:
         epoch, j = 0, step
         while j >= (n := self.steps_per_epoch(batch_size, seed, epoch)):
             epoch, j = epoch + 1, j - n
-        return self._epoch(epoch, batch_size, seed)[j * batch_size:(j + 1) * batch_size]
+        return self._epoch(epoch, seed)[j * batch_size:(j + 1) * batch_size]
 
     def response_tokens_of(self, rows: np.ndarray) -> int:
         """The response tokens of `rows` (`rows_at`'s ids, -1 ignored) a batch trains on: those inside `seq_len`."""
@@ -247,9 +253,7 @@ class TrainSet:
             at = 0
             for segment, i in enumerate(members[members >= 0], start=1):
                 a = self.shards.offsets[i]
-                n = min(self.shards.offsets[i + 1] - a, s)
-                if at + n > s:
-                    raise ValueError(f"packed row {b} holds more than {s} tokens")
+                n = min(self.shards.offsets[i + 1] - a, s)  # (`pack_sequences` keeps a row within s)
                 out["tokens"][b, at:at + n] = self.shards.tokens[a:a + n]
                 out["loss_mask"][b, at + self.shards.prompt_lengths[i]:at + n] = True
                 out["positions"][b, at:at + n] = np.arange(n)
