@@ -99,7 +99,8 @@ def test_a_data_prefix_trains_on_its_first_sequences_and_keeps_the_held_out_ones
         epoch = np.concatenate([part.rows_at(s, 4, 0) for s in range(max(1, expect // 4))])
         assert epoch.max() < expect and len(set(epoch.tolist())) == len(epoch) == min(expect, 4 * (expect // 4) or expect)
         np.testing.assert_array_equal(part.valid_batch()["tokens"], full.valid_batch()["tokens"])
-    with pytest.raises(ValueError, match=f"more than the {sum(lengths[:-VALID_ROWS])} response tokens of the answers before"):
+    total = sum(lengths[:-VALID_ROWS])
+    with pytest.raises(ValueError, match=f"more than the {total} response tokens of the answers from sequence 0"):
         full.with_train_tokens(sum(lengths[:-VALID_ROWS]) + 1)
     with pytest.raises(ValueError, match="holds no whole sequence"):
         full.with_train_tokens(lengths[0] - 1)
@@ -125,3 +126,26 @@ def test_a_run_on_one_kind_of_answer_trains_on_those_rows_only():
     assert counts.sum() == lengths[:2].sum()
     with pytest.raises(ValueError, match="answers must be one of all, greedy, sampled"):
         full.with_train_tokens(answers="best")
+
+
+def test_skipping_the_first_sequences_trains_on_the_rest_only_and_keeps_the_held_out_ones():
+    """skip=k (a warm start's continuation on answers it has not seen): the rows from k to the held-out ones, with a
+    kind of answer and a token budget counted from k (brute force); the held-out rows unchanged; a k that leaves
+    nothing to train on is refused, naming the range."""
+    full = trainset(DRAFTER.target_layer_ids)
+    before = np.arange(len(full.shards) - VALID_ROWS)
+    lengths = full.response_lengths()
+    for skip in (1, 5, len(before) - 1):
+        rest = full.with_train_tokens(skip=skip)
+        np.testing.assert_array_equal(rest.training_ids, before[skip:])
+        np.testing.assert_array_equal(rest.valid_batch()["tokens"], full.valid_batch()["tokens"])
+        rows = np.concatenate([rest.rows_at(s, 1, 0) for s in range(rest.num_train)])
+        assert sorted(rows.tolist()) == before[skip:].tolist()
+    budget = int(lengths[3:6].sum())
+    np.testing.assert_array_equal(full.with_train_tokens(budget, skip=3).training_ids, [3, 4, 5])
+    temps = full.shards.temperature[before]
+    np.testing.assert_array_equal(full.with_train_tokens(answers="sampled", skip=4).training_ids,
+                                  before[4:][temps[4:] > 0])
+    for bad in (-1, len(before), True, 2.0):
+        with pytest.raises(ValueError, match=f"skip must be an integer from 0 to {len(before) - 1}"):
+            full.with_train_tokens(skip=bad)

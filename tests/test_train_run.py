@@ -105,6 +105,8 @@ def test_values_are_checked_by_type_and_range_naming_the_field():
     check_values(tc())
     with pytest.raises(ValueError, match="seq_len must be an integer >= 1"):
         TrainPlan(data=".", out="o", seq_len=0).check()
+    with pytest.raises(ValueError, match="skip_sequences must be an integer >= 0"):
+        TrainPlan(data=".", out="o", skip_sequences=-1).check()
 
 
 def test_a_resumed_run_with_another_recipe_is_refused_unless_overridden(tmp_path):
@@ -217,11 +219,12 @@ def test_bfloat16_drafter_products_stay_within_their_rounding_bound_and_keep_flo
 
 def test_a_resumed_runs_export_records_every_command_of_the_run(tmp_path):
     """A DFlash run on the zoo target stopped after one step (`stop_after`), then resumed to its end: the
-    drafter exported by the resumed call names both commands in recipe.json, in order (run.json's)."""
+    drafter exported by the resumed call names both commands in recipe.json, in order (run.json's), and the
+    sequences it skipped (a continuation on answers its warm start has not seen)."""
     t = TRAINERS["dflash"]
     arch, tc = t.arch(block_size=4), t.train_config(steps=2, batch_size=2, anchors=2, log_every=100, ckpt_every=1)
     plan = TrainPlan(data=str(tiny_data_directory(tmp_path / "data")), out=str(tmp_path / "run"), target="zoo", seq_len=24,
-                     valid_rows=2, features="online")
+                     valid_rows=2, features="online", skip_sequences=3)
     first = "python -m specjax.train dflash ... --stop-after 1"
     second = "python -m specjax.train dflash ... --resume --export DIR"
     run_module.run("dflash", dataclasses.replace(plan, stop_after=1, command=first), arch, tc)
@@ -233,7 +236,8 @@ def test_a_resumed_runs_export_records_every_command_of_the_run(tmp_path):
     assert [c["command"] for c in recipe["commands"]] == [first, second]
     assert recipe["command"] == second and recipe["compute"]["steps"] == 2
     assert recipe["data"]["sha256"] == one_shard and recipe["data"]["sequences"] == 12
-    assert recipe["data"]["train_sequences"] == 10 and run_module.read_data_shards(plan.out) == 1
+    assert recipe["data"]["train_sequences"] == 7 and recipe["data"]["skipped_sequences"] == 3
+    assert run_module.read_data_shards(plan.out) == 1
     fresh = run_module.run("dflash", dataclasses.replace(plan, out=str(tmp_path / "again"), stop_after=1), arch, tc)
     assert fresh["export"] is None and run_module.read_data_shards(tmp_path / "again") == 2  # a new run: all of it
 

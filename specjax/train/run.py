@@ -107,6 +107,8 @@ class TrainPlan:
         a resumed run reads as many as its first call did, recorded in run.json, however the directory grew).
       train_tokens: train on the data's first sequences only, as many as hold at most this many response tokens
         (`TrainSet.with_train_tokens`; the held-out sequences stay the same) (None: all of them).
+      skip_sequences: leave out the data's first this many sequences (those a warm start, `init`, already trained
+        on: a continued run then reads only answers its drafter has not seen; `train_tokens` counts from there).
       pack: several whole sequences in each training row, each attending only to itself (`TrainSet.pack`): the
         same loss per sequence, ~1.27x the response tokens a step at SmolLM2 data's lengths; only for a kind whose
         step takes packed rows (`Trainer.packs`: the draft LM); the batch size then counts rows.
@@ -144,6 +146,7 @@ class TrainPlan:
     valid_rows: int = 64
     data_shards: int | None = None
     train_tokens: int | None = None
+    skip_sequences: int = 0
     pack: bool = False
     answers: str = dataclasses.field(default="all", metadata={"choices": ANSWERS})
     draft_vocab: int = 0
@@ -162,7 +165,7 @@ class TrainPlan:
         for name in ("seq_len", "valid_rows"):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
-        for name in ("draft_vocab", "eval_prompts"):
+        for name in ("draft_vocab", "eval_prompts", "skip_sequences"):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
         for name in ("stop_after", "train_tokens", "data_shards"):
@@ -189,7 +192,8 @@ class TrainPlan:
     def recipe(self) -> dict:
         """The fields a resumed run must keep (what the drafter learns from, and how)."""
         return {"target": self.target, "data": self.data, "seq_len": self.seq_len, "valid_rows": self.valid_rows,
-                "data_shards": self.data_shards, "train_tokens": self.train_tokens, "pack": self.pack,
+                "data_shards": self.data_shards, "train_tokens": self.train_tokens,
+                "skip_sequences": self.skip_sequences, "pack": self.pack,
                 "answers": self.answers,
                 "draft_vocab": self.draft_vocab, "init": self.init}
 
@@ -348,8 +352,8 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
         barrier("specjax-feature-cache")
         trainset = TrainSet(shards, open_feature_cache(cache, target_sha=tsha, data_sha=dsha), tuple(layers),
                             plan.seq_len, plan.valid_rows)
-    if plan.train_tokens is not None or plan.answers != "all":
-        trainset = trainset.with_train_tokens(plan.train_tokens, plan.answers)
+    if plan.train_tokens is not None or plan.answers != "all" or plan.skip_sequences:
+        trainset = trainset.with_train_tokens(plan.train_tokens, plan.answers, plan.skip_sequences)
     responses = trainset.response_token_counts(tcfg.vocab_size)
     vocab, init_ids = None, (init_vocab_ids(plan.init) if plan.init else None)
     if plan.draft_vocab and init_ids is not None:  # a warm start keeps its vocabulary as the data grows
@@ -377,7 +381,7 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
         "target": {"name": plan.target, "params_sha256": tsha},
         "data": {"directory": plan.data, "sha256": dsha, **shards.manifest.get("totals", {}),
                  "recipe": shards.manifest.get("recipe"), "train_sequences": trainset.num_train,
-                 "answers": plan.answers,
+                 "answers": plan.answers, "skipped_sequences": plan.skip_sequences,
                  "train_response_tokens": int(trainset.response_lengths()[trainset.training_ids].sum()),
                  "packed": plan.pack,
                  "response_tokens_seen": int(trainset.tokens_seen(state["step"], tc.batch_size, tc.seed)[-1])

@@ -151,26 +151,32 @@ class TrainSet:
         """int64[N]: each sequence's response tokens, as the data's manifest counts them (before any `seq_len` cut)."""
         return np.diff(self.shards.offsets) - self.shards.prompt_lengths
 
-    def with_train_tokens(self, tokens: int | None = None, answers: str = "all") -> "TrainSet":
-        """This set trained on the sequences before the held-out ones whose answers are of kind `answers` ("all",
-        "greedy": drawn at T = 0, "sampled": at T > 0, as the data recorded them), and of those only the first
-        ones holding at most `tokens` response tokens in all (None: every one); the held-out rows stay the same.
-        ValueError when they hold fewer tokens, or none."""
+    def with_train_tokens(self, tokens: int | None = None, answers: str = "all", skip: int = 0) -> "TrainSet":
+        """This set trained on the sequences from index `skip` to the held-out ones whose answers are of kind
+        `answers` ("all", "greedy": drawn at T = 0, "sampled": at T > 0, as the data recorded them), and of those
+        only the first ones holding at most `tokens` response tokens in all (None: every one); the held-out rows
+        stay the same. `skip` leaves out the data's first sequences (those a warm-started drafter already trained
+        on, so a continued run reads only answers it has not seen). ValueError when they hold fewer tokens, or none."""
         if answers not in ANSWERS:
             raise ValueError(f"answers must be one of {', '.join(ANSWERS)}, got {answers!r}")
-        ids = np.arange(len(self.shards) - self.valid_rows)
+        before = len(self.shards) - self.valid_rows
+        if isinstance(skip, bool) or not isinstance(skip, (int, np.integer)) or not 0 <= skip < before:
+            raise ValueError(f"skip must be an integer from 0 to {before - 1} (the data has {before} sequences before "
+                             f"its {self.valid_rows} held-out ones), got {skip!r}")
+        ids = np.arange(skip, before)
         if answers != "all":
             sampled = self.shards.temperature[ids] > 0
             ids = ids[sampled if answers == "sampled" else ~sampled]
         if not len(ids):
-            raise ValueError(f"the data has no {answers} answers before its {self.valid_rows} held-out sequences")
+            raise ValueError(f"the data has no {answers} answers between sequence {skip} and its {self.valid_rows} "
+                             f"held-out sequences")
         if tokens is not None:
             cumulative = np.cumsum(self.response_lengths()[ids])
             kind = "" if answers == "all" else f"{answers} "
             if tokens > cumulative[-1]:
                 raise ValueError(f"train_tokens {tokens:,} is more than the {int(cumulative[-1]):,} response tokens of "
-                                 f"the {kind}answers before the data's {self.valid_rows} held-out sequences: generate "
-                                 f"more data or lower it")
+                                 f"the {kind}answers from sequence {skip} to the data's {self.valid_rows} held-out "
+                                 f"sequences: generate more data or lower it")
             ids = ids[:int(np.searchsorted(cumulative, tokens, side="right"))]
             if not len(ids):
                 raise ValueError(f"train_tokens {tokens:,} holds no whole sequence (the first {kind}answer has "
