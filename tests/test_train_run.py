@@ -270,6 +270,25 @@ def test_the_progress_bar_times_the_steps_after_the_first_compiling_one(tmp_path
     assert bar.initial == 1 and bar.n == 2
 
 
+def test_the_progress_bar_shows_the_held_out_tau_of_the_evaluation_just_made(tmp_path, monkeypatch):
+    """At each evaluation the bar's "valid tau" is that evaluation's estimate (the log's), not the one before
+    (which showed nan after the first evaluation and lagged a log interval behind after)."""
+    bars = []
+
+    class Bar(train_loop.tqdm):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            bars.append(self)
+
+    monkeypatch.setattr(train_loop, "tqdm", Bar)
+    tc = train_dflash.DFlashTrainConfig(steps=2, batch_size=4, anchors=4, log_every=2, ckpt_every=100)
+    _, log = train_loop.train((TARGET, target_outer(TARGET_PARAMS)), DRAFTER, trainset(DRAFTER.target_layer_ids), tc,
+                              tmp_path, step_factory=train_dflash.make_step, progress=True)
+    (bar,) = bars
+    assert [r["step"] for r in log] == [2]
+    assert f"valid tau {log[-1]['valid_tau_estimate']:.2f}" in bar.postfix and "nan" not in bar.postfix
+
+
 def test_a_field_added_after_a_run_began_resumes_at_its_default_and_only_there(tmp_path):
     """A run.json written before a recipe field existed (here `patience`, `train_tokens` and `answers`, removed
     from it) resumes while the field keeps its default; given another value, the resume is refused naming it."""

@@ -328,7 +328,7 @@ def _run_steps(run: _Run, trainset: TrainSet, touter, vocab, mesh, bar, say, che
     """`train`'s steps from run.start to run.end: log records every `log_every` steps, checkpoints every
     `ckpt_every`, the schedule refitted to the deadline once (`refit`, None: never); returns the step at which
     the deadline stopped it (None: it ran to the end, or early stopping ended it; `_early_stop`)."""
-    recent, last_tau, timer, valid = [], float("nan"), None, trainset.valid_batch()
+    recent, timer, valid = [], None, trainset.valid_batch()
     t0, s, tc = time.time(), run.start, run.tc
     if run.stopped_early is not None:  # a resumed run that had stopped early: nothing left to do
         say(f"the run stopped early at step {run.stopped_early}; nothing to resume")
@@ -359,10 +359,10 @@ def _run_steps(run: _Run, trainset: TrainSet, touter, vocab, mesh, bar, say, che
                     f"({timer[1]:.1f} s) -> {fitted} steps")
         if done % tc.log_every == 0 or done == tc.steps:
             recent = [float(x) for x in recent]
+            rec, valid_tau = _log_record(run.eval_fn, run.dparams, touter, valid, vocab, tc, mesh, recent, done,
+                                         float(run.schedule(done)), seconds())
             bar.set_postfix_str(f"loss {np.mean(recent):.3f} tau {float(metrics['tau']):.2f} valid tau "
-                                f"{last_tau:.2f}", refresh=False)
-            rec, last_tau = _log_record(run.eval_fn, run.dparams, touter, valid, vocab, tc, mesh, recent, done,
-                                        float(run.schedule(done)), seconds())
+                                f"{valid_tau:.2f}", refresh=False)  # this evaluation's, not the one before
             run.log.append(rec)
             say(json.dumps(rec))
             new_best = tc.patience > 0 and _early_stop(run, done, say)
