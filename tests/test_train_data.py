@@ -190,3 +190,19 @@ def test_follow_on_sources_extend_the_order_without_moving_its_first_phase():
     assert not texts & evaluation_texts()
     first_turns = {normalise(p.text) for p in first if p.source == "sharegpt"}
     assert not first_turns & {normalise(p.text) for p in later if p.source == "sharegpt-turns"}
+
+
+def test_a_continued_directory_keeps_its_own_sampled_fraction_whatever_the_default_is(tmp_path):
+    """`fraction_for`: a given fraction wins; else an existing directory's recipe (the committed SmolLM2 data was
+    generated at 0.25, before the default became 0.5), so continuing it needs no flag and meets no refusal; else
+    the default. The committed data's own value is read back the same way."""
+    old = tmp_path / "old"
+    old.mkdir()
+    manifest = {"recipe": {"target": "zoo", "sampled_fraction": 0.25}, "target": {"name": "zoo", "params_sha256": "-"},
+                "cursor": 0, "skipped_prompts": 0, "shards": []}
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    assert train_data.fraction_for(old) == 0.25 and train_data.fraction_for(old, 1.0) == 1.0
+    assert train_data.fraction_for(tmp_path / "new") == DataRecipe.sampled_fraction == 0.5
+    assert train_data.fraction_for(tmp_path / "new", 0.0) == 0.0
+    committed = pathlib.Path(__file__).parents[1] / "specjax" / "zoo" / "data" / "smollm2-135m-instruct"
+    assert train_data.fraction_for(committed) == 0.25

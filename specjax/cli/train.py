@@ -79,8 +79,9 @@ def _data_flags(ap) -> None:
                     "tokens at most (default: %(default)s)")
     ap.add_argument("--batch-size", type=_number(int), default=d.batch_size, help="rows generated together "
                     "(default: %(default)s)")
-    ap.add_argument("--sampled-fraction", type=_number(float), default=d.sampled_fraction, help="fraction of "
-                    "sequences sampled at T = 1 (default: %(default)s)")
+    ap.add_argument("--sampled-fraction", type=_number(float), default=None, help="fraction of sequences sampled "
+                    f"at T = 1 (default: an existing --out's own, else {d.sampled_fraction}: "
+                    "specjax.train.data.DataRecipe says why)")
     ap.add_argument("--no-chat", action="store_true", help="plain prompts, no chat template")
     ap.add_argument("--engine", choices=ENGINES, default="continuous", help="continuous: finished rows are "
                     "refilled at once (needs EOS ids); batched: generate_ar per batch (default: %(default)s)")
@@ -111,6 +112,7 @@ def _data(args) -> int:
     if args.minutes is not None and not 0 < args.minutes < float("inf"):
         raise UsageError(f"--minutes must be a number > 0, got {args.minutes}")
     deadline = None if args.minutes is None else time.time() + 60 * args.minutes
+    args.sampled_fraction = data.fraction_for(args.out, args.sampled_fraction)
     if not 0 <= args.sampled_fraction <= 1:
         raise UsageError(f"--sampled-fraction must be in [0, 1], got {args.sampled_fraction}")
     try:

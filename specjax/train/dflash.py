@@ -59,13 +59,14 @@ class DFlashTrainConfig(DrafterTrainConfig):
 
 
 def make_dataset(target, prompts: list[list[int]], *, seq_len: int, max_new_tokens: int, batch_size: int = 64,
-                 sampled_fraction: float = 0.25, seed: int = 0, progress: bool = True) -> dict[str, np.ndarray]:
+                 sampled_fraction: float = 0.5, seed: int = 0, progress: bool = True) -> dict[str, np.ndarray]:
     """Target-regenerated training sequences: {"tokens" int32[N, seq_len], "loss_mask" bool[N, seq_len],
     "temperature" float32[N] (each answer's: 0 greedy, 1 sampled)}.
 
     target: (cfg, params). Prompts are cut to their last `seq_len - max_new_tokens`
     tokens; every `1 / sampled_fraction`-th batch is sampled at temperature 1, the rest
-    greedy. Generation stops at the target's EOS (included in the response).
+    greedy (0.5 by default, as `specjax.train.data.DataRecipe`). Generation stops at the target's EOS (included
+    in the response).
     """
     cfg, params = target
     keep = seq_len - max_new_tokens
