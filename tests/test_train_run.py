@@ -4,6 +4,7 @@ command line is made from their dataclasses, and a resumed run keeps its recipe 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import importlib.util
 import json
@@ -220,7 +221,8 @@ def test_bfloat16_drafter_products_stay_within_their_rounding_bound_and_keep_flo
 def test_a_resumed_runs_export_records_every_command_of_the_run(tmp_path):
     """A DFlash run on the zoo target stopped after one step (`stop_after`), then resumed to its end: the
     drafter exported by the resumed call names both commands in recipe.json, in order (run.json's), and the
-    sequences it skipped (a continuation on answers its warm start has not seen)."""
+    sequences it skipped (a continuation on answers its warm start has not seen); a run warm-started from that
+    export records the weights it started from by their sha256."""
     t = TRAINERS["dflash"]
     arch, tc = t.arch(block_size=4), t.train_config(steps=2, batch_size=2, anchors=2, log_every=100, ckpt_every=1)
     plan = TrainPlan(data=str(tiny_data_directory(tmp_path / "data")), out=str(tmp_path / "run"), target="zoo", seq_len=24,
@@ -240,6 +242,14 @@ def test_a_resumed_runs_export_records_every_command_of_the_run(tmp_path):
     assert run_module.read_data_shards(plan.out) == 1
     fresh = run_module.run("dflash", dataclasses.replace(plan, out=str(tmp_path / "again"), stop_after=1), arch, tc)
     assert fresh["export"] is None and run_module.read_data_shards(tmp_path / "again") == 2  # a new run: all of it
+    assert recipe["init"] is None
+    warm = run_module.run("dflash", dataclasses.replace(plan, out=str(tmp_path / "warm"), init=str(tmp_path / "export"),
+                                                        export=str(tmp_path / "warm-export"), data_shards=1), arch, tc)
+    assert warm["export"] is not None
+    init = json.loads((tmp_path / "warm-export" / "recipe.json").read_text())["init"]
+    assert init == {"directory": str(tmp_path / "export"),
+                    "weights_sha256": {"model.safetensors": hashlib.sha256(
+                        (tmp_path / "export" / "model.safetensors").read_bytes()).hexdigest()}}
 
 
 def test_the_progress_bar_times_the_steps_after_the_first_compiling_one(tmp_path, monkeypatch):

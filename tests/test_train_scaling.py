@@ -66,8 +66,11 @@ def test_the_table_trains_one_drafter_per_budget_and_a_rerun_reads_it_back(tmp_p
     assert train_main(["compare", "dflash", "--target", "zoo", "--data", str(data), "--drafters", ",".join(exports),
                        "--valid-rows", str(VALID), "--eval-prompts", "2", "--new-tokens", "4", "--data-shards", "1",
                        "--json", str(tmp_path / "compare.json")]) == 0
-    measured = json.loads((tmp_path / "compare.json").read_text())["drafters"]
+    written = json.loads((tmp_path / "compare.json").read_text())
+    measured = written["drafters"]
     assert [measured[e] for e in exports] == [r["tau"] for r in rows]
+    assert (written["eval_prompts"], written["new_tokens"], written["data_shards"]) == (2, 4, 1)
+    assert "budgets" not in written and "one_run" not in written  # what was measured, not a table's plan
     assert f"| {exports[0]} | {rows[0]['tau']['T=0']['tau_mean']:.3f} |" in capsys.readouterr().out
 
 

@@ -231,9 +231,10 @@ def _compare(args) -> int:
         print(f"| {d} | " + " | ".join("-" if taus[t]["tau_mean"] is None else f"{taus[t]['tau_mean']:.3f}"
                                        for t in temps) + " |")
     if args.json:
+        measured = {k: getattr(sp, k) for k in ("eval_prompts", "new_tokens", "temperatures")}  # no table's budgets
         pathlib.Path(args.json).write_text(json.dumps({"kind": args.kind, "target": args.target, "data": args.data,
-                                                       "valid_rows": args.valid_rows, **dataclasses.asdict(sp),
-                                                       "drafters": rows}, indent=1) + "\n")
+                                                       "valid_rows": args.valid_rows, "data_shards": args.data_shards,
+                                                       **measured, "drafters": rows}, indent=1) + "\n")
     return 0
 
 

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.data.assets import cache_root
+from specjax.data.assets import cache_root, sha256_file
 from specjax.declared import Registry
 from specjax.decode import generate
 from specjax.distributed import barrier, is_main
@@ -196,6 +196,16 @@ class TrainPlan:
                 "skip_sequences": self.skip_sequences, "pack": self.pack,
                 "answers": self.answers,
                 "draft_vocab": self.draft_vocab, "init": self.init}
+
+
+def init_record(init: str | None) -> dict | None:
+    """What a warm-started run started from, for its recipe: the directory as given and the sha256 of each of its
+    weight files (a zoo directory is overwritten by the export it warm-starts: its hashes still name the weights
+    the run read, which git history keeps)."""
+    if init is None:
+        return None
+    return {"directory": init, "weights_sha256": {f.name: sha256_file(f)
+                                                  for f in sorted(pathlib.Path(init).glob("*.safetensors"))}}
 
 
 def _recipe(kind: str, plan: TrainPlan, arch, tc) -> dict:
@@ -391,6 +401,7 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
                      "layers": list(layers),
                      "target_dtype": None if not online else jnp.dtype(step_dtype(plan.target_dtype)
                                                                        or jnp.float32).name},
+        "init": init_record(plan.init),
         "draft_vocab": {"k": plan.draft_vocab or tcfg.vocab_size, "from_init": init_ids is not None,
                         "covers_response_tokens": round(float(
                             responses[np.asarray(vocab.ids)].sum() / responses.sum()), 4) if vocab is not None else 1.0},
