@@ -14,6 +14,7 @@ from specjax.data.train_sources import DEFAULT_WEIGHTS, read_prompt_order, train
 from specjax.train import data as train_data
 from specjax.train.data import (DataRecipe, compress_prompt_files, generate_shards, load_shards, load_target,
                                 read_shard_prompts)
+from tests.train_fixtures import record_bars
 
 COMMITTED = pathlib.Path(__file__).parent.parent / "specjax" / "zoo" / "data" / "smollm2-135m-instruct"
 pytestmark = pytest.mark.registry  # the prompt sources and evaluation sets are registry assets
@@ -33,15 +34,8 @@ def _by_prompt(directory: pathlib.Path) -> dict[int, tuple[list[int], float]]:
 def test_generation_resumes_where_it_stopped_and_refuses_another_recipe(tmp_path, engine, monkeypatch):
     """A run stops within one answer of its target (its last shard ends early at a prompt index: the cursor) and
     its progress bar ends on the manifest's total; a run stopped at 60 tokens and continued to 150 holds the same
-    sequences, prompt for prompt, as one run to 150."""
-    bars = []
-
-    class Bar(train_data.tqdm):
-        def __init__(self, *args, **kw):
-            super().__init__(*args, **kw)
-            bars.append(self)
-
-    monkeypatch.setattr(train_data, "tqdm", Bar)
+    sequences, prompt for prompt, as one run to 150 (the batched engine: the same greedy answers)."""
+    bars = record_bars(monkeypatch, train_data)
     cfg, params, enc, _ = load_target("zoo")
     recipe = DataRecipe(target="zoo", max_new_tokens=8, max_prompt_tokens=24, batch_size=8, chat=False)
     kw = dict(shard_batches=1, progress=True, engine=engine)
@@ -57,7 +51,13 @@ def test_generation_resumes_where_it_stopped_and_refuses_another_recipe(tmp_path
     whole, resumed = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("a", "b"))
     assert len(whole["shards"]) >= 3 and whole["cursor"] == resumed["cursor"]
     assert whole["totals"]["response_tokens"] == resumed["totals"]["response_tokens"]
-    assert _by_prompt(tmp_path / "a") == _by_prompt(tmp_path / "b")
+    whole_rows, resumed_rows = _by_prompt(tmp_path / "a"), _by_prompt(tmp_path / "b")
+    assert whole_rows.keys() == resumed_rows.keys()
+    if engine == "continuous":  # every answer: each prompt's sampling is its own (index and key)
+        assert whole_rows == resumed_rows
+    else:  # the batched engine's batches (so its sampled ones) depend on where a run stopped: greedy answers only
+        greedy = [i for i in whole_rows if whole_rows[i][1] == 0 and resumed_rows[i][1] == 0]
+        assert greedy and all(whole_rows[i] == resumed_rows[i] for i in greedy)
     data = load_shards(tmp_path / "b")
     assert len(data) == whole["totals"]["sequences"]
     responses = np.diff(data.offsets) - data.prompt_lengths
@@ -204,5 +204,4 @@ def test_a_continued_directory_keeps_its_own_sampled_fraction_whatever_the_defau
     assert train_data.fraction_for(old) == 0.25 and train_data.fraction_for(old, 1.0) == 1.0
     assert train_data.fraction_for(tmp_path / "new") == DataRecipe.sampled_fraction == 0.5
     assert train_data.fraction_for(tmp_path / "new", 0.0) == 0.0
-    committed = pathlib.Path(__file__).parents[1] / "specjax" / "zoo" / "data" / "smollm2-135m-instruct"
-    assert train_data.fraction_for(committed) == 0.25
+    assert train_data.fraction_for(COMMITTED) == 0.25

@@ -32,7 +32,8 @@ from specjax.train.loop import TrainSet, make_optimizer, online_steps
 from specjax.train import run as run_module
 from specjax.train.run import RUN_FILE, TRAINERS, TrainPlan, check_resume
 from specjax.train.trainer import check_values
-from tests.train_fixtures import DRAFTER, TARGET, TARGET_PARAMS, add_tiny_shard, tiny_data_directory, trainset
+from tests.train_fixtures import (DRAFTER, TARGET, TARGET_PARAMS, add_tiny_shard, record_bars, tiny_data_directory,
+                                  trainset)
 
 
 def test_every_training_module_with_a_trainer_record_is_collected():
@@ -255,12 +256,7 @@ def test_a_resumed_runs_export_records_every_command_of_the_run(tmp_path):
 def test_the_progress_bar_times_the_steps_after_the_first_compiling_one(tmp_path, monkeypatch):
     """`train`'s bar (its rate, so its ETA) starts its clock once the first step, which compiles, has returned,
     at that step's count: the first step's compile no longer stretches the ETA."""
-    bars, returned = [], []
-
-    class Bar(train_loop.tqdm):
-        def __init__(self, *args, **kw):
-            super().__init__(*args, **kw)
-            bars.append(self)
+    bars, returned = record_bars(monkeypatch, train_loop), []
 
     def factory(*args, **kw):
         step, evaluate = train_dflash.make_step(*args, **kw)
@@ -271,7 +267,6 @@ def test_the_progress_bar_times_the_steps_after_the_first_compiling_one(tmp_path
             return out
         return timed, evaluate
 
-    monkeypatch.setattr(train_loop, "tqdm", Bar)
     tc = train_dflash.DFlashTrainConfig(steps=10, batch_size=4, anchors=4, log_every=100, ckpt_every=100)
     train_loop.train((TARGET, target_outer(TARGET_PARAMS)), DRAFTER, trainset(DRAFTER.target_layer_ids), tc, tmp_path,
                      step_factory=factory, progress=True, stop_after=2)  # 2 steps, no evaluation to compile
@@ -283,14 +278,7 @@ def test_the_progress_bar_times_the_steps_after_the_first_compiling_one(tmp_path
 def test_the_progress_bar_shows_the_held_out_tau_of_the_evaluation_just_made(tmp_path, monkeypatch):
     """At each evaluation the bar's "valid tau" is that evaluation's estimate (the log's), not the one before
     (which showed nan after the first evaluation and lagged a log interval behind after)."""
-    bars = []
-
-    class Bar(train_loop.tqdm):
-        def __init__(self, *args, **kw):
-            super().__init__(*args, **kw)
-            bars.append(self)
-
-    monkeypatch.setattr(train_loop, "tqdm", Bar)
+    bars = record_bars(monkeypatch, train_loop)
     tc = train_dflash.DFlashTrainConfig(steps=2, batch_size=4, anchors=4, log_every=2, ckpt_every=100)
     _, log = train_loop.train((TARGET, target_outer(TARGET_PARAMS)), DRAFTER, trainset(DRAFTER.target_layer_ids), tc,
                               tmp_path, step_factory=train_dflash.make_step, progress=True)

@@ -71,3 +71,16 @@ def add_tiny_shard(directory, rows: int = 12, length: int = 24, prompt: int = 5,
                           "response_tokens": manifest["totals"]["response_tokens"] + response}
     (directory / "manifest.json").write_text(json.dumps(manifest))
     return directory
+
+
+def record_bars(monkeypatch, module) -> list:
+    """Every tqdm progress bar `module` makes from now on, appended to the returned list as it is made."""
+    bars = []
+
+    class Bar(module.tqdm):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            bars.append(self)
+
+    monkeypatch.setattr(module, "tqdm", Bar)
+    return bars

@@ -263,7 +263,11 @@ def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | p
     (`specjax.train.continuous`: a pool of batch_size rows refilled as rows finish, prompts of the
     next shard already in flight; needs EOS ids) or "batched" (`generate_ar` per batch of
     batch_size prompts, sorted by length within the shard). Sampled sequences: every k-th prompt
-    index (continuous) or every k-th batch (batched), k = round(1 / sampled_fraction).
+    index (continuous) or every k-th batch (batched), k = round(1 / sampled_fraction). A continued run's data
+    is the uninterrupted run's, prompt for prompt, with the continuous engine; with the batched one only its
+    greedy answers are: a run that stopped inside a shard forms the next run's batches from another first prompt,
+    so which batches sample, and with which keys, depends on where runs stopped (a sampled answer would need a
+    key of its own prompt, which `generate_ar`'s one key per batch does not give).
 
     prompt_order: a file of `write_prompt_order` (the same weights and seed) read instead of the
     registry's sources: the same prompts, on a machine that cannot reach the registry.
