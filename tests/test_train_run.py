@@ -223,7 +223,8 @@ def test_a_resumed_runs_export_records_every_command_of_the_run(tmp_path):
     """A DFlash run on the zoo target stopped after one step (`stop_after`), then resumed to its end: the
     drafter exported by the resumed call names both commands in recipe.json, in order (run.json's), and the
     sequences it skipped (a continuation on answers its warm start has not seen); a run warm-started from that
-    export records the weights it started from by their sha256."""
+    export records the weights its first call read, by their sha256, even when the directory changed before the
+    call that exports."""
     t = TRAINERS["dflash"]
     arch, tc = t.arch(block_size=4), t.train_config(steps=2, batch_size=2, anchors=2, log_every=100, ckpt_every=1)
     plan = TrainPlan(data=str(tiny_data_directory(tmp_path / "data")), out=str(tmp_path / "run"), target="zoo", seq_len=24,
@@ -244,13 +245,16 @@ def test_a_resumed_runs_export_records_every_command_of_the_run(tmp_path):
     fresh = run_module.run("dflash", dataclasses.replace(plan, out=str(tmp_path / "again"), stop_after=1), arch, tc)
     assert fresh["export"] is None and run_module.read_data_shards(tmp_path / "again") == 2  # a new run: all of it
     assert recipe["init"] is None
-    warm = run_module.run("dflash", dataclasses.replace(plan, out=str(tmp_path / "warm"), init=str(tmp_path / "export"),
-                                                        export=str(tmp_path / "warm-export"), data_shards=1), arch, tc)
-    assert warm["export"] is not None
+    weights = tmp_path / "export" / "model.safetensors"
+    read = hashlib.sha256(weights.read_bytes()).hexdigest()
+    warm = dataclasses.replace(plan, out=str(tmp_path / "warm"), init=str(tmp_path / "export"), data_shards=1)
+    run_module.run("dflash", dataclasses.replace(warm, stop_after=1), arch, tc)
+    weights.write_bytes(weights.read_bytes()[:-1] + b"!")  # the init directory overwritten between the calls
+    done = run_module.run("dflash", dataclasses.replace(warm, resume=True, export=str(tmp_path / "warm-export")),
+                          arch, tc)
+    assert done["export"] is not None
     init = json.loads((tmp_path / "warm-export" / "recipe.json").read_text())["init"]
-    assert init == {"directory": str(tmp_path / "export"),
-                    "weights_sha256": {"model.safetensors": hashlib.sha256(
-                        (tmp_path / "export" / "model.safetensors").read_bytes()).hexdigest()}}
+    assert init == {"directory": str(tmp_path / "export"), "weights_sha256": {"model.safetensors": read}}
 
 
 def test_the_progress_bar_times_the_steps_after_the_first_compiling_one(tmp_path, monkeypatch):

@@ -199,9 +199,9 @@ class TrainPlan:
 
 
 def init_record(init: str | None) -> dict | None:
-    """What a warm-started run started from, for its recipe: the directory as given and the sha256 of each of its
-    weight files (a zoo directory is overwritten by the export it warm-starts: its hashes still name the weights
-    the run read, which git history keeps)."""
+    """What a warm-started run started from: the directory as given and the sha256 of each of its weight files,
+    taken by the run's first call (run.json's "init_read"), so an export that overwrites that directory (a zoo
+    drafter continued in place) still names the weights the run read, which git history keeps."""
     if init is None:
         return None
     return {"directory": init, "weights_sha256": {f.name: sha256_file(f)
@@ -252,12 +252,13 @@ def read_data_shards(out: str | pathlib.Path) -> int | None:
 
 
 def _write_run(out: pathlib.Path, recipe: dict, command: str, changed: list[str],
-               data_shards: int | None = None) -> list[dict]:
-    """Append this call to run.json (recipe, every command with the fields it overrode, the data shards the first
-    call read); return the commands."""
+               data_shards: int | None = None, init: str | None = None) -> list[dict]:
+    """Append this call to run.json (recipe, every command with the fields it overrode; from the first call, the
+    data shards it read and the warm start's weights by hash, `init_record(init)`); return the commands."""
     path = out / RUN_FILE
     state = json.loads(path.read_text()) if path.exists() else {"recipe": recipe, "commands": [],
-                                                                 "data_shards_read": data_shards}
+                                                                 "data_shards_read": data_shards,
+                                                                 "init_read": init_record(init)}
     state["commands"].append({"command": command, "overrides": changed, "time": time.strftime("%Y-%m-%d %H:%M:%S")})
     state["recipe"] = recipe
     out.mkdir(parents=True, exist_ok=True)
@@ -376,7 +377,8 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     touter = outer_params(tparams)  # the target params a drafter shares: all but the layers
     init = (warm_start(plan.init, dcfg, None if vocab is None else vocab.ids) if plan.init
             else trainer.init(touter, tcfg, vocab))
-    commands = _write_run(out, recipe_fields, plan.command, changed, len(shards.manifest["shards"])) if is_main() else []
+    commands = (_write_run(out, recipe_fields, plan.command, changed, len(shards.manifest["shards"]), plan.init)
+                if is_main() else [])
     mesh = None if plan.mesh is None else make_mesh(data=plan.mesh[0], model=plan.mesh[1])
     dparams, log = train((tcfg, touter), dcfg, trainset, tc, plan.out, step_factory=trainer.make_step, vocab=vocab,
                          resume=plan.resume, stop_after=plan.stop_after, mesh=mesh, init=init, deadline=deadline,
@@ -401,7 +403,7 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
                      "layers": list(layers),
                      "target_dtype": None if not online else jnp.dtype(step_dtype(plan.target_dtype)
                                                                        or jnp.float32).name},
-        "init": init_record(plan.init),
+        "init": json.loads((out / RUN_FILE).read_text()).get("init_read", init_record(plan.init)),  # (older runs)
         "draft_vocab": {"k": plan.draft_vocab or tcfg.vocab_size, "from_init": init_ids is not None,
                         "covers_response_tokens": round(float(
                             responses[np.asarray(vocab.ids)].sum() / responses.sum()), 4) if vocab is not None else 1.0},
