@@ -149,3 +149,29 @@ def test_skipping_the_first_sequences_trains_on_the_rest_only_and_keeps_the_held
     for bad in (-1, len(before), True, 2.0):
         with pytest.raises(ValueError, match=f"skip must be an integer from 0 to {len(before) - 1}"):
             full.with_train_tokens(skip=bad)
+
+
+def test_excluded_sequences_are_left_out_wherever_they_are_and_sequences_read_is_every_row_of_the_steps():
+    """exclude= (a warm start's recorded `sequences_read`, any ids): the training rows are the ones from skip to the
+    held-out ones less those (brute force, with a kind of answer and a token budget after the exclusion); excluding
+    every one is refused. `sequences_read(steps)` is the distinct ids of the steps' rows, over epoch boundaries."""
+    full = trainset(DRAFTER.target_layer_ids)
+    before = np.arange(len(full.shards) - VALID_ROWS)
+    lengths = full.response_lengths()
+    gone = np.array([0, 2, 3, 7])
+    rest = full.with_train_tokens(exclude=gone)
+    np.testing.assert_array_equal(rest.training_ids, [i for i in before if i not in gone])
+    np.testing.assert_array_equal(rest.valid_batch()["tokens"], full.valid_batch()["tokens"])
+    np.testing.assert_array_equal(full.with_train_tokens(skip=2, exclude=gone).training_ids,
+                                  [i for i in before[2:] if i not in gone])
+    kept = [i for i in before if i not in gone]
+    np.testing.assert_array_equal(full.with_train_tokens(int(lengths[kept[:3]].sum()), exclude=gone).training_ids,
+                                  kept[:3])
+    temps = full.shards.temperature
+    np.testing.assert_array_equal(full.with_train_tokens(answers="greedy", exclude=gone).training_ids,
+                                  [i for i in kept if temps[i] == 0])
+    with pytest.raises(ValueError, match="is excluded"):
+        full.with_train_tokens(exclude=before)
+    for steps, batch in ((0, 2), (1, 3), (3, 2), (len(before), 3)):  # the last runs past one epoch
+        rows = [r for s in range(steps) for r in full.rows_at(s, batch, 5).tolist()]
+        np.testing.assert_array_equal(full.sequences_read(steps, batch, 5), sorted(set(rows)))

@@ -26,6 +26,7 @@ from specjax.models import init_params
 from specjax.models.dflash_net import target_outer
 from specjax.train import dflash as train_dflash
 from specjax.train import loop as train_loop
+from specjax.train.checkpoints import SEQUENCES_READ, load_sequences_read, save_sequences_read
 from specjax.train.data import load_shards
 from specjax.train.features import data_sha256
 from specjax.train.loop import TrainSet, make_optimizer, online_steps
@@ -254,7 +255,8 @@ def test_a_resumed_runs_export_records_every_command_of_the_run(tmp_path):
                           arch, tc)
     assert done["export"] is not None
     init = json.loads((tmp_path / "warm-export" / "recipe.json").read_text())["init"]
-    assert init == {"directory": str(tmp_path / "export"), "weights_sha256": {"model.safetensors": read}}
+    assert init == {"directory": str(tmp_path / "export"), "weights_sha256": {"model.safetensors": read},
+                    "sequences_read": recipe["data"]["sequences_read"]}
 
 
 def test_the_progress_bar_times_the_steps_after_the_first_compiling_one(tmp_path, monkeypatch):
@@ -306,3 +308,51 @@ def test_a_field_added_after_a_run_began_resumes_at_its_default_and_only_there(t
     with pytest.raises(ValueError, match=r"answers \('all' -> 'greedy'\)"):
         check_resume(tmp_path, run_module._recipe("dflash", dataclasses.replace(plan, answers="greedy"), t.arch(),
                                                   t.train_config()), (), defaults)
+
+
+def test_a_chain_of_continuations_on_unseen_answers_never_reads_a_sequence_twice(tmp_path):
+    """A run's export records the sequences its weights learned from (sequences_read.npy: the rows of its steps,
+    with its warm start's); a continuation with unseen_only trains on the others only, even when its own export
+    overwrites the directory it started from between its calls (it reads the copy its first call took), and its
+    export records both. unseen_only without a warm start, or from one without a record, or on other data, is
+    refused, naming the fix."""
+    t = TRAINERS["dflash"]
+    arch, tc = t.arch(block_size=4), t.train_config(steps=2, batch_size=2, anchors=2, log_every=100, ckpt_every=1)
+    data = tiny_data_directory(tmp_path / "data", rows=14)
+    plan = TrainPlan(data=str(data), out=str(tmp_path / "a"), target="zoo", seq_len=24, valid_rows=2,
+                     features="online", skip_sequences=3, export=str(tmp_path / "zoo"))
+    run_module.run("dflash", plan, arch, tc)
+    checksums = [s["sha256"] for s in load_shards(plan.data).manifest["shards"]]
+    first = json.loads((tmp_path / "zoo" / "recipe.json").read_text())["data"]["sequences_read"]
+    a = load_sequences_read(tmp_path / "zoo" / SEQUENCES_READ, first, checksums)
+    assert len(a) == 4 and a.min() >= 3 and a.max() < 12 and first["includes_init"] is None  # 2 steps x 2 rows
+    # continued in place: stopped after one step, the directory overwritten by another export, then resumed
+    cont = dataclasses.replace(plan, out=str(tmp_path / "b"), init=str(tmp_path / "zoo"), skip_sequences=0,
+                               unseen_only=True)
+    run_module.run("dflash", dataclasses.replace(cont, stop_after=1, export=None), arch, tc)
+    run_module.run("dflash", dataclasses.replace(plan, out=str(tmp_path / "c"), skip_sequences=0), arch, tc)
+    run_module.run("dflash", dataclasses.replace(cont, resume=True), arch, tc)
+    recipe = json.loads((tmp_path / "zoo" / "recipe.json").read_text())
+    assert recipe["data"]["train_sequences"] == 12 - 4 and recipe["data"]["unseen_only"]
+    both = load_sequences_read(tmp_path / "zoo" / SEQUENCES_READ, recipe["data"]["sequences_read"], checksums)
+    assert recipe["data"]["sequences_read"]["includes_init"] is True and len(both) == 8 and set(a) < set(both)
+    trained = TrainSet(load_shards(plan.data), None, (), 24, 2).with_train_tokens(exclude=a)
+    np.testing.assert_array_equal(np.setdiff1d(both, a), trained.sequences_read(2, 2, tc.seed))
+    with pytest.raises(ValueError, match="unseen_only leaves out what a warm start learned from: give init"):
+        dataclasses.replace(plan, unseen_only=True).check()
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "recipe.json").write_text(json.dumps({"data": {}}))
+    with pytest.raises(ValueError, match="has no record of the sequences it learned from .* give skip_sequences"):
+        dataclasses.replace(plan, init=str(bare), unseen_only=True).check()
+    other = [c[::-1] for c in checksums]
+    with pytest.raises(ValueError, match="indexes the sequences of other data"):
+        load_sequences_read(tmp_path / "zoo" / SEQUENCES_READ, recipe["data"]["sequences_read"], other)
+    with pytest.raises(ValueError, match="the file and recipe.json disagree"):
+        load_sequences_read(tmp_path / "zoo" / SEQUENCES_READ, {**first, "shards": len(checksums),
+                                                                 "shards_sha256": recipe["data"]["sequences_read"][
+                                                                     "shards_sha256"]}, checksums)
+    grown = tmp_path / "grown"
+    assert save_sequences_read(grown / "s.npy", [0, 5], 30, checksums + ["f" * 64])["count"] == 2
+    np.testing.assert_array_equal(load_sequences_read(grown / "s.npy", json.loads(json.dumps(
+        save_sequences_read(grown / "s.npy", [5, 0], 30, checksums))), checksums + ["e" * 64]), [0, 5])

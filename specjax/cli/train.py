@@ -164,8 +164,8 @@ def _drafter(args, argv) -> int:
 # ------------------------------------------------------------------------------------------------ scaling
 
 # the TrainPlan fields a τ-against-data table sets per budget (`specjax.train.scaling`): not flags of `scaling`
-_SCALING_SETS = ("command", "export", "resume", "init", "stop_after", "train_tokens", "skip_sequences", "eval_prompts",
-                 "minutes", "fit_steps", "override")
+_SCALING_SETS = ("command", "export", "resume", "init", "stop_after", "train_tokens", "skip_sequences", "unseen_only",
+                 "eval_prompts", "minutes", "fit_steps", "override")
 
 
 def _scaling_flags(ap) -> None:

@@ -4,11 +4,14 @@ float16 export with its recipe.json, and the warm starts that begin a run from a
     save_state(ckpt, cfg, params, opt_state, step, tc, log, seconds)   # atomically, every `ckpt_every` steps
     cfg, params, opt_state, step, log, seconds, vocab_ids = load_state(ckpt, opt_state_template)
     export(directory, dcfg, dparams, recipe)                           # config.json + model.safetensors (float16)
+    record = save_sequences_read(directory / SEQUENCES_READ, ids, n, checksums)  # what its weights learned from
+    ids = load_sequences_read(directory / SEQUENCES_READ, record, checksums)     # a continuation's exclusions
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import pathlib
 
@@ -20,9 +23,11 @@ from specjax.atomic import replace_directory, staging_path
 from specjax.models import load_checkpoint, save_checkpoint
 from specjax.models.draft_vocab import split_draft_vocab, with_draft_vocab
 
-__all__ = ["BEST_DIR", "save_state", "load_state", "load_best", "export", "init_vocab_ids", "warm_start"]
+__all__ = ["BEST_DIR", "SEQUENCES_READ", "save_state", "load_state", "load_best", "export", "init_vocab_ids",
+           "warm_start", "save_sequences_read", "load_sequences_read"]
 
 BEST_DIR = "best"  # the checkpoint's subdirectory holding the best evaluation's weights (early stopping)
+SEQUENCES_READ = "sequences_read.npy"  # an export's record of the data sequences its weights learned from
 
 
 def save_state(ckpt: pathlib.Path, cfg, params, opt_state, step: int, tc, log: list, seconds: float,
@@ -115,3 +120,41 @@ def warm_start(directory: str | pathlib.Path, dcfg, vocab_ids=None):
         return jax.tree.map(lambda fresh, old: jnp.asarray(old, fresh.dtype), dparams, saved)
 
     return init
+
+
+def _shards_sha256(checksums: list[str]) -> str:
+    return hashlib.sha256("".join(checksums).encode()).hexdigest()
+
+
+def save_sequences_read(path: str | pathlib.Path, ids: np.ndarray, num_sequences: int, checksums: list[str]) -> dict:
+    """Write which of a data directory's first `num_sequences` sequences (those of its shards `checksums`, in
+    order) a drafter learned from, `ids` (int[n], any order), as a bit mask (np.packbits: 6 kB for 50k
+    sequences); return the record recipe.json keeps beside it: the file's name, the count, and the shards it
+    indexes (their number and combined sha256), so a continuation on a grown directory can check that ids name
+    the same sequences."""
+    ids = np.asarray(ids, np.int64)
+    if len(ids) and (ids.min() < 0 or ids.max() >= num_sequences):
+        raise ValueError(f"sequence ids must be in 0..{num_sequences - 1}, got {ids.min()}..{ids.max()}")
+    mask = np.zeros(num_sequences, bool)
+    mask[ids] = True
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, np.packbits(mask))
+    return {"file": path.name, "count": int(mask.sum()), "of_sequences": int(num_sequences),
+            "shards": len(checksums), "shards_sha256": _shards_sha256(checksums)}
+
+
+def load_sequences_read(path: str | pathlib.Path, record: dict, checksums: list[str]) -> np.ndarray:
+    """int64[n]: the sorted sequence ids `save_sequences_read` wrote to `path` with `record`, checked against the
+    data a run reads now (its shard `checksums`: the recorded shards must be their first ones, else the ids would
+    name other answers). ValueError when they are not, or the file does not hold the record's count."""
+    k = record["shards"]
+    if len(checksums) < k or _shards_sha256(checksums[:k]) != record["shards_sha256"]:
+        raise ValueError(f"{path} indexes the sequences of other data (its first {k} shards' sha256 is "
+                         f"{record['shards_sha256'][:12]}..., not this data's): continue on the data the drafter was "
+                         f"trained on, or leave out the exclusion and skip sequences by hand")
+    mask = np.unpackbits(np.load(path, allow_pickle=False))[:record["of_sequences"]].astype(bool)
+    if len(mask) != record["of_sequences"] or mask.sum() != record["count"]:
+        raise ValueError(f"{path} holds {int(mask.sum())} of {len(mask)} sequences, its record says "
+                         f"{record['count']} of {record['of_sequences']}: the file and recipe.json disagree")
+    return np.flatnonzero(mask).astype(np.int64)

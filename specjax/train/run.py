@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import shutil
 import time
 
 import jax
@@ -39,8 +40,9 @@ from specjax.models.draft_vocab import with_draft_vocab
 from specjax.models.model import outer_params
 from specjax.sampling import Sampling
 from specjax.sharding import make_mesh
+from specjax.train.checkpoints import SEQUENCES_READ, load_sequences_read, save_sequences_read
 from specjax.train.data import load_shards, load_target, params_sha256
-from specjax.train.features import build_feature_cache, data_sha256, open_feature_cache
+from specjax.train.features import build_feature_cache, data_sha256, open_feature_cache, shard_checksums
 from specjax.train.loop import ANSWERS, TrainSet, best_record, export, init_vocab_ids, machine, train, warm_start
 from specjax.train.trainer import Trainer, check_values, choose_mask_token
 from specjax.train.vocab import tables_of_ids, vocab_tables
@@ -49,6 +51,8 @@ __all__ = ["FEATURE_MODES", "RUN_FILE", "TRAINERS", "TrainPlan", "check_resume",
            "measured_tau", "read_data_shards", "read_fields", "read_mesh", "run"]
 
 RUN_FILE = "run.json"
+# in a run directory: the warm start's sequences_read, as the run's first call took it
+INIT_SEQUENCES_READ = "init_sequences_read.npy"
 FEATURE_MODES = ("auto", "cache", "online")
 
 
@@ -109,6 +113,10 @@ class TrainPlan:
         (`TrainSet.with_train_tokens`; the held-out sequences stay the same) (None: all of them).
       skip_sequences: leave out the data's first this many sequences (those a warm start, `init`, already trained
         on: a continued run then reads only answers its drafter has not seen; `train_tokens` counts from there).
+      unseen_only: with `init`, leave out every sequence the warm start's weights learned from, as its export
+        recorded them (recipe.json's data.sequences_read: any ids, not only a prefix; checked to index this
+        data's shards): the run reads only answers new to its drafter. Its own export records those sequences
+        and the ones it read, so a chain of continuations never reads an answer twice.
       pack: several whole sequences in each training row, each attending only to itself (`TrainSet.pack`): the
         same loss per sequence, ~1.27x the response tokens a step at SmolLM2 data's lengths; only for a kind whose
         step takes packed rows (`Trainer.packs`: the draft LM); the batch size then counts rows.
@@ -147,6 +155,7 @@ class TrainPlan:
     data_shards: int | None = None
     train_tokens: int | None = None
     skip_sequences: int = 0
+    unseen_only: bool = False
     pack: bool = False
     answers: str = dataclasses.field(default="all", metadata={"choices": ANSWERS})
     draft_vocab: int = 0
@@ -186,6 +195,12 @@ class TrainPlan:
         for name in ("target_dtype", "drafter_dtype"):
             if getattr(self, name) not in ("auto", "float32", "bfloat16"):
                 raise ValueError(f"{name} must be auto, float32 or bfloat16, got {getattr(self, name)!r}")
+        if self.unseen_only and self.init is None:
+            raise ValueError("unseen_only leaves out what a warm start learned from: give init too")
+        if self.unseen_only and not self.resume and _sequences_read_record(self.init) is None:
+            raise ValueError(f"unseen_only: init {self.init} has no record of the sequences it learned from "
+                             f"(recipe.json data.sequences_read, written by every export): leave out "
+                             f"unseen_only and give skip_sequences (the prefix it read) instead")
         if not pathlib.Path(self.data).is_dir():
             raise ValueError(f"data {self.data}: no such directory (make it with python -m specjax.train data)")
 
@@ -193,19 +208,53 @@ class TrainPlan:
         """The fields a resumed run must keep (what the drafter learns from, and how)."""
         return {"target": self.target, "data": self.data, "seq_len": self.seq_len, "valid_rows": self.valid_rows,
                 "data_shards": self.data_shards, "train_tokens": self.train_tokens,
-                "skip_sequences": self.skip_sequences, "pack": self.pack,
+                "skip_sequences": self.skip_sequences, "unseen_only": self.unseen_only, "pack": self.pack,
                 "answers": self.answers,
                 "draft_vocab": self.draft_vocab, "init": self.init}
 
 
-def init_record(init: str | None) -> dict | None:
-    """What a warm-started run started from: the directory as given and the sha256 of each of its weight files,
-    taken by the run's first call (run.json's "init_read"), so an export that overwrites that directory (a zoo
-    drafter continued in place) still names the weights the run read, which git history keeps."""
+def _sequences_read_record(init: str | None) -> dict | None:
+    """An exported drafter's record of the data sequences its weights learned from (None: none recorded)."""
+    recipe = pathlib.Path(init or "") / "recipe.json"
+    if init is None or not recipe.is_file():
+        return None
+    return (json.loads(recipe.read_text()).get("data") or {}).get("sequences_read")
+
+
+def init_record(init: str | None, out: str | pathlib.Path | None = None) -> dict | None:
+    """What a warm-started run started from: the directory as given, the sha256 of each of its weight files and
+    its export's record of the sequences they learned from (`sequences_read`, None when it has none; the file is
+    copied into run directory `out` as INIT_SEQUENCES_READ), taken by the run's first call (run.json's
+    "init_read"), so an export that overwrites that directory (a zoo drafter continued in place) still names the
+    weights and sequences the run started from, which git history keeps."""
     if init is None:
         return None
+    read = _sequences_read_record(init)
+    if read is not None and out is not None:
+        pathlib.Path(out).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(pathlib.Path(init) / read["file"], pathlib.Path(out) / INIT_SEQUENCES_READ)
     return {"directory": init, "weights_sha256": {f.name: sha256_file(f)
-                                                  for f in sorted(pathlib.Path(init).glob("*.safetensors"))}}
+                                                  for f in sorted(pathlib.Path(init).glob("*.safetensors"))},
+            "sequences_read": read}
+
+
+def init_sequences_read(out: str | pathlib.Path, init_read: dict | None, checksums: list[str],
+                        unseen_only: bool) -> np.ndarray | None:
+    """int64[n]: the sequence ids the warm start's weights learned from (`init_record`'s copy in `out`), or None
+    when there is no warm start, or it recorded none, or its record indexes other data than `checksums` (then
+    `unseen_only`, which needs them, raises ValueError)."""
+    record = (init_read or {}).get("sequences_read")
+    if record is None:
+        if unseen_only:
+            raise ValueError(f"unseen_only: the warm start {(init_read or {}).get('directory')} has no record of the "
+                             f"sequences it learned from: give skip_sequences instead")
+        return None
+    try:
+        return load_sequences_read(pathlib.Path(out) / INIT_SEQUENCES_READ, record, checksums)
+    except ValueError:
+        if unseen_only:
+            raise
+        return None
 
 
 def _recipe(kind: str, plan: TrainPlan, arch, tc) -> dict:
@@ -252,13 +301,13 @@ def read_data_shards(out: str | pathlib.Path) -> int | None:
 
 
 def _write_run(out: pathlib.Path, recipe: dict, command: str, changed: list[str],
-               data_shards: int | None = None, init: str | None = None) -> list[dict]:
+               data_shards: int | None = None, init_read: dict | None = None) -> list[dict]:
     """Append this call to run.json (recipe, every command with the fields it overrode; from the first call, the
-    data shards it read and the warm start's weights by hash, `init_record(init)`); return the commands."""
+    data shards it read and the warm start, `init_record`); return the commands."""
     path = out / RUN_FILE
     state = json.loads(path.read_text()) if path.exists() else {"recipe": recipe, "commands": [],
                                                                  "data_shards_read": data_shards,
-                                                                 "init_read": init_record(init)}
+                                                                 "init_read": init_read}
     state["commands"].append({"command": command, "overrides": changed, "time": time.strftime("%Y-%m-%d %H:%M:%S")})
     state["recipe"] = recipe
     out.mkdir(parents=True, exist_ok=True)
@@ -363,8 +412,13 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
         barrier("specjax-feature-cache")
         trainset = TrainSet(shards, open_feature_cache(cache, target_sha=tsha, data_sha=dsha), tuple(layers),
                             plan.seq_len, plan.valid_rows)
-    if plan.train_tokens is not None or plan.answers != "all" or plan.skip_sequences:
-        trainset = trainset.with_train_tokens(plan.train_tokens, plan.answers, plan.skip_sequences)
+    before = json.loads((out / RUN_FILE).read_text()) if (out / RUN_FILE).exists() else {}
+    # the first call takes the warm start's record (weights, sequences read); a resume keeps what it took
+    init_read = before["init_read"] if "init_read" in before else init_record(plan.init, out)
+    init_learned = init_sequences_read(out, init_read, shard_checksums(shards), plan.unseen_only)
+    if plan.train_tokens is not None or plan.answers != "all" or plan.skip_sequences or plan.unseen_only:
+        trainset = trainset.with_train_tokens(plan.train_tokens, plan.answers, plan.skip_sequences,
+                                              exclude=init_learned if plan.unseen_only else None)
     responses = trainset.response_token_counts(tcfg.vocab_size)
     vocab, init_ids = None, (init_vocab_ids(plan.init) if plan.init else None)
     if plan.draft_vocab and init_ids is not None:  # a warm start keeps its vocabulary as the data grows
@@ -377,7 +431,7 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     touter = outer_params(tparams)  # the target params a drafter shares: all but the layers
     init = (warm_start(plan.init, dcfg, None if vocab is None else vocab.ids) if plan.init
             else trainer.init(touter, tcfg, vocab))
-    commands = (_write_run(out, recipe_fields, plan.command, changed, len(shards.manifest["shards"]), plan.init)
+    commands = (_write_run(out, recipe_fields, plan.command, changed, len(shards.manifest["shards"]), init_read)
                 if is_main() else [])
     mesh = None if plan.mesh is None else make_mesh(data=plan.mesh[0], model=plan.mesh[1])
     dparams, log = train((tcfg, touter), dcfg, trainset, tc, plan.out, step_factory=trainer.make_step, vocab=vocab,
@@ -389,11 +443,19 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
         return {"params": dparams, "log": log, "export": None}
     full = dparams if vocab is None else with_draft_vocab(dparams, np.asarray(vocab.ids))
     state = json.loads((out / "ckpt" / "state.json").read_text())
+    stopping = early_stopping(tc, log, state)
+    steps_learned = state["step"] if stopping is None or stopping["best_step"] is None else stopping["best_step"]
+    read = trainset.sequences_read(steps_learned, tc.batch_size, tc.seed)  # what the exported weights learned from
+    read_record = {**save_sequences_read(pathlib.Path(plan.export) / SEQUENCES_READ,
+                                         read if init_learned is None else np.union1d(read, init_learned),
+                                         len(shards), shard_checksums(shards)),
+                   "includes_init": None if plan.init is None else init_learned is not None}
     recipe = {
         "target": {"name": plan.target, "params_sha256": tsha},
         "data": {"directory": plan.data, "sha256": dsha, **shards.manifest.get("totals", {}),
                  "recipe": shards.manifest.get("recipe"), "train_sequences": trainset.num_train,
                  "answers": plan.answers, "skipped_sequences": plan.skip_sequences,
+                 "unseen_only": plan.unseen_only, "sequences_read": read_record,
                  "train_response_tokens": int(trainset.response_lengths()[trainset.training_ids].sum()),
                  "packed": plan.pack,
                  "response_tokens_seen": int(trainset.tokens_seen(state["step"], tc.batch_size, tc.seed)[-1])
@@ -408,7 +470,7 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
                         "covers_response_tokens": round(float(
                             responses[np.asarray(vocab.ids)].sum() / responses.sum()), 4) if vocab is not None else 1.0},
         "train_config": {**dataclasses.asdict(tc), "steps": state["train_config"]["steps"]},
-        "early_stopping": early_stopping(tc, log, state),
+        "early_stopping": stopping,
         "drafter_products": jnp.dtype(step_dtype(plan.drafter_dtype) or jnp.float32).name,
         "schedule_fitted_to_minutes": plan.minutes if state.get("fitted") else None, "arch": dataclasses.asdict(arch), "drafter": dcfg.to_hf(),
         "mask_token": ({"id": int(mask_id), "count_in_data": int(counts[mask_id])} if trainer.uses_mask_token

@@ -151,12 +151,14 @@ class TrainSet:
         """int64[N]: each sequence's response tokens, as the data's manifest counts them (before any `seq_len` cut)."""
         return np.diff(self.shards.offsets) - self.shards.prompt_lengths
 
-    def with_train_tokens(self, tokens: int | None = None, answers: str = "all", skip: int = 0) -> "TrainSet":
-        """This set trained on the sequences from index `skip` to the held-out ones whose answers are of kind
-        `answers` ("all", "greedy": drawn at T = 0, "sampled": at T > 0, as the data recorded them), and of those
-        only the first ones holding at most `tokens` response tokens in all (None: every one); the held-out rows
-        stay the same. `skip` leaves out the data's first sequences (those a warm-started drafter already trained
-        on, so a continued run reads only answers it has not seen). ValueError when they hold fewer tokens, or none."""
+    def with_train_tokens(self, tokens: int | None = None, answers: str = "all", skip: int = 0,
+                          exclude: np.ndarray | None = None) -> "TrainSet":
+        """This set trained on the sequences from index `skip` to the held-out ones, less those in `exclude`, whose
+        answers are of kind `answers` ("all", "greedy": drawn at T = 0, "sampled": at T > 0, as the data recorded
+        them), and of those only the first ones holding at most `tokens` response tokens in all (None: every one);
+        the held-out rows stay the same. `skip` (a prefix) and `exclude` (any sequence ids, e.g. a warm start's
+        `sequences_read`) leave out answers a warm-started drafter already trained on, so a continued run reads
+        only answers it has not seen. ValueError when they hold fewer tokens, or none."""
         if answers not in ANSWERS:
             raise ValueError(f"answers must be one of {', '.join(ANSWERS)}, got {answers!r}")
         before = len(self.shards) - self.valid_rows
@@ -164,6 +166,11 @@ class TrainSet:
             raise ValueError(f"skip must be an integer from 0 to {before - 1} (the data has {before} sequences before "
                              f"its {self.valid_rows} held-out ones), got {skip!r}")
         ids = np.arange(skip, before)
+        if exclude is not None:
+            ids = ids[~np.isin(ids, np.asarray(exclude, np.int64))]
+            if not len(ids):
+                raise ValueError(f"every sequence from {skip} to the data's {self.valid_rows} held-out ones is "
+                                 f"excluded (already read): generate more data")
         if answers != "all":
             sampled = self.shards.temperature[ids] > 0
             ids = ids[sampled if answers == "sampled" else ~sampled]
@@ -230,6 +237,13 @@ class TrainSet:
         """int64[steps]: the response tokens trained on by the end of each of the first `steps` steps."""
         return np.cumsum([self.response_tokens_of(self.rows_at(s, batch_size, seed)) for s in range(steps)],
                          dtype=np.int64)
+
+    def sequences_read(self, steps: int, batch_size: int, seed: int) -> np.ndarray:
+        """int64[n]: the sorted distinct sequence ids the first `steps` steps train on (their `rows_at`)."""
+        if not steps:
+            return np.zeros(0, np.int64)
+        rows = np.concatenate([np.asarray(self.rows_at(s, batch_size, seed)).ravel() for s in range(steps)])
+        return np.unique(rows[rows >= 0]).astype(np.int64)
 
     def batch(self, rows: np.ndarray) -> dict:
         """{"tokens" int32[B, S], "loss_mask" bool[B, S], "features" f16[B, S, n, E]} of sequence rows (no
