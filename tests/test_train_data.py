@@ -34,7 +34,7 @@ def _by_prompt(directory: pathlib.Path) -> dict[int, tuple[list[int], float]]:
 def test_generation_resumes_where_it_stopped_and_refuses_another_recipe(tmp_path, engine, monkeypatch):
     """A run stops within one answer of its target (its last shard ends early at a prompt index: the cursor) and
     its progress bar ends on the manifest's total; a run stopped at 60 tokens and continued to 150 holds the same
-    sequences, prompt for prompt, as one run to 150 (the batched engine: the same greedy answers)."""
+    sequences, prompt for prompt, as one run to 150, sampled answers included (each drawn with its prompt's key)."""
     bars = record_bars(monkeypatch, train_data)
     cfg, params, enc, _ = load_target("zoo")
     recipe = DataRecipe(target="zoo", max_new_tokens=8, max_prompt_tokens=24, batch_size=8, chat=False)
@@ -53,11 +53,9 @@ def test_generation_resumes_where_it_stopped_and_refuses_another_recipe(tmp_path
     assert whole["totals"]["response_tokens"] == resumed["totals"]["response_tokens"]
     whole_rows, resumed_rows = _by_prompt(tmp_path / "a"), _by_prompt(tmp_path / "b")
     assert whole_rows.keys() == resumed_rows.keys()
-    if engine == "continuous":  # every answer: each prompt's sampling is its own (index and key)
-        assert whole_rows == resumed_rows
-    else:  # the batched engine's batches (so its sampled ones) depend on where a run stopped: greedy answers only
-        greedy = [i for i in whole_rows if whole_rows[i][1] == 0 and resumed_rows[i][1] == 0]
-        assert greedy and all(whole_rows[i] == resumed_rows[i] for i in greedy)
+    assert whole_rows == resumed_rows  # every answer: each prompt's sampling is its own (index and key)
+    temperatures = [t for _, t in whole_rows.values()]
+    assert 0 < temperatures.count(1.0) < len(temperatures)  # both kinds were compared
     data = load_shards(tmp_path / "b")
     assert len(data) == whole["totals"]["sequences"]
     responses = np.diff(data.offsets) - data.prompt_lengths

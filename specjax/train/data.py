@@ -38,6 +38,7 @@ manifest's cursor (a different recipe in the same directory is refused). Shards 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import hashlib
 import io
@@ -49,12 +50,14 @@ import zipfile
 from typing import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
 from specjax.atomic import write_bytes
 from specjax.data.train_sources import (DEFAULT_WEIGHTS, SOURCES, TrainPrompt, dump_prompts, read_prompt_order,
                                         training_prompts)
+from specjax.core import generate_ar_core
 from specjax.decode import generate_ar
 from specjax.models import pad_prompts
 from specjax.pipeline import load_pair
@@ -75,7 +78,7 @@ class DataRecipe:
     Fields:
       target: target name (`zoo`, `smollm2-135m` or a checkpoint directory).
       weights: source -> mixture weight (`specjax.data.train_sources.DEFAULT_WEIGHTS`), as sorted pairs.
-      seed: seeds the prompt order and the sampled batches' keys.
+      seed: seeds the prompt order and the sampled answers' keys (one of its own for each prompt).
       max_new_tokens: response tokens per sequence at most.
       max_prompt_tokens: templated prompt tokens at most (the user message is cut to fit).
       batch_size: rows generated together (the pool or the batch of the engine); may change when a
@@ -263,11 +266,9 @@ def generate_shards(target, enc: PromptEncoder, recipe: DataRecipe, out: str | p
     (`specjax.train.continuous`: a pool of batch_size rows refilled as rows finish, prompts of the
     next shard already in flight; needs EOS ids) or "batched" (`generate_ar` per batch of
     batch_size prompts, sorted by length within the shard). Sampled sequences: every k-th prompt
-    index (continuous) or every k-th batch (batched), k = round(1 / sampled_fraction). A continued run's data
-    is the uninterrupted run's, prompt for prompt, with the continuous engine; with the batched one only its
-    greedy answers are: a run that stopped inside a shard forms the next run's batches from another first prompt,
-    so which batches sample, and with which keys, depends on where runs stopped (a sampled answer would need a
-    key of its own prompt, which `generate_ar`'s one key per batch does not give).
+    index, k = round(1 / sampled_fraction), each drawn with a key of its own prompt index, so a continued run's
+    data is the uninterrupted run's, prompt for prompt, with either engine (a run that stopped inside a shard
+    forms the next run's batches from another first prompt; no answer depends on its batch).
 
     prompt_order: a file of `write_prompt_order` (the same weights and seed) read instead of the
     registry's sources: the same prompts, on a machine that cannot reach the registry.
@@ -361,29 +362,52 @@ def _answered_prefix(start: int, end: int, front: int, tokens: int, encoded: dic
     return front, tokens, False
 
 
+@functools.partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "cache_slots"))
+def _sampled_answers(params, cfg, tokens, prompt_lengths, index, seed, *, max_new_tokens: int, cache_slots: int):
+    """(tokens int32[B, max_new_tokens], num_tokens int32[B]): T = 1 answers of prompts tokens int32[B, P] (right-
+    padded, prompt_lengths int32[B]) whose indices in the prompt order are index int32[B], row b drawn with the
+    key fold_in(key(seed), index[b]): a one-row `generate_ar_core` vmapped over the rows, so an answer depends on
+    its prompt and index only, never on the batch it was formed in (a resumed run forms other batches)."""
+    base = jax.random.key(seed)
+
+    def one(tokens, length, i):
+        out = generate_ar_core(params, cfg, tokens[None], length[None], jax.random.fold_in(base, i),
+                               max_new_tokens=max_new_tokens, sampling=Sampling(temperature=1.0),
+                               cache_slots=cache_slots)
+        return out.tokens[0], out.num_tokens[0]
+    return jax.vmap(one)(tokens, prompt_lengths, index)
+
+
 def _batched_shards(cfg, params, enc, recipe, order, cursor, per_shard, chunk, budget, show):
-    """The "batched" engine: `generate_ar` over batches of similar prompt lengths. A shard's batches are
-    sorted by length, so the answered prefix of the last shard (`_answered_prefix`) may need most of it."""
+    """The "batched" engine: `generate_ar` over batches of similar prompt lengths, the sampled prompts in batches
+    of their own (`_sampled_answers`). A shard's batches are sorted by length, so the answered prefix of the last
+    shard (`_answered_prefix`) may need most of it."""
     every = sampled_every(recipe)
     start, written = cursor, 0
     while start < len(order):
         n = min(per_shard, len(order) - start)
         chunk_ids = list(range(start, start + n))
         encoded = {i: encode_prompt(enc, order[i].text, recipe.max_prompt_tokens) for i in chunk_ids}
-        kept = sorted((i for i in chunk_ids if encoded[i]), key=lambda i: len(encoded[i]))  # less padded prefill
+        kept = [i for i in chunk_ids if encoded[i]]
+        batches = []  # greedy and sampled prompts (every k-th index, as the continuous engine) in batches of their own
+        for sampled in (False, True):
+            group = sorted((i for i in kept if (bool(every) and i % every == every - 1) == sampled),
+                           key=lambda i: len(encoded[i]))  # less padded prefill
+            batches += [(group[b0:b0 + recipe.batch_size], sampled) for b0 in range(0, len(group), recipe.batch_size)]
+        batches.sort(key=lambda bs: len(encoded[bs[0][0]]))  # shortest first (stable: greedy before sampled)
         t0 = time.time()
         rows, answers, front, tokens, enough = [], {}, start, 0, False
-        for b0 in range(0, len(kept), recipe.batch_size):
-            batch = kept[b0:b0 + recipe.batch_size]
-            batch_no = (start // recipe.batch_size) + b0 // recipe.batch_size
+        for batch, sampled in batches:
             width = -(-max(len(encoded[i]) for i in batch) // 64) * 64  # a few padded widths: a few compiles
             toks, lens = pad_prompts([encoded[i] for i in batch], min(width, recipe.max_prompt_tokens))
-            sampled = bool(every) and batch_no % every == every - 1
-            res = generate_ar(params, cfg, toks, lens, recipe.max_new_tokens,
-                              sampling=Sampling(temperature=1.0) if sampled else Sampling(),
-                              key=jax.random.key(recipe.seed * 1_000_003 + batch_no),
-                              cache_slots=toks.shape[1] + recipe.max_new_tokens)
-            gen, num = np.asarray(res.tokens), np.asarray(res.num_tokens)
+            slots = toks.shape[1] + recipe.max_new_tokens
+            if sampled:
+                gen, num = map(np.asarray, _sampled_answers(params, cfg, toks, lens, jnp.asarray(batch, jnp.int32),
+                                                            recipe.seed, max_new_tokens=recipe.max_new_tokens,
+                                                            cache_slots=slots))
+            else:
+                res = generate_ar(params, cfg, toks, lens, recipe.max_new_tokens, cache_slots=slots)
+                gen, num = np.asarray(res.tokens), np.asarray(res.num_tokens)
             rows += [(i, encoded[i], gen[r, :num[r]].tolist(), 1.0 if sampled else 0.0) for r, i in enumerate(batch)]
             answers.update((i, gen[r, :num[r]]) for r, i in enumerate(batch))
             front, tokens, enough = _answered_prefix(start, start + n, front, tokens, encoded, answers, written,
