@@ -314,8 +314,8 @@ def test_a_chain_of_continuations_on_unseen_answers_never_reads_a_sequence_twice
     """A run's export records the sequences its weights learned from (sequences_read.npy: the rows of its steps,
     with its warm start's); a continuation with unseen_only trains on the others only, even when its own export
     overwrites the directory it started from between its calls (it reads the copy its first call took), and its
-    export records both. unseen_only without a warm start, or from one without a record, or on other data, is
-    refused, naming the fix."""
+    export records both; a run started anew (not resumed) in a used directory takes its own warm start's record.
+    unseen_only without a warm start, or from one without a record, or on other data, is refused, naming the fix."""
     t = TRAINERS["dflash"]
     arch, tc = t.arch(block_size=4), t.train_config(steps=2, batch_size=2, anchors=2, log_every=100, ckpt_every=1)
     data = tiny_data_directory(tmp_path / "data", rows=14)
@@ -338,6 +338,10 @@ def test_a_chain_of_continuations_on_unseen_answers_never_reads_a_sequence_twice
     assert recipe["data"]["sequences_read"]["includes_init"] is True and len(both) == 8 and set(a) < set(both)
     trained = TrainSet(load_shards(plan.data), None, (), 24, 2).with_train_tokens(exclude=a)
     np.testing.assert_array_equal(np.setdiff1d(both, a), trained.sequences_read(2, 2, tc.seed))
+    # a run started anew (not resumed) in the directory of another takes its own warm start, not the old run's
+    run_module.run("dflash", dataclasses.replace(cont, out=plan.out, stop_after=1, export=None, command="anew"), arch, tc)
+    anew = json.loads((tmp_path / "a" / RUN_FILE).read_text())
+    assert [c["command"] for c in anew["commands"]] == ["anew"] and anew["init_read"]["sequences_read"]["count"] == 8
     with pytest.raises(ValueError, match="unseen_only leaves out what a warm start learned from: give init"):
         dataclasses.replace(plan, unseen_only=True).check()
     bare = tmp_path / "bare"

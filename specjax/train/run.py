@@ -301,11 +301,12 @@ def read_data_shards(out: str | pathlib.Path) -> int | None:
 
 
 def _write_run(out: pathlib.Path, recipe: dict, command: str, changed: list[str],
-               data_shards: int | None = None, init_read: dict | None = None) -> list[dict]:
+               data_shards: int | None = None, init_read: dict | None = None, fresh: bool = False) -> list[dict]:
     """Append this call to run.json (recipe, every command with the fields it overrode; from the first call, the
-    data shards it read and the warm start, `init_record`); return the commands."""
+    data shards it read and the warm start, `init_record`); a `fresh` call (a run started anew, not resumed)
+    begins a new one. Return the commands."""
     path = out / RUN_FILE
-    state = json.loads(path.read_text()) if path.exists() else {"recipe": recipe, "commands": [],
+    state = json.loads(path.read_text()) if path.exists() and not fresh else {"recipe": recipe, "commands": [],
                                                                  "data_shards_read": data_shards,
                                                                  "init_read": init_read}
     state["commands"].append({"command": command, "overrides": changed, "time": time.strftime("%Y-%m-%d %H:%M:%S")})
@@ -412,9 +413,11 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
         barrier("specjax-feature-cache")
         trainset = TrainSet(shards, open_feature_cache(cache, target_sha=tsha, data_sha=dsha), tuple(layers),
                             plan.seq_len, plan.valid_rows)
-    before = json.loads((out / RUN_FILE).read_text()) if (out / RUN_FILE).exists() else {}
-    # the first call takes the warm start's record (weights, sequences read); a resume keeps what it took
-    init_read = before["init_read"] if "init_read" in before else init_record(plan.init, out)
+    before = json.loads((out / RUN_FILE).read_text()) if plan.resume and (out / RUN_FILE).exists() else {}
+    # the first call takes the warm start's record (weights, sequences read; one process copies the file); a
+    # resumed call keeps what the first took
+    init_read = before["init_read"] if "init_read" in before else init_record(plan.init, out if is_main() else None)
+    barrier("specjax-init-read")
     init_learned = init_sequences_read(out, init_read, shard_checksums(shards), plan.unseen_only)
     if plan.train_tokens is not None or plan.answers != "all" or plan.skip_sequences or plan.unseen_only:
         trainset = trainset.with_train_tokens(plan.train_tokens, plan.answers, plan.skip_sequences,
@@ -431,7 +434,8 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     touter = outer_params(tparams)  # the target params a drafter shares: all but the layers
     init = (warm_start(plan.init, dcfg, None if vocab is None else vocab.ids) if plan.init
             else trainer.init(touter, tcfg, vocab))
-    commands = (_write_run(out, recipe_fields, plan.command, changed, len(shards.manifest["shards"]), init_read)
+    commands = (_write_run(out, recipe_fields, plan.command, changed, len(shards.manifest["shards"]), init_read,
+                           fresh=not plan.resume)
                 if is_main() else [])
     mesh = None if plan.mesh is None else make_mesh(data=plan.mesh[0], model=plan.mesh[1])
     dparams, log = train((tcfg, touter), dcfg, trainset, tc, plan.out, step_factory=trainer.make_step, vocab=vocab,
