@@ -339,7 +339,8 @@ def test_a_chain_of_continuations_on_unseen_answers_never_reads_a_sequence_twice
     trained = TrainSet(load_shards(plan.data), None, (), 24, 2).with_train_tokens(exclude=a)
     np.testing.assert_array_equal(np.setdiff1d(both, a), trained.sequences_read(2, 2, tc.seed))
     # a run started anew (not resumed) in the directory of another takes its own warm start, not the old run's
-    run_module.run("dflash", dataclasses.replace(cont, out=plan.out, stop_after=1, export=None, command="anew"), arch, tc)
+    anew_plan = dataclasses.replace(cont, out=plan.out, stop_after=1, export=None, command="anew")
+    run_module.run("dflash", anew_plan, arch, tc)
     anew = json.loads((tmp_path / "a" / RUN_FILE).read_text())
     assert [c["command"] for c in anew["commands"]] == ["anew"] and anew["init_read"]["sequences_read"]["count"] == 8
     with pytest.raises(ValueError, match="unseen_only leaves out what a warm start learned from: give init"):
