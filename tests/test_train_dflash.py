@@ -10,11 +10,13 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from specjax.models import load_checkpoint
 from specjax.models.dflash_net import anchored_hidden, target_outer
-from specjax.models.model import project_to_vocab
+from specjax.models.cache import init_cache
+from specjax.models.model import causal_mask, forward, project_to_vocab
 from specjax.testing import random_params
 from specjax.train import dflash as T
 from specjax.train.loop import export, init_vocab_ids, train, warm_start
@@ -145,3 +147,52 @@ def test_training_with_a_draft_vocabulary_exports_its_ids(tmp_path):
         tables_of_ids(np.asarray(vocab.ids)[::-1], TARGET.vocab_size)
     with pytest.raises(ValueError, match="config differs"):
         warm_start(tmp_path / "exp", dataclasses.replace(DRAFTER, block_size=DRAFTER.block_size + 1), vocab.ids)
+
+
+@pytest.mark.parametrize("k", [None, 10])
+def test_soft_labels_add_the_kl_from_the_targets_own_next_token_law(k):
+    """soft_labels lam: the step's loss is (1 - lam) CE + lam KL(p || q), p the target's own next-token law for
+    each label (its full forward's logits at the position before the label, not the features' path), q the
+    drafter's, both over the draft vocabulary's columns (renormalised there), weighted as the CE but over every
+    valid label, in or out of that vocabulary (float64 numpy); the step reads the target's last layer after the
+    drafter's (`teacher_layers`) and lam = 0 reads none and is the CE alone."""
+    layers = (*DRAFTER.target_layer_ids, *T.teacher_layers(T.DFlashTrainConfig(soft_labels=0.3), TARGET))
+    assert layers[-1] == TARGET.num_layers - 1 and T.teacher_layers(T.DFlashTrainConfig(), TARGET) == ()
+    ts = trainset(layers)
+    batch = jax.tree.map(jnp.asarray, ts.batch(np.arange(6)))
+    touter = target_outer(TARGET_PARAMS)
+    vocab = None if k is None else vocab_tables(ts.response_token_counts(TARGET.vocab_size), k)
+    dparams = random_params(DRAFTER, 2, 0.3)
+    tc = T.DFlashTrainConfig(anchors=4, gamma=2.0, soft_labels=0.3)
+    key = jax.random.key(1)
+    loss, _ = T.make_step(DRAFTER, TARGET, optax.sgd(0.1), tc)[1](dparams, touter, batch, vocab, key)
+    anchors, valid = T.draw_anchors(key, batch["loss_mask"], tc.anchors)
+    feats = batch["features"][:, :, :-1].astype(jnp.float32)
+    ce, _ = T.block_loss(dparams, DRAFTER, touter, TARGET, feats, batch["tokens"], batch["loss_mask"], anchors, valid,
+                         tc.gamma, vocab)
+    drafter = np.asarray(project_to_vocab(touter, TARGET, anchored_hidden(dparams, DRAFTER, touter, TARGET, feats,
+                                                                          batch["tokens"], anchors, valid)[:, :, 1:]),
+                         np.float64)
+    b, s = batch["tokens"].shape
+    target = np.asarray(forward(TARGET_PARAMS, TARGET, batch["tokens"], jnp.broadcast_to(jnp.arange(s), (b, s)),
+                                causal_mask(b, s), init_cache(TARGET, b, s, jnp.float32))[0], np.float64)
+    cols = np.arange(TARGET.vocab_size) if vocab is None else np.asarray(vocab.ids)
+    log_softmax = lambda z: z - z.max() - np.log(np.exp(z - z.max()).sum())  # noqa: E731
+    toks, m, a, v = (np.asarray(x) for x in (batch["tokens"], batch["loss_mask"], anchors, valid))
+    num = den = 0.0
+    for r in range(b):
+        for j in range(a.shape[1]):
+            for i in range(DRAFTER.block_size - 1):  # draft i + 1 predicts x_{a + 1 + i}: the target's law at a + i
+                pos = a[r, j] + 1 + i
+                if not v[r, j] or pos >= s or not m[r, pos]:
+                    continue
+                logp, logq = log_softmax(target[r, pos - 1, cols]), log_softmax(drafter[r, j, i, cols])
+                num += np.exp(-i / tc.gamma) * np.sum(np.exp(logp) * (logp - logq))
+                den += np.exp(-i / tc.gamma)
+    # the KL term alone, rtol 2 u with u = 2^-11 float16's unit roundoff: the batch holds the last layer in float16,
+    # so the target's logits, and to first order the KL, carry its relative error (measured: 2e-5; leaving out the
+    # final norm moves the KL by 0.5 %, reading the state one position late by far more)
+    np.testing.assert_allclose((float(loss) - 0.7 * float(ce)) / 0.3, num / den, rtol=2 * 2.0 ** -11)
+    plain = T.make_step(DRAFTER, TARGET, optax.sgd(0.1), dataclasses.replace(tc, soft_labels=0.0))[1]
+    np.testing.assert_allclose(float(plain(dparams, touter, {**batch, "features": batch["features"][:, :, :-1]}, vocab,
+                                           key)[0]), float(ce), rtol=1e-6)

@@ -145,16 +145,19 @@ def _zoo_drafter_and_rows(kind: str, rows: int, seed: int):
     return tcfg, tparams, t, dcfg, t.layers(dcfg, tcfg), tokens, mask
 
 
-@pytest.mark.parametrize("kind", ["dflash", "eagle3"])
-def test_features_computed_in_the_step_give_the_cached_loss(kind):
+@pytest.mark.parametrize("kind,soft", [("dflash", 0.0), ("dflash", 0.5), ("eagle3", None)])
+def test_features_computed_in_the_step_give_the_cached_loss(kind, soft):
     """`online_steps` (the target's features computed inside the step, the accelerator default) against the
     feature cache's features (computed once, `TrainSet.from_dense` -> `compute_features`): the same loss and
-    metrics on the same batch, rtol 1e-5 in float32, and the same params after the step (rtol 1e-4)."""
+    metrics on the same batch, rtol 1e-5 in float32, and the same params after the step (rtol 1e-4); DFlash with
+    soft labels too (the target's last layer after the drafter's: `Trainer.teacher_layers`)."""
     tcfg, tparams, t, dcfg, layers, tokens, mask = _zoo_drafter_and_rows(kind, rows=6, seed=0)
+    tc = t.train_config(steps=10, batch_size=4, **({"anchors": 4, "soft_labels": soft} if kind != "eagle3" else {}))
+    layers = (*layers, *(t.teacher_layers(tc, tcfg) if t.teacher_layers else ()))
+    assert kind != "dflash" or layers == (*dcfg.target_layer_ids, *((tcfg.num_layers - 1,) if soft else ()))
     cached = TrainSet.from_dense((tcfg, tparams), tokens, mask, layers, valid_rows=2)
     online = dataclasses.replace(cached, features=None)
     rows = np.arange(4)
-    tc = t.train_config(steps=10, batch_size=4, **({"anchors": 4} if kind != "eagle3" else {}))
     opt, _ = make_optimizer(tc)
     touter = target_outer(tparams)
     dparams = init_params(dcfg, jax.random.key(0), jnp.float32)
@@ -361,3 +364,24 @@ def test_a_chain_of_continuations_on_unseen_answers_never_reads_a_sequence_twice
     assert save_sequences_read(grown / "s.npy", [0, 5], 30, checksums + ["f" * 64])["count"] == 2
     np.testing.assert_array_equal(load_sequences_read(grown / "s.npy", json.loads(json.dumps(
         save_sequences_read(grown / "s.npy", [5, 0], 30, checksums))), checksums + ["e" * 64]), [0, 5])
+
+
+def test_a_soft_label_run_reads_the_targets_last_layer_and_other_kinds_refuse_the_field(tmp_path):
+    """`python -m specjax.train dflash --soft-labels 0.5`: the batches carry the target's last layer after the
+    drafter's (recipe.json's features.layers), online as the accelerators run it; a value outside [0, 1] is
+    refused before anything loads, and Domino, whose loss has no such term, refuses it rather than ignore it."""
+    t = TRAINERS["dflash"]
+    arch, tc = t.arch(block_size=4), t.train_config(steps=1, batch_size=2, anchors=2, log_every=100, ckpt_every=1,
+                                                    soft_labels=0.5)
+    plan = TrainPlan(data=str(tiny_data_directory(tmp_path / "data")), out=str(tmp_path / "run"), target="zoo",
+                     seq_len=24, valid_rows=2, features="online", export=str(tmp_path / "export"))
+    run_module.run("dflash", plan, arch, tc)
+    recipe = json.loads((tmp_path / "export" / "recipe.json").read_text())
+    tcfg = zoo.load("tiny-neox-target")[0]
+    assert recipe["features"]["layers"][-1] == tcfg.num_layers - 1 and recipe["train_config"]["soft_labels"] == 0.5
+    assert len(recipe["features"]["layers"]) == len(recipe["drafter"]["target_layer_ids"]) + 1
+    for bad in (1.5, -0.1):
+        with pytest.raises(ValueError, match="soft_labels must be"):
+            check_values(t.train_config(soft_labels=bad))
+    with pytest.raises(ValueError, match="Domino's loss has no target-distribution term"):
+        TRAINERS["domino"].train_config(soft_labels=0.5)

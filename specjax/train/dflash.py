@@ -15,7 +15,11 @@ One training step (`make_step`, jitted), per sequence x_0..x_{S-1} with loss mas
   4. same-position labels: block row k predicts x_{a_j + k} (k >= 1), valid iff in range and
      m = 1 there; loss = sum_k w_k CE / sum_k w_k over valid labels, w_k = exp(-(k-1)/gamma);
      with a reduced draft vocabulary (`specjax.train.vocab`) the logits are the K columns
-     only and a label outside them leaves the CE (and counts as a miss).
+     only and a label outside them leaves the CE (and counts as a miss);
+  5. optionally (`soft_labels` = lam > 0) the target's own distribution as well: loss = (1 - lam) CE +
+     lam KL(p || q) with the same weights, p the target's softmax (T = 1) at the label's position over the
+     draft vocabulary's columns (renormalised there), read from the target's last layer, which the batch
+     then carries after the drafter's layers (`teacher_layers`).
 The target's embedding and LM head are frozen (they are not in the drafter's params at all).
 Logged: loss, per-position accuracy, and the training-time tau estimate
 (1 + the length of the all-correct prefix of each block, averaged over valid anchors).
@@ -35,6 +39,7 @@ from specjax.drafters.dflash import DFlashDrafter
 from specjax.models import pad_prompts
 from specjax.models.dflash import DFlashConfig
 from specjax.models.dflash_net import anchored_hidden
+from specjax.models.model import final_norm
 from specjax.sampling import Sampling
 from specjax.train.loop import DrafterTrainConfig
 from specjax.train.trainer import Trainer, arch_field, for_compute, int_tuple, optimizer_steps
@@ -49,10 +54,17 @@ class DFlashTrainConfig(DrafterTrainConfig):
       anchors: W, anchor positions (blocks) drawn per sequence each step; rows with fewer valid
         positions pad with invalid anchors.
       gamma: decay of the position weights w_k = exp(-(k - 1) / gamma) of the block loss (7 for block 16).
+      soft_labels: lam in [0, 1]: the loss is (1 - lam) x the cross entropy against the data's tokens (the
+        paper's, lam = 0) + lam x KL(target || drafter) at the same positions and weights, the target's
+        distribution at T = 1 over the draft vocabulary. A greedy answer's token says only the target's
+        argmax; its distribution also says how sure it is, which a sampled round's acceptance
+        (sum min(p, q)) and DDTree's tree (built from q) depend on. The batch carries the target's last layer
+        for it (online: a forward to the last layer; a cache: one more cached layer).
     """
 
     anchors: int = 32
     gamma: float = 7.0
+    soft_labels: float = 0.0
 
 
 # ============================================================================ data
@@ -151,13 +163,40 @@ def weighted_block_ce(logits: jax.Array, labels: jax.Array, ok: jax.Array, valid
 
 
 def block_loss(dparams, dcfg: DFlashConfig, touter, tcfg, features, tokens, loss_mask, anchors, valid, gamma: float,
-               vocab=None):
+               vocab=None, teacher=None, soft_labels: float = 0.0):
     """Weighted same-position cross entropy of the drafter's blocks; returns (loss, metrics)
-    (`weighted_block_ce`: per-position accuracy and the training-time tau estimate)."""
+    (`weighted_block_ce`: per-position accuracy and the training-time tau estimate). With `teacher`, the
+    target's last-layer output [B, S, E] of the same tokens, and `soft_labels` lam > 0 the loss is
+    (1 - lam) CE + lam `weighted_block_kl` (module docstring, step 5)."""
     hidden = anchored_hidden(dparams, dcfg, touter, tcfg, features, tokens, anchors, valid)  # [B, W, bs, E]
     logits = subset_logits(touter, tcfg, hidden[:, :, 1:], vocab)  # [B, W, L, C]
     labels, ok = block_labels(tokens, loss_mask, anchors, valid, dcfg.block_size - 1)
-    return weighted_block_ce(logits, labels, ok, valid, gamma, vocab)
+    loss, metrics = weighted_block_ce(logits, labels, ok, valid, gamma, vocab)
+    if teacher is None or not soft_labels:
+        return loss, metrics
+    # x_{a+k} (k = 1..L) is predicted by the target's state at a + k - 1: the anchor's own, then the block's
+    pos = jnp.minimum(anchors[..., None] + jnp.arange(labels.shape[-1]), tokens.shape[1] - 1)  # [B, W, L]
+    state = jnp.take_along_axis(teacher[:, None], pos[..., None], axis=2)  # [B, W, L, E]
+    target_logits = subset_logits(touter, tcfg, final_norm(touter, tcfg, state), vocab)
+    kl = weighted_block_kl(logits, jax.lax.stop_gradient(target_logits), ok, gamma)
+    return (1 - soft_labels) * loss + soft_labels * kl, metrics
+
+
+def weighted_block_kl(logits: jax.Array, target_logits: jax.Array, ok: jax.Array, gamma: float) -> jax.Array:
+    """Position-decayed KL(p || q) of the target's logits f32[B, W, L, C] (p = their softmax over the C
+    columns) from the drafter's (q), averaged like `weighted_block_ce` (weights w_i = exp(-(i-1)/gamma) over
+    the valid positions `ok`: here every one, in the draft vocabulary or not, since p is defined there)."""
+    logq = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    logp = jax.nn.log_softmax(target_logits.astype(jnp.float32), axis=-1)
+    kl = jnp.sum(jnp.exp(logp) * (logp - logq), axis=-1)  # [B, W, L]
+    weight = jnp.exp(-jnp.arange(ok.shape[-1], dtype=jnp.float32) / gamma) * ok
+    return jnp.sum(kl * weight) / jnp.maximum(jnp.sum(weight), 1.0)
+
+
+def teacher_layers(tc: DFlashTrainConfig, tcfg) -> tuple[int, ...]:
+    """The target layers a step reads after the drafter's: the last one when the loss uses the target's
+    distribution (`soft_labels` > 0), else none."""
+    return (tcfg.num_layers - 1,) if getattr(tc, "soft_labels", 0) else ()
 
 
 def feature_layers(dcfg) -> tuple[int, ...]:
@@ -169,12 +208,16 @@ def make_step(dcfg, tcfg, opt, tc: DFlashTrainConfig, compute_dtype=None):
     """(step, evaluate) with `specjax.train.loop`'s contract (anchors re-drawn from the step's key); the
     loss's products in `compute_dtype` (None: the params' float32; `specjax.train.trainer.for_compute`)."""
 
+    soft = tc.soft_labels > 0
+
     def loss_at(p, touter, batch, vocab, key):
         p, touter = for_compute((p, touter), compute_dtype)
         feats = batch["features"].astype(compute_dtype or jnp.float32)
+        teacher = feats[:, :, -1] if soft else None  # the last slot: `teacher_layers`
+        feats = feats[:, :, :-1] if soft else feats
         anchors, valid = draw_anchors(key, batch["loss_mask"], tc.anchors)
         return block_loss(p, dcfg, touter, tcfg, feats, batch["tokens"], batch["loss_mask"], anchors, valid,
-                          tc.gamma, vocab)
+                          tc.gamma, vocab, teacher, tc.soft_labels)
 
     return optimizer_steps(loss_at, opt)
 
@@ -221,7 +264,9 @@ def build_config(arch: DFlashArch, tcfg, mask_id: int, draft_vocab: int = 0, cls
 TRAINER = Trainer(kind="dflash", help="a DFlash block drafter (also the backbone DDTree drafts with)",
                   train_config=DFlashTrainConfig, arch=DFlashArch, build_config=build_config, make_step=make_step,
                   layers=lambda dcfg, tcfg: feature_layers(dcfg), drafter=DFlashDrafter,
-                  init=lambda touter, tcfg, vocab: init_norm_from_target(touter), measured=("ddtree-8",))
+                  init=lambda touter, tcfg, vocab: init_norm_from_target(touter), measured=("ddtree-8",),
+                  teacher_layers=teacher_layers)
 
 __all__ = ["DFlashArch", "DFlashTrainConfig", "TRAINER", "build_config", "make_dataset", "draw_anchors", "block_labels",
-           "weighted_block_ce", "block_loss", "feature_layers", "make_step", "init_norm_from_target"]
+           "weighted_block_ce", "weighted_block_kl", "block_loss", "feature_layers", "teacher_layers", "make_step",
+           "init_norm_from_target"]

@@ -64,6 +64,10 @@ class DominoTrainConfig(DFlashTrainConfig):
             raise ValueError(f"Domino training prefix must be one of {PREFIXES}, got {self.prefix!r}")
         if not 0.0 <= self.lambda0 <= 1.0 or self.anneal_frac <= 0:
             raise ValueError(f"need 0 <= lambda0 <= 1 and anneal_frac > 0, got {self.lambda0}, {self.anneal_frac}")
+        if self.soft_labels:
+            raise ValueError(f"soft_labels {self.soft_labels}: Domino's loss has no target-distribution term; train "
+                             f"its DFlash backbone with it (python -m specjax.train dflash --soft-labels) and start "
+                             f"Domino from that (--init)")
 
 
 def curriculum_lambda(step, tc: DominoTrainConfig) -> jax.Array:

@@ -400,7 +400,7 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     if mask_id is None:
         mask_id = choose_mask_token(counts, reserved)
     dcfg = trainer.build_config(arch, tcfg, mask_id, plan.draft_vocab)
-    layers = trainer.layers(dcfg, tcfg)
+    layers = (*trainer.layers(dcfg, tcfg), *(trainer.teacher_layers(tc, tcfg) if trainer.teacher_layers else ()))
     first = shards.manifest["shards"][0]["sha256"][:12] if shards.manifest["shards"] else "empty"  # grows with the data
     online = bool(layers) and features_online(plan.features)  # no layers (a draft LM): tokens only
     cache = None if online or not layers else (plan.cache or str(cache_root() / "features" /

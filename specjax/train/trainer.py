@@ -98,6 +98,8 @@ class Trainer:
         that reads the target, its `READER`'s kind), "draft" for a draft LM.
       packs: its step takes packed rows (`specjax.train.trainset.TrainSet.pack`: "positions" and "segments" in
         the batch), so a run may pack several sequences into each row (`TrainPlan.pack`).
+      teacher_layers: (train config, tcfg) -> target layers the batch carries after `layers` for the loss
+        itself (e.g. the last, whose logits are a soft-label term), or None: none.
     """
 
     kind: str
@@ -113,6 +115,7 @@ class Trainer:
     uses_mask_token: bool = True
     loads_as: str | None = None
     packs: bool = False
+    teacher_layers: Callable | None = None
 
     def __post_init__(self):
         if isinstance(self.measured, str) or not self.measured:
@@ -131,8 +134,8 @@ _POSITIVE = {"steps", "batch_size", "log_every", "ckpt_every", "anchors", "ttt_s
              "anneal_frac", "layers", "block_size", "gru_hidden", "head_rank", "step_decay", "hidden_size", "num_layers",
              "num_heads", "num_kv_heads", "intermediate_size"}
 _NONNEGATIVE = {"seed", "patience", "weight_decay", "warmup_frac", "warmup_steps", "decay_frac", "min_lr_ratio",
-                "pure_prefix_len", "lambda0"}
-_AT_MOST_ONE = {"warmup_frac", "decay_frac", "min_lr_ratio", "lambda0", "step_decay"}
+                "pure_prefix_len", "lambda0", "soft_labels"}
+_AT_MOST_ONE = {"warmup_frac", "decay_frac", "min_lr_ratio", "lambda0", "step_decay", "soft_labels"}
 
 
 def check_values(obj, flag: Callable[[str], str] = lambda name: name) -> None:
