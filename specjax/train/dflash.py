@@ -19,7 +19,8 @@ One training step (`make_step`, jitted), per sequence x_0..x_{S-1} with loss mas
   5. optionally (`soft_labels` = lam > 0) the target's own distribution as well: loss = (1 - lam) CE +
      lam KL(p || q) with the same weights, p the target's softmax (T = 1) at the label's position over the
      draft vocabulary's columns (renormalised there), read from the target's last layer, which the batch
-     then carries after the drafter's layers (`teacher_layers`).
+     then carries after the drafter's layers (`teacher_layers`). Not the DFlash paper's loss: distilling
+     the drafter on the target's distribution is DistillSpec's (arXiv 2310.08461, §3), here forward KL.
 The target's embedding and LM head are frozen (they are not in the drafter's params at all).
 Logged: loss, per-position accuracy, and the training-time tau estimate
 (1 + the length of the all-correct prefix of each block, averaged over valid anchors).
