@@ -196,3 +196,33 @@ def test_soft_labels_add_the_kl_from_the_targets_own_next_token_law(k):
     plain = T.make_step(DRAFTER, TARGET, optax.sgd(0.1), dataclasses.replace(tc, soft_labels=0.0))[1]
     np.testing.assert_allclose(float(plain(dparams, touter, {**batch, "features": batch["features"][:, :, :-1]}, vocab,
                                            key)[0]), float(ce), rtol=1e-6)
+
+
+def test_grouped_batches_give_each_sequence_the_loss_it_has_at_full_width_and_resume_bit_exactly(tmp_path,
+                                                                                             monkeypatch):
+    """`group_batches`: a batch cut to its longest sequence gives the loss and metrics of the same rows at the full
+    width, for the same anchors (attention is causal and the drafter's context stops before each anchor; rtol
+    1e-6); a grouped run, stopped and resumed, ends with the uninterrupted run's bits (its batches, widths
+    included, are functions of (seed, step))."""
+    from specjax.train import trainset as trainset_module
+    monkeypatch.setattr(trainset_module, "WIDTH_QUANTUM", 4)  # the fixture's sequences are 10-17 of 20 tokens
+    grouped = dataclasses.replace(trainset(DRAFTER.target_layer_ids), group_batches=2)
+    touter, dparams = target_outer(TARGET_PARAMS), random_params(DRAFTER, 2, 0.3)
+    narrower = 0
+    for step in range(6):
+        rows = grouped.rows_at(step, 3, 0)
+        narrow, wide = (jax.tree.map(jnp.asarray, grouped.batch(rows, width)) for width in (None, grouped.seq_len))
+        narrower += narrow["tokens"].shape[1] < wide["tokens"].shape[1]
+        anchors, valid = T.draw_anchors(jax.random.key(step), narrow["loss_mask"], 4)
+        a, b = (T.block_loss(dparams, DRAFTER, touter, TARGET, x["features"].astype(jnp.float32), x["tokens"],
+                             x["loss_mask"], anchors, valid, 2.0) for x in (narrow, wide))
+        np.testing.assert_allclose(float(a[0]), float(b[0]), rtol=1e-6)
+        jax.tree.map(lambda x, y: np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6), a[1], b[1])
+    assert narrower >= 2
+    tc = T.DFlashTrainConfig(steps=6, batch_size=4, anchors=4, gamma=2.0, lr=3e-3, log_every=3, ckpt_every=3)
+    go = lambda out, **kw: train((TARGET, target_outer(TARGET_PARAMS)), DRAFTER, grouped, tc, out,  # noqa: E731
+                                 step_factory=T.make_step, progress=False, **kw)[0]
+    whole = go(tmp_path / "a")
+    go(tmp_path / "b", stop_after=2)
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), whole,
+                 go(tmp_path / "b", resume=True))

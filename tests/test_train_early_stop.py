@@ -13,6 +13,7 @@ import pytest
 from specjax.models.dflash_net import target_outer
 from specjax.train import dflash as T
 from specjax.train import loop as train_loop
+from specjax.train import trainset as trainset_module
 from specjax.train.loop import best_record, evaluations_since_best, load_best, train
 from tests.train_fixtures import DRAFTER, TARGET, TARGET_PARAMS, VALID_ROWS, trainset
 
@@ -175,3 +176,42 @@ def test_excluded_sequences_are_left_out_wherever_they_are_and_sequences_read_is
     for steps, batch in ((0, 2), (1, 3), (3, 2), (len(before), 3)):  # the last runs past one epoch
         rows = [r for s in range(steps) for r in full.rows_at(s, batch, 5).tolist()]
         np.testing.assert_array_equal(full.sequences_read(steps, batch, 5), sorted(set(rows)))
+
+
+def test_grouped_batches_hold_each_epochs_sequences_once_sorted_by_length_and_only_as_wide_as_they_need(monkeypatch):
+    """group_batches G: each window of G batches holds the sequences the plain order's window holds, split by
+    length (every batch's lengths below or equal to the next's in sorted order), in some order; each epoch reads
+    every sequence of its whole batches once; a batch's width is its longest sequence rounded up to WIDTH_QUANTUM
+    (brute force; 4 here, the fixture's sequences being 10-17 tokens); the same function of (seed, step) every
+    call; refused with pack."""
+    monkeypatch.setattr(trainset_module, "WIDTH_QUANTUM", 4)
+    full = trainset(DRAFTER.target_layer_ids)
+    grouped = dataclasses.replace(full, group_batches=3)
+    plain = dataclasses.replace(full, seq_len=full.seq_len)
+    lengths = np.minimum(np.diff(full.shards.offsets), full.seq_len)
+    b, n = 2, full.steps_per_epoch(2, 7)
+    for epoch in range(2):
+        steps = range(epoch * n, (epoch + 1) * n)
+        got = [grouped.rows_at(s, b, 7) for s in steps]
+        want = [plain.rows_at(s, b, 7) for s in steps]
+        for w in range(0, n, 3):  # each window: the same sequences, cut into batches by length
+            window_got, window_want = got[w:w + 3], want[w:w + 3]
+            assert sorted(np.concatenate(window_got).tolist()) == sorted(np.concatenate(window_want).tolist())
+            spans = sorted((lengths[r].min(), lengths[r].max()) for r in window_got)
+            assert all(hi <= lo for (_, hi), (lo, _) in zip(spans, spans[1:]))
+        assert sorted(np.concatenate(got).tolist()) == sorted(np.concatenate(want).tolist())
+        np.testing.assert_array_equal(np.concatenate(got), np.concatenate([grouped.rows_at(s, b, 7) for s in steps]))
+    widths = set()
+    for s in range(n):
+        rows = grouped.rows_at(s, b, 7)
+        width = min(full.seq_len, -(-int(lengths[rows].max()) // 4) * 4)
+        got = grouped.batch(rows)
+        assert got["tokens"].shape[1] == width and grouped.batch_width(rows) == width
+        widths.add(width)
+        wide = full.batch(rows)
+        np.testing.assert_array_equal(got["tokens"], wide["tokens"][:, :width])
+        np.testing.assert_array_equal(got["features"], wide["features"][:, :width])
+        assert not wide["loss_mask"][:, width:].any() and not wide["tokens"][:, width:].any()
+    assert len(widths) > 1 and min(widths) < full.seq_len  # narrower batches did occur
+    with pytest.raises(ValueError, match="give one of pack and group_batches"):
+        dataclasses.replace(full, layers=(), features=None, pack=True, group_batches=2)

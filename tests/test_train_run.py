@@ -225,14 +225,14 @@ def test_bfloat16_drafter_products_stay_within_their_rounding_bound_and_keep_flo
 
 def test_a_resumed_runs_export_records_every_command_of_the_run(tmp_path):
     """A DFlash run on the zoo target stopped after one step (`stop_after`), then resumed to its end: the
-    drafter exported by the resumed call names both commands in recipe.json, in order (run.json's), and the
-    sequences it skipped (a continuation on answers its warm start has not seen); a run warm-started from that
+    drafter exported by the resumed call names both commands in recipe.json, in order (run.json's), its batches
+    grouped by length, and the sequences it skipped (a continuation on answers its warm start has not seen); a run warm-started from that
     export records the weights its first call read, by their sha256, even when the directory changed before the
     call that exports."""
     t = TRAINERS["dflash"]
     arch, tc = t.arch(block_size=4), t.train_config(steps=2, batch_size=2, anchors=2, log_every=100, ckpt_every=1)
     plan = TrainPlan(data=str(tiny_data_directory(tmp_path / "data")), out=str(tmp_path / "run"), target="zoo", seq_len=24,
-                     valid_rows=2, features="online", skip_sequences=3)
+                     valid_rows=2, features="online", skip_sequences=3, group_batches=2)
     first = "python -m specjax.train dflash ... --stop-after 1"
     second = "python -m specjax.train dflash ... --resume --export DIR"
     run_module.run("dflash", dataclasses.replace(plan, stop_after=1, command=first), arch, tc)
@@ -245,6 +245,7 @@ def test_a_resumed_runs_export_records_every_command_of_the_run(tmp_path):
     assert recipe["command"] == second and recipe["compute"]["steps"] == 2
     assert recipe["data"]["sha256"] == one_shard and recipe["data"]["sequences"] == 12
     assert recipe["data"]["train_sequences"] == 7 and recipe["data"]["skipped_sequences"] == 3
+    assert recipe["data"]["grouped_batches"] == 2
     assert run_module.read_data_shards(plan.out) == 1
     fresh = run_module.run("dflash", dataclasses.replace(plan, out=str(tmp_path / "again"), stop_after=1), arch, tc)
     assert fresh["export"] is None and run_module.read_data_shards(tmp_path / "again") == 2  # a new run: all of it

@@ -38,6 +38,7 @@ and logs; a resume reads the checkpoint on every process (`out` on a shared file
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -336,7 +337,8 @@ def _run_steps(run: _Run, trainset: TrainSet, touter, vocab, mesh, bar, say, che
     while s < run.end:
         if deadline is not None and s > run.start and time.time() >= deadline:
             return s  # on time (a time-boxed run): the steps done so far are checkpointed by the caller
-        batch = _place_rows(trainset.batch, trainset.rows_at(s, tc.batch_size, tc.seed), mesh)
+        rows = trainset.rows_at(s, tc.batch_size, tc.seed)
+        batch = _place_rows(functools.partial(trainset.batch, width=trainset.batch_width(rows)), rows, mesh)
         key = jax.random.fold_in(jax.random.key(tc.seed), s)
         run.dparams, run.opt_state, loss, metrics = run.step_fn(run.dparams, run.opt_state, touter, batch, vocab, key,
                                                                 jnp.int32(s))

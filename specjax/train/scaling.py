@@ -147,7 +147,8 @@ def _one_run_plans(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan,
     one-run table (module docstring): the largest budget's run in its tokens-N/run, every smaller one a branch of
     it. ValueError naming the field for a schedule that cannot branch, or a budget past one epoch."""
     check_one_run(tc)
-    trainset = dataclasses.replace(everything, pack=base.pack).with_train_tokens(None, base.answers)
+    trainset = dataclasses.replace(everything, pack=base.pack,
+                                   group_batches=base.group_batches).with_train_tokens(None, base.answers)
     per_epoch = trainset.steps_per_epoch(tc.batch_size, tc.seed)
     batches = [trainset.rows_at(s, tc.batch_size, tc.seed) for s in range(per_epoch)]
     seen = np.cumsum([trainset.response_tokens_of(rows) for rows in batches])
