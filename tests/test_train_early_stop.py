@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -215,3 +217,46 @@ def test_grouped_batches_hold_each_epochs_sequences_once_sorted_by_length_and_on
     assert len(widths) > 1 and min(widths) < full.seq_len  # narrower batches did occur
     with pytest.raises(ValueError, match="give one of pack and group_batches"):
         dataclasses.replace(full, layers=(), features=None, pack=True, group_batches=2)
+
+
+def test_the_fit_times_steps_at_compiled_widths_only_and_pays_a_compile_per_width():
+    """`_FitTimer`: a step at a width not run before (it compiled) is not a timed step; the fitted length is what
+    the time left less one compile (the largest compiling step's excess) per width buys at the timed steps' mean,
+    with 3 % spare (scripted clock)."""
+    fit = train_loop._FitTimer(widths=3, start=0.0)
+    now, ends = 0.0, []
+    for width, seconds in [(64, 5.0)] + [(64, 1.0)] * 4 + [(128, 4.0)] + [(64, 1.0), (128, 1.0)] * 3:
+        now += seconds
+        ends.append(fit.add(width, now))
+    assert ends[-1] and not any(ends[:-1]) and len(fit.steps) == 10 and fit.compiles == [5.0, 4.0]
+    deadline = time.time() + 1000.0
+    fitted, step_s, compile_s = fit.length(20, deadline)
+    assert step_s == 1.0 and compile_s == 4.0
+    assert abs(fitted - (20 + int(0.97 * (1000.0 - 3 * 4.0)))) <= 1  # (the clock moved between the two reads)
+
+
+def test_a_time_boxed_run_of_grouped_batches_ends_its_schedule_at_the_deadline(tmp_path, monkeypatch):
+    """fit_steps with group_batches, each width's first step (and the refit's) 'compiling' 0.4 s against 0.01 s a
+    step (a scripted step): the run neither ends early (a window of compiles would have inflated the step time;
+    the old fit counted them) nor runs past its deadline, and its schedule ends when it does."""
+    monkeypatch.setattr(trainset_module, "WIDTH_QUANTUM", 4)
+    grouped = dataclasses.replace(trainset(DRAFTER.target_layer_ids), group_batches=2)
+    assert len(grouped.batch_widths(2, 0)) >= 2
+
+    def factory(dcfg, tcfg, opt, tc, **kw):
+        compiled = set()
+
+        def step(dparams, opt_state, touter, batch, vocab, key, step_index):
+            width = batch["tokens"].shape[1]
+            time.sleep(0.01 if width in compiled else 0.4)
+            compiled.add(width)
+            return dparams, opt_state, jnp.float32(1.0), {"tau": jnp.float32(1.0), "acc": jnp.zeros(3)}
+        return step, lambda *a: (jnp.float32(1.0), {"tau": jnp.float32(1.0), "acc": jnp.zeros(3)})
+
+    tc = T.DFlashTrainConfig(steps=100000, batch_size=2, anchors=4, log_every=100000, ckpt_every=100000)
+    t0 = time.time()
+    train((TARGET, target_outer(TARGET_PARAMS)), DRAFTER, grouped, tc, tmp_path, step_factory=factory, progress=False,
+          deadline=t0 + 8.0, fit_steps=True)
+    took, state = time.time() - t0, json.loads((tmp_path / "ckpt" / "state.json").read_text())
+    assert state["fitted"] and state["step"] == state["train_config"]["steps"]  # the schedule ran to its end
+    assert 0.8 * 8.0 <= took <= 8.0 + 1.0, took

@@ -228,10 +228,11 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
     accuracy, lr, seconds) and shows a progress bar with the ETA.
 
     `fit_steps` (with a `deadline`, a fresh run): the schedule's length `tc.steps` is replaced, once, by what
-    the time left buys at the step time measured over `FIT_TIMED_STEPS` compiled steps (the first, compiling
-    step excluded; a held-out evaluation falling inside the window counts too, so the estimate errs long and
-    a run ends early rather than late; one more compile of the step with the fitted schedule is paid for out
-    of the time left), so a time-boxed run ends its cosine decay at the deadline instead of being cut
+    the time left buys at the step time measured over `FIT_TIMED_STEPS` compiled steps (steps at a batch width
+    not run before, which compile, excluded: the first, or each new width of grouped batches; a held-out
+    evaluation falling inside the window counts too, so the estimate errs long and a run ends early rather
+    than late; the step with the fitted schedule compiles once more for each width, paid for out of the time
+    left: `_FitTimer`), so a time-boxed run ends its cosine decay at the deadline instead of being cut
     mid-schedule. The fitted length is kept in the checkpoint's train_config; a resumed run continues to it.
 
     `compute_dtype` (e.g. bfloat16 on an accelerator): the dtype of the step's products (the kind's
@@ -329,8 +330,9 @@ def _run_steps(run: _Run, trainset: TrainSet, touter, vocab, mesh, bar, say, che
     """`train`'s steps from run.start to run.end: log records every `log_every` steps, checkpoints every
     `ckpt_every`, the schedule refitted to the deadline once (`refit`, None: never); returns the step at which
     the deadline stopped it (None: it ran to the end, or early stopping ended it; `_early_stop`)."""
-    recent, timer, valid = [], None, trainset.valid_batch()
+    recent, valid = [], trainset.valid_batch()
     t0, s, tc = time.time(), run.start, run.tc
+    fit = _FitTimer(len(trainset.batch_widths(tc.batch_size, tc.seed)), t0) if refit is not None else None
     if run.stopped_early is not None:  # a resumed run that had stopped early: nothing left to do
         say(f"the run stopped early at step {run.stopped_early}; nothing to resume")
         return None
@@ -338,7 +340,8 @@ def _run_steps(run: _Run, trainset: TrainSet, touter, vocab, mesh, bar, say, che
         if deadline is not None and s > run.start and time.time() >= deadline:
             return s  # on time (a time-boxed run): the steps done so far are checkpointed by the caller
         rows = trainset.rows_at(s, tc.batch_size, tc.seed)
-        batch = _place_rows(functools.partial(trainset.batch, width=trainset.batch_width(rows)), rows, mesh)
+        width = trainset.batch_width(rows)
+        batch = _place_rows(functools.partial(trainset.batch, width=width), rows, mesh)
         key = jax.random.fold_in(jax.random.key(tc.seed), s)
         run.dparams, run.opt_state, loss, metrics = run.step_fn(run.dparams, run.opt_state, touter, batch, vocab, key,
                                                                 jnp.int32(s))
@@ -349,16 +352,14 @@ def _run_steps(run: _Run, trainset: TrainSet, touter, vocab, mesh, bar, say, che
             bar.n = bar.last_print_n = bar.initial = run.start + 1
             bar.refresh()
         done = s = s + 1
-        if refit is not None and run.fitted is None and done in (run.start + 1, run.start + 1 + FIT_TIMED_STEPS):
-            jax.block_until_ready(loss)  # two reads in the whole run: the timing needs the device's clock
-            if timer is None:
-                timer = (time.time(), time.time() - t0)  # (end of the compiling step, its seconds)
-            else:
-                fitted, step_s = _fitted_length(done, deadline, timer)
+        if fit is not None and run.fitted is None:  # a few reads of the device's clock, before the schedule is fitted
+            jax.block_until_ready(loss)
+            if fit.add(width, time.time()):
+                fitted, step_s, compile_s = fit.length(done, deadline)
                 refit(fitted)
                 tc = run.tc
-                say(f"fitted the schedule to the deadline: {step_s * 1e3:.1f} ms a step after the first compile "
-                    f"({timer[1]:.1f} s) -> {fitted} steps")
+                say(f"fitted the schedule to the deadline: {step_s * 1e3:.1f} ms a step after compiling "
+                    f"({compile_s:.1f} s a width, {fit.widths} width{'s' * (fit.widths > 1)}) -> {fitted} steps")
         if done % tc.log_every == 0 or done == tc.steps:
             recent = [float(x) for x in recent]
             rec, valid_tau = _log_record(run.eval_fn, run.dparams, touter, valid, vocab, tc, mesh, recent, done,
@@ -437,13 +438,31 @@ def _placed(target, dparams, opt_state, vocab, mesh, online: bool, target_params
     return touter, dparams, opt_state, vocab
 
 
-def _fitted_length(done: int, deadline: float, timer: tuple[float, float]) -> tuple[int, float]:
-    """(the schedule length the time left buys, seconds a step): the step time measured over the
-    `FIT_TIMED_STEPS` steps since `timer[0]`, the time left less one more compile (`timer[1]`, the first
-    step's seconds), 3 % spare."""
-    step_s = (time.time() - timer[0]) / FIT_TIMED_STEPS
-    left = deadline - time.time() - timer[1]  # the refit schedule compiles once more
-    return max(done + 1, done + int(0.97 * left / step_s)), step_s
+class _FitTimer:
+    """The step time a time-boxed run's schedule is fitted with (`train`'s `fit_steps`): each step's seconds,
+    those of a step at a batch width the run had not run yet (it compiled) apart from the others, until
+    FIT_TIMED_STEPS steps ran at a width already compiled. `widths`: the batch widths the run will use (one, or
+    a grouped set's few: `TrainSet.batch_widths`)."""
+
+    def __init__(self, widths: int, start: float):
+        self.widths, self.seen, self.steps, self.compiles, self.last = widths, set(), [], [], start
+
+    def add(self, width: int, now: float) -> bool:
+        """Record the step that ended at `now` (it began when the previous one ended, the first at `start`);
+        True once FIT_TIMED_STEPS steps are timed."""
+        (self.steps if width in self.seen else self.compiles).append(now - self.last)
+        self.seen.add(width)
+        self.last = now
+        return len(self.steps) >= FIT_TIMED_STEPS
+
+    def length(self, done: int, deadline: float) -> tuple[int, float, float]:
+        """(the schedule length the time left buys, seconds a step, seconds a compile): the mean of the timed
+        steps; the time left less a compile for every width (the refit schedule compiles each once more; a
+        compile: the largest excess of a compiling step over a step), 3 % spare."""
+        step_s = float(np.mean(self.steps))
+        compile_s = max([t - step_s for t in self.compiles] + [0.0])
+        left = deadline - time.time() - self.widths * compile_s
+        return max(done + 1, done + int(0.97 * left / step_s)), step_s, compile_s
 
 
 def _log_record(eval_fn, dparams, touter, valid, vocab, tc, mesh, recent: list, done: int, lr: float,

@@ -284,6 +284,14 @@ class TrainSet:
         rows = np.concatenate([np.asarray(self.rows_at(s, batch_size, seed)).ravel() for s in range(steps)])
         return np.unique(rows[rows >= 0]).astype(np.int64)
 
+    def batch_widths(self, batch_size: int, seed: int, epoch: int = 0) -> tuple[int, ...]:
+        """The distinct batch widths of epoch `epoch`'s steps, ascending (seq_len alone unless grouped)."""
+        if not self.group_batches:
+            return (self.seq_len,)
+        first = sum(self.steps_per_epoch(batch_size, seed, e) for e in range(epoch))
+        steps = range(first, first + self.steps_per_epoch(batch_size, seed, epoch))
+        return tuple(sorted({self.batch_width(self.rows_at(s, batch_size, seed)) for s in steps}))
+
     def batch(self, rows: np.ndarray, width: int | None = None) -> dict:
         """{"tokens" int32[B, S], "loss_mask" bool[B, S], "features" f16[B, S, n, E]} of sequence rows (no
         "features" when they are computed in the step), S = `width` (None: `batch_width(rows)`; sequences longer
