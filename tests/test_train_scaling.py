@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 
 from specjax.cli.train import main as train_main
 from specjax.train import scaling as scaling_module
 from specjax.train.data import load_shards
 from specjax.train.features import data_sha256
-from specjax.train.scaling import budget_steps
+from specjax.train.scaling import budget_steps, paired_difference
 from tests.train_fixtures import add_tiny_shard, tiny_data_directory
 
 ROWS, LENGTH, PROMPT, VALID = 16, 24, 5, 2  # tiny_data_directory's shape: 19 response tokens a sequence
@@ -71,7 +72,18 @@ def test_the_table_trains_one_drafter_per_budget_and_a_rerun_reads_it_back(tmp_p
     assert [measured[e] for e in exports] == [r["tau"] for r in rows]
     assert (written["eval_prompts"], written["new_tokens"], written["data_shards"]) == (2, 4, 1)
     assert "budgets" not in written and "one_run" not in written  # what was measured, not a table's plan
-    assert f"| {exports[0]} | {rows[0]['tau']['T=0']['tau_mean']:.3f} |" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"| {exports[0]} | {rows[0]['tau']['T=0']['tau_mean']:.3f} |" in printed
+    pair = paired_difference(measured[exports[0]]["T=0"]["tau_per_prompt"],
+                             measured[exports[1]]["T=0"]["tau_per_prompt"])
+    assert f"| {exports[0]} - {exports[1]}, paired | {pair['mean']:+.3f} ± {pair['se']:.3f}" in printed
+
+
+def test_the_paired_difference_is_the_mean_and_standard_error_of_the_per_prompt_differences():
+    pair = paired_difference([2.0, 3.0, 1.5, 2.5], [1.0, 3.5, 1.5, 2.0])  # differences 1, -0.5, 0, 0.5
+    assert pair["mean"] == 0.25 and pair["higher"] == 2 and pair["prompts"] == 4
+    assert abs(pair["se"] - np.std([1, -0.5, 0, 0.5], ddof=1) / 2) < 1e-12
+    assert paired_difference([1.0, 2.0], [1.0]) is None and paired_difference([1.0], [2.0]) is None
 
 
 def test_a_budget_the_data_cannot_fill_is_refused_naming_it(tmp_path, capsys):

@@ -48,7 +48,8 @@ from specjax.recipe import RecipeConfig, plan, run_recipe
 from specjax.train.run import TRAINERS, TrainPlan
 from specjax.train.run import check as check_run
 from specjax.train.run import run as run_drafter
-from specjax.train.scaling import TABLE_FILE, ScalingPlan, check_one_run, compare_drafters, run_scaling
+from specjax.train.scaling import (TABLE_FILE, ScalingPlan, check_one_run, compare_drafters, paired_difference,
+                                   run_scaling)
 from specjax.train.tokenizer import DEFAULT_SHAREGPT_CHARS, DEFAULT_VOCAB, build
 
 __all__ = ["main", "parser"]
@@ -229,6 +230,12 @@ def _compare(args) -> int:
     for d, taus in rows.items():
         print(f"| {d} | " + " | ".join("-" if taus[t]["tau_mean"] is None else f"{taus[t]['tau_mean']:.3f}"
                                        for t in temps) + " |")
+    *others, last = rows
+    for d in others:  # the last drafter is the reference (the one a new drafter would replace)
+        pairs = [paired_difference(rows[d][t]["tau_per_prompt"], rows[last][t]["tau_per_prompt"]) for t in temps]
+        print(f"| {d} - {last}, paired | " + " | ".join(
+            "-" if p is None else f"{p['mean']:+.3f} ± {p['se']:.3f} ({p['higher']} of {p['prompts']} higher)"
+            for p in pairs) + " |")
     if args.json:
         measured = {k: getattr(sp, k) for k in ("eval_prompts", "new_tokens", "temperatures")}  # no table's budgets
         pathlib.Path(args.json).write_text(json.dumps({"kind": args.kind, "target": args.target, "data": args.data,

@@ -50,8 +50,8 @@ from specjax.train.features import data_sha256
 from specjax.train.loop import TrainSet, machine, wsd_decay_start
 from specjax.train.run import TRAINERS, TrainPlan, check, measured_tau, run
 
-__all__ = ["ScalingPlan", "budget_steps", "check_one_run", "compare_drafters", "run_scaling", "table", "SCALING_FILE",
-           "TABLE_FILE"]
+__all__ = ["ScalingPlan", "budget_steps", "check_one_run", "compare_drafters", "paired_difference", "run_scaling",
+           "table", "SCALING_FILE", "TABLE_FILE"]
 
 SCALING_FILE = "scaling.json"
 TABLE_FILE = "scaling.md"
@@ -222,6 +222,18 @@ def compare_drafters(kind: str, target: str, data: str, drafters: tuple[str, ...
     tcfg, tparams, _, _ = load_target(target)
     heldout = TrainSet(load_shards(data, data_shards), None, (), seq_len, valid_rows)
     return {d: _measure(kind, d, (tcfg, tparams), heldout, sp) for d in drafters}
+
+
+def paired_difference(taus: list[float], reference: list[float]) -> dict | None:
+    """Per-prompt τ of a drafter against a reference's on the same prompts (`compare_drafters`' tau_per_prompt):
+    {"mean": mean difference, "se": its standard error (sample std / sqrt n), "higher": prompts where it is
+    higher, "prompts": n}; None when the lists differ in length (other prompts had rounds) or hold fewer than 2."""
+    a, b = np.asarray(taus, np.float64), np.asarray(reference, np.float64)
+    if len(a) != len(b) or len(a) < 2:
+        return None
+    d = a - b
+    return {"mean": float(d.mean()), "se": float(d.std(ddof=1) / np.sqrt(len(d))), "higher": int((d > 0).sum()),
+            "prompts": len(d)}
 
 
 def run_scaling(kind: str, base: TrainPlan, arch, tc, sp: ScalingPlan, *, say=print) -> list[dict]:
