@@ -238,7 +238,8 @@ def test_the_fit_times_steps_at_compiled_widths_only_and_pays_a_compile_per_widt
 def test_a_time_boxed_run_of_grouped_batches_ends_its_schedule_at_the_deadline(tmp_path, monkeypatch):
     """fit_steps with group_batches, each width's first step (and the refit's) 'compiling' 0.4 s against 0.01 s a
     step (a scripted step): the run neither ends early (a window of compiles would have inflated the step time;
-    the old fit counted them) nor runs past its deadline, and its schedule ends when it does."""
+    the old fit counted them) nor runs past its deadline, and its schedule ends when it does (within the fit's
+    spare: steps 1-3 % slower on a loaded machine cut the last few)."""
     monkeypatch.setattr(trainset_module, "WIDTH_QUANTUM", 4)
     grouped = dataclasses.replace(trainset(DRAFTER.target_layer_ids), group_batches=2)
     assert len(grouped.batch_widths(2, 0)) >= 2
@@ -258,5 +259,6 @@ def test_a_time_boxed_run_of_grouped_batches_ends_its_schedule_at_the_deadline(t
     train((TARGET, target_outer(TARGET_PARAMS)), DRAFTER, grouped, tc, tmp_path, step_factory=factory, progress=False,
           deadline=t0 + 8.0, fit_steps=True)
     took, state = time.time() - t0, json.loads((tmp_path / "ckpt" / "state.json").read_text())
-    assert state["fitted"] and state["step"] == state["train_config"]["steps"]  # the schedule ran to its end
-    assert 0.8 * 8.0 <= took <= 8.0 + 1.0, took
+    # the schedule ran to (nearly) its end: the fit keeps 3 % spare, which a loaded machine's slower steps may use up
+    assert state["fitted"] and state["step"] >= 0.95 * state["train_config"]["steps"], state
+    assert 0.8 * 8.0 <= took <= 8.0 + 1.0, took  # (the old fit: 4.7 s, every step of a too-short schedule done)
