@@ -349,9 +349,12 @@ def test_a_chain_of_continuations_on_unseen_answers_never_reads_a_sequence_twice
     assert [c["command"] for c in anew["commands"]] == ["anew"] and anew["init_read"]["sequences_read"]["count"] == 8
     with pytest.raises(ValueError, match="unseen_only leaves out what a warm start learned from: give init"):
         dataclasses.replace(plan, unseen_only=True).check()
+    with pytest.raises(ValueError, match="no exported drafter there"):
+        dataclasses.replace(plan, init=str(tmp_path / "nowhere"), unseen_only=True).check()
     bare = tmp_path / "bare"
     bare.mkdir()
     (bare / "recipe.json").write_text(json.dumps({"data": {}}))
+    (bare / "config.json").write_text("{}")
     with pytest.raises(ValueError, match="has no record of the sequences it learned from .* give skip_sequences"):
         dataclasses.replace(plan, init=str(bare), unseen_only=True).check()
     other = [c[::-1] for c in checksums]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import pathlib
 
@@ -19,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.atomic import replace_directory, staging_path
+from specjax.atomic import replace_directory, staging_path, write_bytes
 from specjax.models import load_checkpoint, save_checkpoint
 from specjax.models.draft_vocab import split_draft_vocab, with_draft_vocab
 
@@ -139,7 +140,9 @@ def save_sequences_read(path: str | pathlib.Path, ids: np.ndarray, num_sequences
     mask[ids] = True
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.save(path, np.packbits(mask))
+    buf = io.BytesIO()
+    np.save(buf, np.packbits(mask))
+    write_bytes(path, buf.getvalue())  # atomically: a failed write leaves the old record whole
     return {"file": path.name, "count": int(mask.sum()), "of_sequences": int(num_sequences),
             "shards": len(checksums), "shards_sha256": _shards_sha256(checksums)}
 

@@ -24,13 +24,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-import shutil
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.atomic import write_bytes
 from specjax.data.assets import cache_root, sha256_file
 from specjax.declared import Registry
 from specjax.decode import generate
@@ -200,6 +200,9 @@ class TrainPlan:
         for name in ("target_dtype", "drafter_dtype"):
             if getattr(self, name) not in ("auto", "float32", "bfloat16"):
                 raise ValueError(f"{name} must be auto, float32 or bfloat16, got {getattr(self, name)!r}")
+        if self.init is not None and not (pathlib.Path(self.init) / "config.json").is_file():
+            raise ValueError(f"init {self.init}: no exported drafter there (no config.json): give the directory a "
+                             f"run exported (--export)")
         if self.unseen_only and self.init is None:
             raise ValueError("unseen_only leaves out what a warm start learned from: give init too")
         if self.unseen_only and not self.resume and _sequences_read_record(self.init) is None:
@@ -238,7 +241,7 @@ def init_record(init: str | None, out: str | pathlib.Path | None = None) -> dict
     read = _sequences_read_record(init)
     if read is not None and out is not None:
         pathlib.Path(out).mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(pathlib.Path(init) / read["file"], pathlib.Path(out) / INIT_SEQUENCES_READ)
+        write_bytes(pathlib.Path(out) / INIT_SEQUENCES_READ, (pathlib.Path(init) / read["file"]).read_bytes())
     return {"directory": init, "weights_sha256": {f.name: sha256_file(f)
                                                   for f in sorted(pathlib.Path(init).glob("*.safetensors"))},
             "sequences_read": read}
@@ -476,7 +479,7 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
                      "layers": list(layers),
                      "target_dtype": None if not online else jnp.dtype(step_dtype(plan.target_dtype)
                                                                        or jnp.float32).name},
-        "init": json.loads((out / RUN_FILE).read_text()).get("init_read", init_record(plan.init)),  # (older runs)
+        "init": init_read,  # as the run's first call took it (run.json)
         "draft_vocab": {"k": plan.draft_vocab or tcfg.vocab_size, "from_init": init_ids is not None,
                         "covers_response_tokens": round(float(
                             responses[np.asarray(vocab.ids)].sum() / responses.sum()), 4) if vocab is not None else 1.0},
