@@ -65,6 +65,9 @@ def test_bad_inputs_raise_named_errors():
         DDTreeDrafter(base, 8, verify_factor=1.0)
     with pytest.raises(ValueError, match="method must be one of"):
         DDTreeDrafter(base, 8, method="heap")
+    for t in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="tree_temperature must be a finite number > 0"):
+            DDTreeDrafter(base, 8, tree_temperature=t)
     # the target is checked by generate(), before compiling
     other = dataclasses.replace(target, vocab_size=41)
     tokens, lengths = pad_prompts([[1, 2]], 4)
@@ -98,6 +101,28 @@ def test_tree_is_select_tree_of_the_untempered_marginals_pruned_to_a_prefix():
     assert not np.asarray(tree.valid[2]).any() and float(mass[2]) == 0.0
     unpruned, _ = DDTreeDrafter(drafter.block_drafter, 40, prune_mass=0.0).tree(logits, active)
     assert unpruned.valid[:2].all() and drafter.verify_widths == (16, 32, 40)
+
+
+def test_tree_temperature_selects_from_the_scaled_marginals():
+    """tree_temperature t: the tree is select_tree(log_softmax(logits / t)), not the untempered one."""
+    target = TARGETS["neox"]
+    block = D.DFlashDrafter(drafter_cfg(target), target)
+    logits = 3.0 * jax.random.normal(jax.random.key(1), (2, 4, target.vocab_size))
+    active = jnp.array([True, True])
+    plain, _ = DDTreeDrafter(block, 12, prune_mass=0.0).tree(logits, active)
+    for t in (0.5, 2.0):
+        tree, mass = DDTreeDrafter(block, 12, prune_mass=0.0, tree_temperature=t).tree(logits, active)
+        log_q = jax.nn.log_softmax(logits / t, -1)
+        want = select_tree(log_q, 12)
+        np.testing.assert_array_equal(np.asarray(tree.tokens), np.asarray(want.tokens))
+        np.testing.assert_array_equal(np.asarray(tree.parents), np.asarray(want.parents))
+        lq = np.asarray(log_q, np.float64)
+        for b in range(2):
+            q = [np.exp(sum(lq[b, d, v] for d, v in enumerate(path))) for path in slot_paths(tree, b)]
+            np.testing.assert_allclose(float(mass[b]), sum(q), rtol=1e-5)
+        # sharper marginals (t < 1) make deeper trees, flatter ones (t > 1) wider ones
+        deeper = np.asarray(tree.depth).mean() > np.asarray(plain.depth).mean()
+        assert deeper == (t < 1)
 
 
 # ============================================================================ DD7: greedy losslessness

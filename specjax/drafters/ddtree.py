@@ -357,10 +357,12 @@ class DDTreeDrafter(Wrapper):
         T_N subset of T_N' for N < N' (the threshold only decreases). The first node is kept.
       verify_factor: ratio of consecutive static verify widths (16, 32, ... up to N).
       method: "levels" or "pops" (`select_tree`; same trees).
-
-    The draft distribution is used untempered (log-softmax of the drafter's logits) at every
-    target temperature; the tree is fixed before the target's samples are drawn, so the
-    greedy walk (T = 0) and the sampling walk (T > 0) are lossless for any tree.
+      tree_temperature: t, the marginals the tree is selected from are log_softmax(logits / t)
+        (1: the drafter's own, the paper's rule). A probe of the drafter's calibration for tree
+        selection, not of the target's sampling: the tree is fixed before the target's samples
+        are drawn, so the greedy walk (T = 0) and the sampling walk (T > 0) are lossless for any
+        tree, whatever t. (On SmolLM2 with the zoo's drafter t = 1 measured best, greedy and at
+        T = 1: docs/results.md.)
     """
 
     block_drafter: object
@@ -368,6 +370,7 @@ class DDTreeDrafter(Wrapper):
     prune_mass: float = 0.01
     verify_factor: float = 2.0
     method: str = "levels"
+    tree_temperature: float = 1.0
 
     def __post_init__(self):
         if not isinstance(self.block_drafter, BlockDrafter):
@@ -381,6 +384,8 @@ class DDTreeDrafter(Wrapper):
             raise ValueError(f"verify_factor must be > 1, got {self.verify_factor}")
         if self.method not in _METHODS:
             raise ValueError(f"method must be one of {sorted(_METHODS)}, got {self.method!r}")
+        if not (math.isfinite(self.tree_temperature) and self.tree_temperature > 0):
+            raise ValueError(f"tree_temperature must be a finite number > 0, got {self.tree_temperature}")
         if self.max_depth < 1:
             raise ValueError(f"the block drafter drafts {self.max_depth} positions per pass; DDTree needs >= 1")
 
@@ -420,8 +425,8 @@ class DDTreeDrafter(Wrapper):
     def candidates(self, logits: jax.Array, active: jax.Array):
         """logits f32[B, L, V] -> (the N selected prefixes as a Tree [B, N] in selection order,
         their log q(u) f32[B, N], keep bool[B, N] = not pruned (the first always) and row
-        active, log_q f32[B, L, V] = the untempered log-marginals they were scored with)."""
-        log_q = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # no draft temperature
+        active, log_q f32[B, L, V] = the log-marginals they were scored with, at `tree_temperature`)."""
+        log_q = jax.nn.log_softmax(logits.astype(jnp.float32) / self.tree_temperature, axis=-1)
         tree, scores = select_tree_scored(log_q, self.budget, method=self.method)
         keep = tree.valid & (scores >= self.log_min_prob)
         return tree, scores, keep.at[:, 0].set(tree.valid[:, 0]) & active[:, None], log_q

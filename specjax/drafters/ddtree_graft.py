@@ -208,7 +208,7 @@ def _build(b: Build):
     """ddtree-<N>: DDTree on the DFlash drafter; with ret=U, DDTree + retrieval (here, where both are defined)."""
     v, given = b.values, b.given
     block, params = block_drafter(b)
-    ddtree = DDTreeDrafter(block, v["N"], prune_mass=v["prune"])
+    ddtree = DDTreeDrafter(block, v["N"], prune_mass=v["prune"], tree_temperature=v["temp"])
     if not v["ret"]:
         if "width" in given or "merge" in given:
             raise ValueError(f"DDTree fields 'width' and 'merge' belong to retrieval (ret=U >= 1), got {b.spec!r}")
@@ -221,7 +221,7 @@ METHODS = (MethodSpec("ddtree", ("ddtree-<N>",), "DDTree: the N most probable pr
                       "marginals, verified as one tree (`DDTreeDrafter`); ret=U grafts a U-node retrieval template "
                       "into the N (`DDTreeGraftDrafter`)", _build,
                       positional=(Field("N", int, None, "tree nodes per round"),),
-                      fields=(BLOCK, *fields_from(DDTreeDrafter, {"prune": "prune_mass"}),
+                      fields=(BLOCK, *fields_from(DDTreeDrafter, {"prune": "prune_mass", "temp": "tree_temperature"}),
                               Field("ret", int, 0, "retrieval nodes U grafted from the successor table (0: none)"),
                               *fields_from(DDTreeGraftDrafter, {"width": "width", "merge": "merge"}, merge=int)),
                       needs=("dflash",), label="DDTree"),)
