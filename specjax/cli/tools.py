@@ -6,6 +6,7 @@
     python -m specjax bench-draft-vocab [--ks 8192 16384] [--json [PATH]]   # a reduced draft vocabulary
     python -m specjax bench-generation [--target smollm2-135m] [--seconds 240] # the data engine's speed
     python -m specjax bench-train-step --data DATA [--kind dflash]          # drafter step time vs draft vocabulary
+    python -m specjax bench-ceiling [--temperature 1] [--budgets 1,3,7]      # the best tree's τ: no drafter beats it
     python -m specjax assets [--list] [NAME ...]                            # prefetch registry assets
     python -m specjax gpu-check [--out DIR] [--steps ...] [--quick]         # make gpu-check: one JSON + a table
     python -m specjax gpu-check --pytest-workers                            # the workers make test-gpu runs on
@@ -17,7 +18,7 @@ import argparse
 import json
 import sys
 
-from specjax.bench import ddtree_select, draft_vocab, generation, gpu_check, train_step, versus_transformers
+from specjax.bench import ddtree_select, draft_vocab, generation, gpu_check, train_step, tree_ceiling, versus_transformers
 from specjax.bench.device import DTYPES
 from specjax.cli.common import UsageError
 from specjax.data.assets import MANIFEST, AssetError, fetch
@@ -94,6 +95,22 @@ def _train_step(args) -> int:
     if args.json:
         with open(args.json, "w") as f:
             f.write(text + "\n")
+    return 0
+
+
+def _ceiling(args) -> int:
+    try:
+        plan = tree_ceiling.CeilingPlan(
+            model=args.model, datasets=tuple(d.strip() for d in args.dataset.split(",") if d.strip()),
+            prompts=args.prompts, skip=args.skip, budgets=tuple(int(b) for b in args.budgets.split(",") if b.strip()),
+            temperature=args.temperature, max_new_tokens=args.max_new_tokens, prompt_len=args.prompt_len,
+            depth=args.depth, seed=args.seed)
+        plan.check()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    rows = tree_ceiling.run(plan)
+    if args.json:
+        tree_ceiling.write_json(args.json, rows, plan)
     return 0
 
 
@@ -191,6 +208,26 @@ def add_parsers(sub) -> None:
     p.add_argument("--anchors", type=int, default=16, help="(default: %(default)s)")
     p.add_argument("--json", default=None, help="also write the result here")
     p.set_defaults(run=_train_step)
+
+    c = tree_ceiling.CeilingPlan()
+    p = sub.add_parser("bench-ceiling", help="the τ of the best N-node tree under the target's own law: what no "
+                       "drafter can beat, per budget and temperature", description=tree_ceiling.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=c.model, help="a named model or an HF directory (default: %(default)s)")
+    p.add_argument("--dataset", default=",".join(c.datasets), help="comma-separated prompt sets (default: %(default)s)")
+    p.add_argument("--prompts", type=int, default=c.prompts, help="prompts per set (default: %(default)s)")
+    p.add_argument("--skip", type=int, default=c.skip, help="each set's first prompts left out, as `specjax bench "
+                   "--warmup` (default: %(default)s)")
+    p.add_argument("--budgets", default=",".join(map(str, c.budgets)), help="tree nodes per round, comma-separated "
+                   "(default: %(default)s)")
+    p.add_argument("--temperature", type=float, default=c.temperature, help="(default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=c.max_new_tokens, help="(default: %(default)s)")
+    p.add_argument("--prompt-len", type=int, default=c.prompt_len, help="(default: %(default)s)")
+    p.add_argument("--depth", type=int, default=c.depth, help="deepest node: a block-B drafter's B - 1 "
+                   "(default: %(default)s)")
+    p.add_argument("--seed", type=int, default=c.seed, help="(default: %(default)s)")
+    p.add_argument("--json", default=None, help="also write the plan and rows here")
+    p.set_defaults(run=_ceiling)
 
     p = sub.add_parser("assets", help="prefetch the registry's assets (all by default), or --list them")
     p.add_argument("names", nargs="*", help="asset names (default: all)")
