@@ -251,5 +251,6 @@ def table(rows: list[dict], plan: CeilingPlan) -> str:
 
 
 def write_json(path: str, rows: list[dict], plan: CeilingPlan) -> None:
+    """{"plan": the plan's fields, "rows": `run`'s rows} as indented JSON at `path`."""
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"plan": dataclasses.asdict(plan), "rows": rows}, f, indent=1)

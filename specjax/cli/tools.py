@@ -100,9 +100,13 @@ def _train_step(args) -> int:
 
 def _ceiling(args) -> int:
     try:
+        budgets = tuple(int(b) for b in args.budgets.split(",") if b.strip())
+    except ValueError:
+        raise UsageError(f"--budgets must be comma-separated node counts, got {args.budgets!r}") from None
+    try:
         plan = tree_ceiling.CeilingPlan(
             model=args.model, datasets=tuple(d.strip() for d in args.dataset.split(",") if d.strip()),
-            prompts=args.prompts, skip=args.skip, budgets=tuple(int(b) for b in args.budgets.split(",") if b.strip()),
+            prompts=args.prompts, skip=args.skip, budgets=budgets,
             temperature=args.temperature, max_new_tokens=args.max_new_tokens, prompt_len=args.prompt_len,
             depth=args.depth, seed=args.seed)
         plan.check()
