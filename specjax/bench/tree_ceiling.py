@@ -42,6 +42,7 @@ from specjax.data.datasets import DATASETS, dataset_texts
 from specjax.decode import generate_ar
 from specjax.models.cache import init_cache
 from specjax.models.model import forward, prefill
+from specjax.pipeline import load_pair
 from specjax.sampling import Sampling
 
 __all__ = ["CeilingPlan", "accepted_length", "best_paths", "law", "path_law", "rounds_of", "run", "table", "tree_ceiling",
@@ -208,8 +209,6 @@ class CeilingPlan:
 def run(plan: CeilingPlan, *, log=print) -> list[dict]:
     """Each dataset's row: {"dataset", "prompts", "tau": {N: τ}, "expected_tau": {N: E τ}, "rounds": {N: count},
     "per_prompt": [{N: τ}]}, logged as a table."""
-    from specjax.pipeline import load_pair  # the pipeline sits above the bench tools
-
     plan.check()
     pair = load_pair(plan.model, (), layout="stacked")
     rows = []
