@@ -45,28 +45,16 @@ from specjax.models.model import forward, prefill
 from specjax.pipeline import load_pair
 from specjax.sampling import Sampling
 
-__all__ = ["CeilingPlan", "accepted_length", "best_paths", "law", "path_law", "rounds_of", "run", "table", "tree_ceiling",
+__all__ = ["CeilingPlan", "accepted_length", "best_paths", "path_law", "rounds_of", "run", "table", "tree_ceiling",
            "write_json"]
 
 Path = tuple[int, ...]
 
 
-def law(logits, temperature: float) -> np.ndarray:
-    """float64[V] log-probabilities of the target's next token at `temperature` (0: a point mass on the argmax,
-    the lowest id among ties; -inf elsewhere)."""
-    z = np.asarray(logits, np.float64)
-    if temperature == 0:
-        out = np.full(z.shape, -np.inf)
-        out[int(np.argmax(z))] = 0.0
-        return out
-    z = z / temperature
-    return z - (np.max(z) + np.log(np.sum(np.exp(z - np.max(z)))))
-
-
 def best_paths(next_law: Callable[[Path], np.ndarray], n: int, depth: int) -> list[tuple[Path, float]]:
     """The n most probable token paths (at most `depth` long) under a law, in best-first order, with their log p.
 
-    next_law(path) -> float64[V] log-probabilities of the token after `path` (() for the root). The first k of the
+    next_law(path) -> [V] log-probabilities of the token after `path` (() for the root). The first k of the
     returned paths are the k most probable for every k <= n (ties: the shorter path, then the smaller ids), a
     prefix-closed tree; paths of probability 0 are never returned, so a point-mass law gives a chain. One call
     of next_law per returned path but the last (and the root's)."""
@@ -111,27 +99,28 @@ def rounds_of(order_at: Callable[[int], list[tuple[Path, float]]], continuation:
         tree = order_at(t)[:budget]
         acc = min(accepted_length([p for p, _ in tree], continuation[t:]), m - t - 1)
         taus.append(acc + 1)
-        expected.append(1.0 + sum(math.exp(lp) for _, lp in tree))
+        expected.append(1.0 + sum(math.exp(lp) for p, lp in tree if len(p) <= m - t - 1))  # as `acc`, capped
         t += acc + 1
     return taus, expected
 
 
-def path_law(params, cfg, cache, base_len: int, path: Path, depth: int, temperature: float) -> np.ndarray:
-    """The target's next-token law (log, float64[V]) after its cache's first `base_len` tokens and then `path`:
-    one forward of the path (padded to `depth`: one compile) against the cache rewound to base_len."""
+def path_law(params, cfg, cache, base_len: int, path: Path, depth: int, sampling: Sampling) -> np.ndarray:
+    """The target's next-token law after its cache's first `base_len` tokens and then `path`: float32[V]
+    `sampling.log_probs` of the path's last logits (the law its samplers draw from; greedy: a point mass on the
+    first argmax). One forward of the path (padded to `depth`: one compile) against the cache rewound to base_len."""
     tokens = np.zeros((1, depth), np.int32)
     tokens[0, :len(path)] = path
-    logits = _path_logits(params, cfg, cache, jnp.int32(base_len), jnp.asarray(tokens), jnp.int32(len(path)))
-    return law(np.asarray(logits), temperature)
+    return np.asarray(_path_log_probs(params, cfg, sampling, cache, jnp.int32(base_len), jnp.asarray(tokens),
+                                      jnp.int32(len(path))))
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
-def _path_logits(params, cfg, cache, base_len, tokens, length):
+@functools.partial(jax.jit, static_argnames=("cfg", "sampling"))
+def _path_log_probs(params, cfg, sampling, cache, base_len, tokens, length):
     rewound = cache.replace(lengths=jnp.full(cache.lengths.shape, base_len, jnp.int32))
     t = tokens.shape[1]
     positions = base_len + jnp.arange(t, dtype=jnp.int32)[None]
     logits, _ = forward(params, cfg, tokens, positions, jnp.tril(jnp.ones((t, t), bool))[None], rewound)
-    return logits[0, length - 1]
+    return sampling.log_probs(logits[0, length - 1])
 
 
 def tree_ceiling(params, cfg, prompt: Sequence[int], budgets: Sequence[int], *, max_new_tokens: int,
@@ -146,7 +135,7 @@ def tree_ceiling(params, cfg, prompt: Sequence[int], budgets: Sequence[int], *, 
     full = list(prompt) + y
     cache = init_cache(cfg, 1, len(full) + depth, jax.tree.leaves(params)[0].dtype)
     logits, _, cache = prefill(params, cfg, jnp.asarray([full], jnp.int32), jnp.asarray([len(full)], jnp.int32), cache)
-    logits = np.asarray(logits[0])
+    root_laws = np.asarray(sampling.log_probs(logits[0]))  # [len(full), V]: the law after each prefix
     n = max(budgets)
     memo: dict[int, list] = {}
 
@@ -154,8 +143,8 @@ def tree_ceiling(params, cfg, prompt: Sequence[int], budgets: Sequence[int], *, 
         if t not in memo:
             def next_law(path: Path) -> np.ndarray:
                 if not path:
-                    return law(logits[p + t - 1], temperature)
-                return path_law(params, cfg, cache, p + t, path, depth, temperature)
+                    return root_laws[p + t - 1]
+                return path_law(params, cfg, cache, p + t, path, depth, sampling)
             memo[t] = best_paths(next_law, n, depth)
         return memo[t]
 

@@ -426,7 +426,10 @@ class DDTreeDrafter(Wrapper):
         """logits f32[B, L, V] -> (the N selected prefixes as a Tree [B, N] in selection order,
         their log q(u) f32[B, N], keep bool[B, N] = not pruned (the first always) and row
         active, log_q f32[B, L, V] = the log-marginals they were scored with, at `tree_temperature`)."""
-        log_q = jax.nn.log_softmax(logits.astype(jnp.float32) / self.tree_temperature, axis=-1)
+        logits = logits.astype(jnp.float32)
+        if self.tree_temperature != 1.0:  # static: the default round is the paper's, with no V-wide divide
+            logits = logits / self.tree_temperature
+        log_q = jax.nn.log_softmax(logits, axis=-1)
         tree, scores = select_tree_scored(log_q, self.budget, method=self.method)
         keep = tree.valid & (scores >= self.log_min_prob)
         return tree, scores, keep.at[:, 0].set(tree.valid[:, 0]) & active[:, None], log_q
