@@ -1,5 +1,5 @@
-"""`specjax.bench.device` / `specjax bench-device`: the tiny shape end to end on CPU, the JSON's
-fields and units, the bandwidth-bound arithmetic, the CLI, and named errors."""
+"""`specjax.bench.device` / `specjax bench-device` and `specjax.bench.roofline`: the tiny shape end to end
+on CPU, the JSON's fields and units, the bandwidth-bound arithmetic, the CLI, and named errors."""
 
 import json
 import math
@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from specjax.bench import device
+from specjax.bench import device, roofline
 from specjax.cli import main
 from specjax.models.model import LAYOUTS, with_layout
 
@@ -146,7 +146,7 @@ def test_step_products_are_smollm2s_matrices_as_a_decode_step_multiplies_them():
     flags = []
 
     def matrices(p):
-        mats = device.step_products(cfg, p)
+        mats = roofline.step_products(cfg, p)
         flags.extend(t for _, t in mats)
         return [w for w, _ in mats]
 
@@ -167,10 +167,10 @@ def test_bound_is_weight_bytes_over_measured_bandwidth(report):
 
 def test_bandwidth_bound_arithmetic_on_made_up_numbers():
     # 16 GB of weights at 3200 GB/s: 5 ms per token; measured 6.5 ms is 1.3x the bound
-    out = device.bandwidth_bound(16_000_000_000, 3200.0, 6.5)
+    out = roofline.bandwidth_bound(16_000_000_000, 3200.0, 6.5)
     assert math.isclose(out["bound_ms_per_token"], 5.0) and math.isclose(out["ratio_to_bound"], 1.3)
     with pytest.raises(ValueError, match="positive weight bytes and bandwidth"):
-        device.bandwidth_bound(0, 3200.0, 1.0)
+        roofline.bandwidth_bound(0, 3200.0, 1.0)
 
 
 def test_a_figure_that_cannot_be_computed_is_logged_as_a_dash(monkeypatch):

@@ -34,7 +34,6 @@ PROGRAMS = {
 # ratchet: `test_the_known_gaps_are_still_gaps` fails once one is fixed, so the entry goes.
 KNOWN_GAPS = {
     "specjax.bench.round_split": "no __all__",
-    "specjax.bench.timing": "no __all__",
     "specjax.train.tokenizer": "no __all__",
     "specjax.train.lm": "exports without a docstring",
     "specjax.train.domino": "exports without a docstring",

@@ -95,11 +95,11 @@ import numpy as np
 from specjax import atomic
 from specjax.bench.methods import parse_method
 from specjax.bench.round_split import round_split
-from specjax.bench.timing import compile_totals, format_figure, timed_call
+from specjax.bench.roofline import bandwidth_bound, measure_bandwidth, time_products_floor, weight_bytes
+from specjax.bench.timing import compile_totals, fastest_pair_s, format_figure, timed_call, warm_median_s
 from specjax.decode import generate, generate_ar
 from specjax.drafters.ddtree import DDTreeDrafter, select_tree
 from specjax.drafters.dflash import DFlashDrafter
-from specjax.models import llama
 from specjax.models.cache import init_cache
 from specjax.models.dflash import DFlashConfig
 from specjax.models.gpt_neox import GPTNeoXConfig
@@ -125,8 +125,6 @@ SHAPES = {
 GPU_SHAPES = ("smollm2-135m", "pythia-410m", "qwen3-8b")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 # Spec-sheet peak HBM bandwidth (GB/s), matched by substring of `device_kind`: printed for reference only.
-SPEC_SHEET_GBPS = {"H200": 4800.0, "H100 PCIe": 2000.0, "H100 NVL": 3900.0, "H100": 3350.0, "A100-SXM4-80GB": 2039.0,
-                   "A100-SXM4-40GB": 1555.0, "A100-PCIE": 1555.0, "L4": 300.0, "A10G": 600.0}
 UNITS = {"ms": "milliseconds (median of reps)", "s": "seconds", "GBps": "1e9 bytes per second",
          "bytes": "bytes", "ratio": "dimensionless"}
 
@@ -226,117 +224,6 @@ def default_shapes(platform: str) -> tuple[str, ...]:
     return ("tiny",) if platform == "cpu" else GPU_SHAPES
 
 
-def _times_s(fn, reps: int) -> list[float]:
-    """Wall seconds of each of `reps` calls of fn() (blocked), after one excluded warm-up call."""
-    jax.block_until_ready(fn())
-    return [timed_call(fn)[1] for _ in range(reps)]
-
-
-def _median_s(fn, reps: int) -> float:
-    """Median wall seconds of `reps` calls of fn() (blocked), after one excluded warm-up call."""
-    return float(np.median(_times_s(fn, reps)))
-
-
-def _fastest_pair_s(fn_a, fn_b, reps: int) -> tuple[float, float]:
-    """Fastest wall seconds of `reps` calls each of fn_a() and fn_b() (blocked), called in
-    alternation after one excluded warm-up call of each. A difference of two timings is what
-    the caller wants (ar: N steps minus 1): load from other processes only ever adds time, so
-    the minima, taken over the same stretch of wall time, keep the difference from going
-    negative on a busy machine where medians of separate runs could."""
-    jax.block_until_ready(fn_a()), jax.block_until_ready(fn_b())
-    times_a, times_b = [], []
-    for _ in range(reps):
-        for fn, times in ((fn_a, times_a), (fn_b, times_b)):
-            times.append(timed_call(fn)[1])
-    return min(times_a), min(times_b)
-
-
-def weight_bytes(params) -> int:
-    """Total bytes of every leaf of a params pytree."""
-    return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params)))
-
-
-def bandwidth_bound(weight_bytes_: int, bandwidth_gbps: float, ms_per_token: float) -> dict:
-    """The AR bound: bound_ms = weight bytes / (bandwidth GB/s * 1e9) * 1e3; ratio = measured / bound (>= ~1)."""
-    if weight_bytes_ <= 0 or bandwidth_gbps <= 0:
-        raise ValueError(f"need positive weight bytes and bandwidth, got {weight_bytes_}, {bandwidth_gbps}")
-    bound_ms = weight_bytes_ / (bandwidth_gbps * 1e9) * 1e3
-    return {"bound_ms_per_token": bound_ms, "ratio_to_bound": ms_per_token / bound_ms}
-
-
-def measure_bandwidth(mib: int, reps: int) -> dict:
-    """Device memory bandwidth from a streaming elementwise kernel over two `mib` MiB float32
-    arrays: y <- y + x in place (y donated), (2 reads + 1 write) x bytes / median seconds.
-
-    In place, because an out-of-place op (`x * 2` into a fresh buffer) measures page faults
-    on XLA:CPU (about 3 GB/s on a 2-core dev CPU against 17-24 GB/s for read-heavy or in-place kernels).
-    Also returns the spec-sheet figure for known GPUs (reference only)."""
-    n = mib * (1 << 20) // 4
-    x, state = jnp.ones((n,), jnp.float32), {"y": jnp.zeros((n,), jnp.float32)}
-    add = jax.jit(lambda a, b: b + a, donate_argnums=1)
-
-    def call():
-        state["y"] = add(x, state["y"])
-        return state["y"]
-
-    seconds = _median_s(call, reps)
-    moved = 3 * 4 * n
-    kind = jax.devices()[0].device_kind
-    spec = next((v for k, v in SPEC_SHEET_GBPS.items() if k in kind), None)
-    return {"measured_GBps": moved / seconds / 1e9, "bytes_moved": moved, "median_s": seconds,
-            "method": f"jit(y + x), y donated (in place), x, y float32[{n}] ({mib} MiB each): "
-                      "(2 reads + 1 write = read + written bytes) / median s",
-            "spec_sheet_GBps": spec, "spec_sheet_note": "vendor peak figure, for reference; not used in the bound"}
-
-
-def step_products(cfg, params) -> list[tuple[jax.Array, bool]]:
-    """The weight matrices one decode step multiplies a row by, as (W, transposed): every
-    per-layer kernel of the unstacked layout as 2-D, and the LM head (the head kernel [E, V], or
-    the tied embedding [V, E], transposed). A fused Llama-family layer's kernels are output-major
-    (`specjax.models.llama.fuse_layer`): [out, in], transposed. Any other kernel is viewed as
-    [in, out], in = its leading axes whose product is the hidden, attention or MLP width (biases
-    and norms match none and are left out)."""
-    widths = {cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.intermediate_size}
-    out = []
-    for layer in with_layout(params, "unstacked")["layers"]:
-        if llama.is_fused(layer):
-            attn, mlp, e = layer["self_attn"], layer["mlp"], cfg.hidden_size
-            out += [(attn["qkv"].reshape(-1, e), True), (attn["out"].reshape(e, -1), True),
-                    (mlp["gate_up"], True), (mlp["down"], True)]
-            continue
-        for w in jax.tree.leaves(layer):
-            k = next((k for k in range(1, w.ndim) if int(np.prod(w.shape[:k])) in widths), None)
-            if k is not None:
-                out.append((w.reshape(int(np.prod(w.shape[:k])), -1), False))
-    head = params.get("head", {}).get("kernel")
-    out.append((params["embed"]["embedding"], True) if head is None else (head, False))
-    return out
-
-
-def time_products_floor(cfg, params, s: Settings, tokens: int = 1) -> dict:
-    """`products_floor` (module docstring): the fastest of `reps` calls of one jitted dependent chain
-    of products x [batch * tokens, in] @ W over `step_products`, ms, and the bytes it reads. tokens > 1:
-    the products a T-token verify forward makes (the `verify` part's products_ms)."""
-    mats = step_products(cfg, params)
-    transposed = tuple(t for _, t in mats)
-
-    @jax.jit
-    def chain(weights, x):
-        for w, t in zip(weights, transposed):
-            width = w.shape[1] if t else w.shape[0]
-            x = jnp.resize(x, (x.shape[0], width)) if x.shape[1] != width else x  # the next input from this output
-            x = x @ w.T if t else x @ w
-        return x
-
-    weights = [w for w, _ in mats]
-    first, first_t = mats[0]
-    x = jnp.ones((s.batch * tokens, first.shape[1] if first_t else first.shape[0]), first.dtype)
-    seconds = min(_times_s(lambda: chain(weights, x), s.reps))
-    return {"ms": seconds * 1e3, "products": len(mats), "bytes": weight_bytes(weights),
-            "how": "fastest call of one jitted chain x @ W over the step's weight matrices (unstacked layout) "
-                   "and the LM head, each x cut or repeated from the previous output; nothing else"}
-
-
 def random_params(cfg, dtype, seed: int = 0):
     """init_params(cfg, key(seed), dtype) (one small jitted program per config)."""
     return init_params(cfg, jax.random.key(seed), dtype)
@@ -358,7 +245,7 @@ def time_ar(cfg, params, s: Settings) -> dict:
             return lambda: generate_ar(params, cfg, tokens, lengths, n, cache_slots=slots, eos_ids=(),
                                        matmul_precision=s.matmul_precision, reserve_new_tokens=s.new_tokens).tokens
 
-        t_n, t_1 = _fastest_pair_s(run(s.new_tokens), run(1), s.reps)
+        t_n, t_1 = fastest_pair_s(run(s.new_tokens), run(1), s.reps)
         return (t_n - t_1) / (s.new_tokens - 1) * 1e3, t_n, t_1
 
     ms, t_n, t_1 = per_token(s.prompt_len + s.new_tokens)
@@ -394,8 +281,8 @@ def time_verify(cfg, params, s: Settings) -> list[dict]:
             logits, state["cache"] = fwd(params, tokens, positions, mask, state["cache"])
             return logits
 
-        ms = _median_s(call, s.reps) * 1e3
-        products = time_products_floor(cfg, params, s, tokens=width)["ms"]
+        ms = warm_median_s(call, s.reps) * 1e3
+        products = time_products_floor(cfg, params, s.batch, s.reps, tokens=width)["ms"]
         rows.append({"T": width, "context": s.context, "ms": ms, "ms_per_token": ms / width,
                      "products_ms": products, "ratio_to_products": ms / products})
     one = next((r["ms"] for r in rows if r["T"] == 1), None)
@@ -412,15 +299,15 @@ def time_select(vocab: int, s: Settings) -> list[dict]:
         logits = 3.0 * jax.random.normal(jax.random.key(batch), (batch, s.select_depth, vocab), jnp.float32)
         log_q = jax.nn.log_softmax(logits, axis=-1)
         ranks = jax.jit(functools.partial(top_k, k=min(s.select_budget, vocab), equal_zeros=True))
-        topk_ms = _median_s(lambda: ranks(log_q)[1], s.reps) * 1e3
+        topk_ms = warm_median_s(lambda: ranks(log_q)[1], s.reps) * 1e3
         chunked = {}
         for chunk in s.topk_chunks:
             ranks_in_runs = jax.jit(functools.partial(top_k, k=min(s.select_budget, vocab), equal_zeros=True,
                                                       chunk=chunk))
-            chunked[str(chunk)] = _median_s(lambda: ranks_in_runs(log_q)[1], s.reps) * 1e3  # JSON keys
+            chunked[str(chunk)] = warm_median_s(lambda: ranks_in_runs(log_q)[1], s.reps) * 1e3  # JSON keys
         for method in s.select_methods:
             fn = jax.jit(functools.partial(select_tree, budget=s.select_budget, method=method))
-            ms = _median_s(lambda: fn(log_q).tokens, s.reps) * 1e3
+            ms = warm_median_s(lambda: fn(log_q).tokens, s.reps) * 1e3
             rows.append({"batch": batch, "depth_L": s.select_depth, "vocab_V": vocab, "budget": s.select_budget,
                          "method": method, "ms": ms, "topk_ms": topk_ms,
                          "topk_chunked_ms": chunked})
@@ -489,7 +376,7 @@ def time_round(cfg, params, s: Settings) -> dict:
             return last[n].tokens
         return call
 
-    t_n, t_1 = _fastest_pair_s(run(s.new_tokens), run(1), s.reps)
+    t_n, t_1 = fastest_pair_s(run(s.new_tokens), run(1), s.reps)
     rounds = int(np.asarray(last[s.new_tokens].stats.num_rounds).max()) - int(np.asarray(last[1].stats.num_rounds).max())
     return {**timed, "loop_round_ms": (t_n - t_1) / rounds * 1e3 if rounds > 0 else None,
             "verify_width": int(out["width"]), "tree_nodes": int(out["nodes"]), "budget": s.round_budget,
@@ -532,7 +419,7 @@ def run(shapes=None, parts=PARTS, settings: Settings | None = None, log=print, s
         log(f"\n== {name} ({cfg.model_type}, {entry['num_params'] / 1e6:.1f}M params, {s.dtype}, "
             f"{entry['weight_bytes'] / 1e6:.1f} MB weights, batch {s.batch})")
         if "ar" in parts:
-            floor = time_products_floor(cfg, params, s)
+            floor = time_products_floor(cfg, params, s.batch, s.reps)
             entry["products_floor"] = {**floor, **bandwidth_bound(floor["bytes"],
                                                                   report["bandwidth"]["measured_GBps"], floor["ms"])}
             log(f"the step's {floor['products']} weight products alone: {floor['ms']:.3f} ms "

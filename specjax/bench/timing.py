@@ -11,6 +11,9 @@ import time
 
 import jax
 
+__all__ = ["compile_totals", "fastest_pair_s", "format_figure", "interleaved_medians", "median_seconds", "timed_call",
+           "warm_median_s", "warm_times_s"]
+
 
 def timed_call(run, *args):
     """(output, seconds) of one call `run(*args)`, its outputs ready on the device."""
@@ -33,6 +36,31 @@ def format_figure(x, spec: str, scale: float = 1.0) -> str:
 def median_seconds(run, *args, repeats: int) -> float:
     """Median seconds of `repeats` timed calls `run(*args)` (no warm-up: compile first)."""
     return statistics.median(timed_call(run, *args)[1] for _ in range(repeats))
+
+
+def warm_times_s(fn, reps: int) -> list[float]:
+    """Wall seconds of each of `reps` calls of fn() (blocked), after one excluded warm-up call."""
+    jax.block_until_ready(fn())
+    return [timed_call(fn)[1] for _ in range(reps)]
+
+
+def warm_median_s(fn, reps: int) -> float:
+    """Median wall seconds of `reps` calls of fn() (blocked), after one excluded warm-up call."""
+    return statistics.median(warm_times_s(fn, reps))
+
+
+def fastest_pair_s(fn_a, fn_b, reps: int) -> tuple[float, float]:
+    """Fastest wall seconds of `reps` calls each of fn_a() and fn_b() (blocked), called in
+    alternation after one excluded warm-up call of each. A difference of two timings is what
+    the caller wants (ar: N steps minus 1): load from other processes only ever adds time, so
+    the minima, taken over the same stretch of wall time, keep the difference from going
+    negative on a busy machine where medians of separate runs could."""
+    jax.block_until_ready(fn_a()), jax.block_until_ready(fn_b())
+    times_a, times_b = [], []
+    for _ in range(reps):
+        for fn, times in ((fn_a, times_a), (fn_b, times_b)):
+            times.append(timed_call(fn)[1])
+    return min(times_a), min(times_b)
 
 
 # jax's monitoring events for its compile stages -> the totals' keys.
