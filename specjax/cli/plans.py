@@ -119,7 +119,8 @@ def flags_of(ap, cls, *, skip=(), defaults: dict | None = None) -> None:
         if kind is bool:
             flag = flag_name(f) if not default else "--no-" + flag_name(f)[2:]
             ap.add_argument(flag, action="store_false" if default else "store_true",
-                            help=f"{doc} (on by default: this flag turns it off)" if default else doc, **common)
+                            help=f"turns off what is on by default: {doc[:1].lower()}{doc[1:]}" if default else doc,
+                            **common)
             continue
         if not meta.get("choices"):
             common["metavar"] = meta.get("metavar", flag_name(f)[2:].replace("-", "_").upper())
