@@ -10,9 +10,12 @@ import pytest
 from specjax.bench import harness
 from specjax.bench.methods import Method, parse_method
 from specjax.drafters.chain import ChainDrafter
+from specjax.drafters.ddtree import DDTreeDrafter
+from specjax.drafters.dflash import DFlashDrafter
 from specjax.drafters.dynatree import DynaTreeDrafter
 from specjax.drafters.fixed_tree import FixedTreeDrafter
 from specjax.models import GPTNeoXConfig
+from specjax.models.dflash import DFlashConfig
 
 DRAFT = GPTNeoXConfig(vocab_size=32, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, rotary_dim=8)
 
@@ -86,13 +89,16 @@ def test_parse_method_needs_a_draft_config_except_for_ar():
         parse_method("chain4", None)
 
 
-def test_parse_method_dflash():
-    from specjax.drafters.dflash import DFlashDrafter
-    from specjax.models.dflash import DFlashConfig
-
+def _dflash_setup():
+    """A random 64-token target, a one-layer block-16 DFlash config for it, and stand-in params (parsing only
+    stores them)."""
     target = harness.random_pair(vocab=64)[0][0]
     dcfg = DFlashConfig.for_target(target, num_layers=1, target_layer_ids=(1, 4), block_size=16, mask_token_id=63)
-    params = object()
+    return target, dcfg, object()
+
+
+def test_parse_method_dflash():
+    target, dcfg, params = _dflash_setup()
     m = parse_method("dflash", None, dflash=(dcfg, params), target_cfg=target)
     assert m.name == "dflash" and m.drafter == DFlashDrafter(dcfg, target) and m.params is params
     assert m.drafter.max_depth == 15 and m.drafter.target_layers == (1, 4)
@@ -108,13 +114,7 @@ def test_parse_method_dflash():
 
 
 def test_parse_method_ddtree():
-    from specjax.drafters.ddtree import DDTreeDrafter
-    from specjax.drafters.dflash import DFlashDrafter
-    from specjax.models.dflash import DFlashConfig
-
-    target = harness.random_pair(vocab=64)[0][0]
-    dcfg = DFlashConfig.for_target(target, num_layers=1, target_layer_ids=(1, 4), block_size=16, mask_token_id=63)
-    params = object()
+    target, dcfg, params = _dflash_setup()
     m = parse_method("ddtree-64", None, dflash=(dcfg, params), target_cfg=target)
     assert m.name == "ddtree-64" and m.drafter == DDTreeDrafter(DFlashDrafter(dcfg, target), 64)
     assert m.params is params and m.drafter.max_depth == 15 and m.drafter.budget == 64
