@@ -1,4 +1,4 @@
-"""Wall-clock timing of jitted calls, one way for every benchmark (harness, round split,
+"""Wall-clock timing of jitted calls, one way for every benchmark (harness, round split, the device benchmark,
 DDTree selection, the CLI): `time.perf_counter` around the call with
 `jax.block_until_ready` inside the timed region and no garbage-collector pause in it; and
 `compile_totals`, the seconds jax itself reports spending on tracing and compiling."""
