@@ -16,7 +16,7 @@ from specjax.models.dflash_net import target_outer
 from specjax.train import dflash as T
 from specjax.train import loop as train_loop
 from specjax.train import trainset as trainset_module
-from specjax.train.loop import best_record, evaluations_since_best, load_best, train
+from specjax.train.loop import FIT_TIMED_STEPS, best_record, evaluations_since_best, load_best, train
 from tests.train_fixtures import DRAFTER, TARGET, TARGET_PARAMS, VALID_ROWS, trainset
 
 # the held-out τ estimate each evaluation reports (one per step: log_every 1), scripted so the best and the stop
@@ -222,8 +222,14 @@ def test_grouped_batches_hold_each_epochs_sequences_once_sorted_by_length_and_on
 def test_the_fit_times_steps_at_compiled_widths_only_and_pays_a_compile_per_width():
     """`_FitTimer`: a step at a width not run before (it compiled) is not a timed step; the fitted length is what
     the time left less one compile (the largest compiling step's excess) per width buys at the timed steps' mean,
-    with 3 % spare (scripted clock)."""
-    fit = train_loop._FitTimer(widths=3, start=0.0)
+    with 3 % spare, the widths counted over the steps the whole time left buys (scripted clock)."""
+    asked = []
+
+    def widths_between(first, last):
+        asked.append((first, last))
+        return 3
+
+    fit = train_loop._FitTimer(widths_between, start=0.0)
     now, ends = 0.0, []
     for width, seconds in [(64, 5.0)] + [(64, 1.0)] * 4 + [(128, 4.0)] + [(64, 1.0), (128, 1.0)] * 3:
         now += seconds
@@ -231,34 +237,89 @@ def test_the_fit_times_steps_at_compiled_widths_only_and_pays_a_compile_per_widt
     assert ends[-1] and not any(ends[:-1]) and len(fit.steps) == 10 and fit.compiles == [5.0, 4.0]
     deadline = time.time() + 1000.0
     fitted, step_s, compile_s = fit.length(20, deadline)
-    assert step_s == 1.0 and compile_s == 4.0
+    assert step_s == 1.0 and compile_s == 4.0 and fit.widths == 3
     assert abs(fitted - (20 + int(0.97 * (1000.0 - 3 * 4.0)))) <= 1  # (the clock moved between the two reads)
+    assert len(asked) == 1 and asked[0][0] == 20 and abs(asked[0][1] - (20 + 1 + 1000)) <= 1
 
 
-def test_a_time_boxed_run_of_grouped_batches_ends_its_schedule_at_the_deadline(tmp_path, monkeypatch):
-    """fit_steps with group_batches, each width's first step (and the refit's) 'compiling' 0.4 s against 0.01 s a
-    step (a scripted step): the run neither ends early (a window of compiles would have inflated the step time;
-    the old fit counted them) nor runs past its deadline, and its schedule ends when it does (within the fit's
-    spare: steps 1-3 % slower on a loaded machine cut the last few)."""
+def test_the_widths_between_two_steps_are_those_their_batches_use_or_over_many_epochs_every_one_possible(
+        monkeypatch):
+    """`TrainSet.widths_between`: over a short range, exactly the distinct widths of its steps' batches (each
+    built and measured here); over more than two epochs, every rounded sequence length (a superset of the
+    widths any of its steps uses); an epoch's `batch_widths` are its steps' widths."""
     monkeypatch.setattr(trainset_module, "WIDTH_QUANTUM", 4)
     grouped = dataclasses.replace(trainset(DRAFTER.target_layer_ids), group_batches=2)
+    per_epoch = grouped.steps_per_epoch(2, 0)
+
+    def measured(first, last):
+        return tuple(sorted({grouped.batch(grouped.rows_at(s, 2, 0))["tokens"].shape[1] for s in range(first, last)}))
+    for first, last in [(0, 1), (0, per_epoch), (3, per_epoch + 5), (per_epoch, 3 * per_epoch)]:
+        assert grouped.widths_between(2, 0, first, last) == measured(first, last), (first, last)
+    assert grouped.batch_widths(2, 0, epoch=1) == measured(per_epoch, 2 * per_epoch)
+    every = grouped.widths_between(2, 0, 0, 10 * per_epoch)
+    assert set(measured(0, 10 * per_epoch)) <= set(every) and len(every) > len(grouped.batch_widths(2, 0))
+    ungrouped = trainset(DRAFTER.target_layer_ids)
+    assert ungrouped.widths_between(2, 0, 0, 100) == (ungrouped.seq_len,)
+
+
+class _ScriptedClock:
+    """A stand-in for the `time` module the training loop reads: `time()` is a clock that moves only when a
+    scripted step says so (`advance`), so a time-boxed run's fit and stop are known exactly, on any machine."""
+
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.mark.parametrize("slowdown, runs_to_the_end", [(1.02, True), (1.06, False)])
+def test_a_time_boxed_run_of_grouped_batches_ends_its_schedule_at_the_deadline(tmp_path, monkeypatch, slowdown,
+                                                                               runs_to_the_end):
+    """fit_steps with group_batches on a scripted clock: each width's first step (and the refit's) 'compiles'
+    0.4 s against 0.01 s a step. The fit times compiled steps only (a window of compiles would have inflated the
+    step time and ended the run early; the old fit counted them): 2 % slower steps after the fit stay inside its
+    3 % spare, so the schedule ends by the deadline; 6 % slower ones are cut by the deadline a few steps short of
+    the schedule's end, at the first step after it."""
+    monkeypatch.setattr(trainset_module, "WIDTH_QUANTUM", 4)
+    clock = _ScriptedClock()
+    monkeypatch.setattr(train_loop, "time", clock)
+    grouped = dataclasses.replace(trainset(DRAFTER.target_layer_ids), group_batches=2)
     assert len(grouped.batch_widths(2, 0)) >= 2
+    step_s, compile_s, factories = 0.01, 0.4, []
 
     def factory(dcfg, tcfg, opt, tc, **kw):
-        compiled = set()
+        compiled, refitted = set(), bool(factories)  # the second factory call is the refit's
+        factories.append(tc.steps)
 
         def step(dparams, opt_state, touter, batch, vocab, key, step_index):
             width = batch["tokens"].shape[1]
-            time.sleep(0.01 if width in compiled else 0.4)
+            clock.advance(step_s * (slowdown if refitted else 1.0) if width in compiled else compile_s)
             compiled.add(width)
             return dparams, opt_state, jnp.float32(1.0), {"tau": jnp.float32(1.0), "acc": jnp.zeros(3)}
         return step, lambda *a: (jnp.float32(1.0), {"tau": jnp.float32(1.0), "acc": jnp.zeros(3)})
 
     tc = T.DFlashTrainConfig(steps=100000, batch_size=2, anchors=4, log_every=100000, ckpt_every=100000)
-    t0 = time.time()
+    t0 = clock.time()
     train((TARGET, target_outer(TARGET_PARAMS)), DRAFTER, grouped, tc, tmp_path, step_factory=factory, progress=False,
           deadline=t0 + 8.0, fit_steps=True)
-    took, state = time.time() - t0, json.loads((tmp_path / "ckpt" / "state.json").read_text())
-    # the schedule ran to (nearly) its end: the fit keeps 3 % spare, which a loaded machine's slower steps may use up
-    assert state["fitted"] and state["step"] >= 0.95 * state["train_config"]["steps"], state
-    assert 0.8 * 8.0 <= took <= 8.0 + 1.0, took  # (the old fit: 4.7 s, every step of a too-short schedule done)
+    took, state = clock.time() - t0, json.loads((tmp_path / "ckpt" / "state.json").read_text())
+    steps = state["train_config"]["steps"]
+    assert state["fitted"] and len(factories) == 2 and factories[1] == steps
+    # the fit: the time left after the 10 timed steps, less a compile (0.39 s over a step) for each width the
+    # steps the whole time left buys use, at 0.01 s a step with 3 % spare; the steps before it: a compile for each
+    # width the first ones met, and the 10 timed ones
+    met = len(grouped.widths_between(2, 0, 0, FIT_TIMED_STEPS + 2))
+    before = FIT_TIMED_STEPS + met
+    spent = met * compile_s + FIT_TIMED_STEPS * step_s
+    widths = len(grouped.widths_between(2, 0, before, before + 1 + int((8.0 - spent) / step_s)))
+    left = 8.0 - spent - widths * (compile_s - step_s)
+    assert abs(steps - (before + int(0.97 * left / step_s))) <= 1, steps
+    if runs_to_the_end:
+        assert state["step"] == steps and took <= 8.0, (state["step"], took)
+    else:  # cut at the first step that would start after the deadline, a few steps short
+        assert 0.95 * steps <= state["step"] < steps, state["step"]
+        assert 8.0 <= took <= 8.0 + step_s * slowdown + 1e-9, took

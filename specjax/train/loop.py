@@ -332,7 +332,8 @@ def _run_steps(run: _Run, trainset: TrainSet, touter, vocab, mesh, bar, say, che
     the deadline stopped it (None: it ran to the end, or early stopping ended it; `_early_stop`)."""
     recent, valid = [], trainset.valid_batch()
     t0, s, tc = time.time(), run.start, run.tc
-    fit = _FitTimer(len(trainset.batch_widths(tc.batch_size, tc.seed)), t0) if refit is not None else None
+    widths = lambda a, b: len(trainset.widths_between(tc.batch_size, tc.seed, a, b))  # noqa: E731
+    fit = _FitTimer(widths, t0) if refit is not None else None
     if run.stopped_early is not None:  # a resumed run that had stopped early: nothing left to do
         say(f"the run stopped early at step {run.stopped_early}; nothing to resume")
         return None
@@ -441,11 +442,13 @@ def _placed(target, dparams, opt_state, vocab, mesh, online: bool, target_params
 class _FitTimer:
     """The step time a time-boxed run's schedule is fitted with (`train`'s `fit_steps`): each step's seconds,
     those of a step at a batch width the run had not run yet (it compiled) apart from the others, until
-    FIT_TIMED_STEPS steps ran at a width already compiled. `widths`: the batch widths the run will use (one, or
-    a grouped set's few: `TrainSet.batch_widths`)."""
+    FIT_TIMED_STEPS steps ran at a width already compiled. `widths_between(a, b)`: how many distinct batch
+    widths steps a..b-1 use (one, or a grouped set's few: `TrainSet.widths_between`); the refit schedule
+    compiles each of them once more. `widths`: that count for the fitted schedule (set by `length`)."""
 
-    def __init__(self, widths: int, start: float):
-        self.widths, self.seen, self.steps, self.compiles, self.last = widths, set(), [], [], start
+    def __init__(self, widths_between, start: float):
+        self.widths_between, self.widths = widths_between, 0
+        self.seen, self.steps, self.compiles, self.last = set(), [], [], start
 
     def add(self, width: int, now: float) -> bool:
         """Record the step that ended at `now` (it began when the previous one ended, the first at `start`);
@@ -457,11 +460,15 @@ class _FitTimer:
 
     def length(self, done: int, deadline: float) -> tuple[int, float, float]:
         """(the schedule length the time left buys, seconds a step, seconds a compile): the mean of the timed
-        steps; the time left less a compile for every width (the refit schedule compiles each once more; a
-        compile: the largest excess of a compiling step over a step), 3 % spare."""
+        steps; the time left less a compile (the largest excess of a compiling step over a step) for every width
+        the rest of the run can meet, 3 % spare. Those widths are counted over the steps the whole time left would
+        buy without compiles, a superset of the fitted schedule's, so the count errs high and the run ends early
+        rather than late (a later epoch's batches may be grouped into a width the first epoch's were not)."""
         step_s = float(np.mean(self.steps))
         compile_s = max([t - step_s for t in self.compiles] + [0.0])
-        left = deadline - time.time() - self.widths * compile_s
+        now = time.time()
+        self.widths = self.widths_between(done, done + 1 + int(max(deadline - now, 0.0) / step_s))
+        left = deadline - now - self.widths * compile_s
         return max(done + 1, done + int(0.97 * left / step_s)), step_s, compile_s
 
 

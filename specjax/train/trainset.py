@@ -289,8 +289,19 @@ class TrainSet:
         if not self.group_batches:
             return (self.seq_len,)
         first = sum(self.steps_per_epoch(batch_size, seed, e) for e in range(epoch))
-        steps = range(first, first + self.steps_per_epoch(batch_size, seed, epoch))
-        return tuple(sorted({self.batch_width(self.rows_at(s, batch_size, seed)) for s in steps}))
+        return self.widths_between(batch_size, seed, first, first + self.steps_per_epoch(batch_size, seed, epoch))
+
+    def widths_between(self, batch_size: int, seed: int, first: int, last: int) -> tuple[int, ...]:
+        """The distinct batch widths of steps first..last-1, ascending (seq_len alone unless grouped). Over more
+        than two epochs of steps, every width the training sequences can give instead (a superset: reading every
+        step of a long range is slow, and a few epochs meet nearly every width anyway)."""
+        if not self.group_batches:
+            return (self.seq_len,)
+        if last - first > 2 * self.steps_per_epoch(batch_size, seed):  # (a grouped set is not packed: its
+            ids = self.training_ids                                    # epochs are all as long)
+            rounded = -(-(self.shards.offsets[ids + 1] - self.shards.offsets[ids]) // WIDTH_QUANTUM) * WIDTH_QUANTUM
+            return tuple(int(w) for w in np.unique(np.minimum(self.seq_len, rounded)))
+        return tuple(sorted({self.batch_width(self.rows_at(s, batch_size, seed)) for s in range(first, last)}))
 
     def batch(self, rows: np.ndarray, width: int | None = None) -> dict:
         """{"tokens" int32[B, S], "loss_mask" bool[B, S], "features" f16[B, S, n, E]} of sequence rows (no
