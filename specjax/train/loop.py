@@ -332,7 +332,7 @@ def _run_steps(run: _Run, trainset: TrainSet, touter, vocab, mesh, bar, say, che
     the deadline stopped it (None: it ran to the end, or early stopping ended it; `_early_stop`)."""
     recent, valid = [], trainset.valid_batch()
     t0, s, tc = time.time(), run.start, run.tc
-    widths = lambda a, b: len(trainset.widths_between(tc.batch_size, tc.seed, a, b))  # noqa: E731
+    widths = functools.partial(trainset.widths_between, tc.batch_size, tc.seed)
     fit = _FitTimer(widths, t0) if refit is not None else None
     if run.stopped_early is not None:  # a resumed run that had stopped early: nothing left to do
         say(f"the run stopped early at step {run.stopped_early}; nothing to resume")
@@ -442,7 +442,7 @@ def _placed(target, dparams, opt_state, vocab, mesh, online: bool, target_params
 class _FitTimer:
     """The step time a time-boxed run's schedule is fitted with (`train`'s `fit_steps`): each step's seconds,
     those of a step at a batch width the run had not run yet (it compiled) apart from the others, until
-    FIT_TIMED_STEPS steps ran at a width already compiled. `widths_between(a, b)`: how many distinct batch
+    FIT_TIMED_STEPS steps ran at a width already compiled. `widths_between(a, b)`: the distinct batch
     widths steps a..b-1 use (one, or a grouped set's few: `TrainSet.widths_between`); the refit schedule
     compiles each of them once more. `widths`: that count for the fitted schedule (set by `length`)."""
 
@@ -467,7 +467,7 @@ class _FitTimer:
         step_s = float(np.mean(self.steps))
         compile_s = max([t - step_s for t in self.compiles] + [0.0])
         now = time.time()
-        self.widths = self.widths_between(done, done + 1 + int(max(deadline - now, 0.0) / step_s))
+        self.widths = len(self.widths_between(done, done + 1 + int(max(deadline - now, 0.0) / step_s)))
         left = deadline - now - self.widths * compile_s
         return max(done + 1, done + int(0.97 * left / step_s)), step_s, compile_s
 

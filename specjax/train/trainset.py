@@ -262,8 +262,11 @@ class TrainSet:
         rows = np.asarray(rows)
         if not self.group_batches or rows.ndim != 1 or not len(rows):
             return self.seq_len
-        longest = int(np.max(self.shards.offsets[rows + 1] - self.shards.offsets[rows]))
-        return min(self.seq_len, -(-longest // WIDTH_QUANTUM) * WIDTH_QUANTUM)
+        return int(self._rounded(np.max(self.shards.offsets[rows + 1] - self.shards.offsets[rows])))
+
+    def _rounded(self, lengths):
+        """Sequence lengths as batch widths: rounded up to WIDTH_QUANTUM, at most seq_len (an int or an array)."""
+        return np.minimum(self.seq_len, -(-lengths // WIDTH_QUANTUM) * WIDTH_QUANTUM)
 
     def response_tokens_of(self, rows: np.ndarray) -> int:
         """The response tokens of `rows` (`rows_at`'s ids, -1 ignored) a batch trains on: those inside `seq_len`."""
@@ -299,8 +302,8 @@ class TrainSet:
             return (self.seq_len,)
         if last - first > 2 * self.steps_per_epoch(batch_size, seed):  # (a grouped set is not packed: its
             ids = self.training_ids                                    # epochs are all as long)
-            rounded = -(-(self.shards.offsets[ids + 1] - self.shards.offsets[ids]) // WIDTH_QUANTUM) * WIDTH_QUANTUM
-            return tuple(int(w) for w in np.unique(np.minimum(self.seq_len, rounded)))
+            lengths = self.shards.offsets[ids + 1] - self.shards.offsets[ids]
+            return tuple(int(w) for w in np.unique(self._rounded(lengths)))
         return tuple(sorted({self.batch_width(self.rows_at(s, batch_size, seed)) for s in range(first, last)}))
 
     def batch(self, rows: np.ndarray, width: int | None = None) -> dict:
