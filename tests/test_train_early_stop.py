@@ -17,7 +17,7 @@ from specjax.train import dflash as T
 from specjax.train import loop as train_loop
 from specjax.train import trainset as trainset_module
 from specjax.train.loop import FIT_TIMED_STEPS, best_record, evaluations_since_best, load_best, train
-from tests.train_fixtures import DRAFTER, TARGET, TARGET_PARAMS, VALID_ROWS, trainset
+from tests.train_fixtures import DRAFTER, TARGET, TARGET_PARAMS, VALID_ROWS, ScriptedClock, trainset
 
 # the held-out τ estimate each evaluation reports (one per step: log_every 1), scripted so the best and the stop
 # are known: the best is step 2's 1.5 (step 4's 1.5 only ties it), and with patience 3 the run stops at step 5
@@ -262,20 +262,6 @@ def test_the_widths_between_two_steps_are_those_their_batches_use_or_over_many_e
     assert ungrouped.widths_between(2, 0, 0, 100) == (ungrouped.seq_len,)
 
 
-class _ScriptedClock:
-    """A stand-in for the `time` module the training loop reads: `time()` is a clock that moves only when a
-    scripted step says so (`advance`), so a time-boxed run's fit and stop are known exactly, on any machine."""
-
-    def __init__(self, now: float = 1000.0):
-        self.now = now
-
-    def time(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.mark.parametrize("slowdown, runs_to_the_end", [(1.02, True), (1.06, False)])
 def test_a_time_boxed_run_of_grouped_batches_ends_its_schedule_at_the_deadline(tmp_path, monkeypatch, slowdown,
                                                                                runs_to_the_end):
@@ -285,7 +271,7 @@ def test_a_time_boxed_run_of_grouped_batches_ends_its_schedule_at_the_deadline(t
     3 % spare, so the schedule ends by the deadline; 6 % slower ones are cut by the deadline a few steps short of
     the schedule's end, at the first step after it."""
     monkeypatch.setattr(trainset_module, "WIDTH_QUANTUM", 4)
-    clock = _ScriptedClock()
+    clock = ScriptedClock()
     monkeypatch.setattr(train_loop, "time", clock)
     grouped = dataclasses.replace(trainset(DRAFTER.target_layer_ids), group_batches=2)
     assert len(grouped.batch_widths(2, 0)) >= 2

@@ -4,6 +4,7 @@ A random GPT-NeoX target (vocab 24) answers 24 random prompts (half greedy, half
 `dense_data()` is `specjax.train.dflash.make_dataset`'s dense form, `trainset(layers)` the
 same sequences as a `TrainSet` with their features computed in memory (float16, as a cache);
 `tiny_data_directory(path)` a data directory as `python -m specjax.train data` writes it, for the zoo target.
+`ScriptedClock` stands in for the training loop's clock.
 """
 
 import functools
@@ -84,3 +85,18 @@ def record_bars(monkeypatch, module) -> list:
 
     monkeypatch.setattr(module, "tqdm", Bar)
     return bars
+
+
+class ScriptedClock:
+    """A stand-in for the `time` module the training loop reads: `time()` is a clock that moves only when a
+    scripted step says so (`advance`), so what the loop times (a time-boxed run's fit and stop, a step split) is
+    known exactly, on any machine."""
+
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

@@ -3,8 +3,9 @@
     trainset = TrainSet.from_directories(data_dir, cache_dir, layers, seq_len=448)
     dparams, log = train((tcfg, touter), dcfg, trainset, tc, "runs/x", step_factory=make_step)
 
-A step never runs the target's layers: the features it reads (`specjax.train.features`) were
-computed once, so a step costs the drafter's forward / backward and the (reduced) LM head only.
+A step over a feature cache never runs the target's layers: the features it reads (`specjax.train.features`)
+were computed once, so it costs the drafter's forward / backward and the (reduced) LM head only; an online step
+(`online_steps`, no cache) runs the frozen target's forward over its batch first.
 `touter` is the target's embedding, final norm and LM head (`specjax.models.model.outer_params`), frozen.
 
 Step contract (`step_factory(dcfg, tcfg, opt, tc) -> (step, evaluate)`, both jitted):
@@ -60,9 +61,10 @@ from specjax.train.checkpoints import BEST_DIR, export, init_vocab_ids, load_bes
 from specjax.train.trainer import for_compute
 from specjax.train.trainset import ANSWERS, TrainSet
 
-__all__ = ["DrafterTrainConfig", "SCHEDULES", "TrainSet", "make_optimizer", "wsd_decay_start", "online_steps", "train",
-           "export", "save_state", "load_state", "load_best", "best_record", "evaluations_since_best", "machine",
-           "warm_start", "init_vocab_ids", "ANSWERS", "FIT_TIMED_STEPS", "BEST_DIR"]
+__all__ = ["DrafterTrainConfig", "SCHEDULES", "TrainSet", "make_optimizer", "wsd_decay_start", "online_features",
+           "online_steps", "train", "export", "save_state", "load_state", "load_best", "best_record",
+           "evaluations_since_best", "machine", "warm_start", "init_vocab_ids", "ANSWERS", "FIT_TIMED_STEPS", "SPLIT_REPS",
+           "BEST_DIR"]
 
 SCHEDULES = ("cosine", "wsd")  # `DrafterTrainConfig.schedule`
 FIT_TIMED_STEPS = 10  # compiled steps timed to fit a time-boxed run's schedule to its deadline (`train`)
@@ -170,6 +172,20 @@ def _place_rows(batch_of, rows: np.ndarray, mesh):
     return global_batch(batch_of(rows[local_rows(sharding, len(rows))]), sharding, len(rows))
 
 
+def online_features(tcfg, layers: tuple[int, ...], target_dtype=None):
+    """`with_features(target, batch) -> (touter, batch with "features" f16[B, S, n, E])`, target = (touter,
+    the target's whole params): the forward an online step runs before the drafter's (`online_steps`), on
+    its own for `train`'s `step_split`."""
+    def with_features(target, batch):
+        touter, tparams = target
+        if target_dtype is not None:
+            tparams = jax.tree.map(lambda x: x.astype(target_dtype), tparams)
+        feats = layer_features(tparams, tcfg, batch["tokens"], layers).astype(jnp.float16)
+        return touter, {**batch, "features": jax.lax.stop_gradient(feats)}
+
+    return with_features
+
+
 def online_steps(step_fn, eval_fn, tcfg, layers: tuple[int, ...], target_dtype=None):
     """The kind's (step, evaluate) with each batch's features computed inside the jitted call: one causal
     forward of the frozen target over the batch's tokens int32[B, S] (`layer_features`, the function the
@@ -179,12 +195,7 @@ def online_steps(step_fn, eval_fn, tcfg, layers: tuple[int, ...], target_dtype=N
     target_dtype: run that forward with the target's params cast to it (bfloat16 on a GPU: the frozen
     target's products at the accelerator's fast rate; the drafter, its master weights and the optimizer
     state stay float32); None: the params' own dtype."""
-    def with_features(target, batch):
-        touter, tparams = target
-        if target_dtype is not None:
-            tparams = jax.tree.map(lambda x: x.astype(target_dtype), tparams)
-        feats = layer_features(tparams, tcfg, batch["tokens"], layers).astype(jnp.float16)
-        return touter, {**batch, "features": jax.lax.stop_gradient(feats)}
+    with_features = online_features(tcfg, layers, target_dtype)
 
     @jax.jit
     def step(dparams, opt_state, target, batch, vocab, key, step_index):
@@ -213,7 +224,8 @@ def _evaluate(eval_fn, dparams, touter, valid: dict, vocab, rows: int, mesh):
 def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | pathlib.Path, *, step_factory,
           vocab=None, resume: bool = False, stop_after: int | None = None, mesh=None, init=None,
           progress: bool = True, deadline: float | None = None, target_params=None,
-          target_dtype=None, fit_steps: bool = False, compute_dtype=None) -> tuple[dict, list]:
+          target_dtype=None, fit_steps: bool = False, compute_dtype=None,
+          step_split: bool = False) -> tuple[dict, list]:
     """Train a drafter; returns (params, log). target: (tcfg, touter) — the target's config and its
     outer params (`specjax.models.model.outer_params`: embedding, final norm, LM head); vocab: a
     `DraftVocabTables` or None.
@@ -238,11 +250,20 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
     `compute_dtype` (e.g. bfloat16 on an accelerator): the dtype of the step's products (the kind's
     `make_step(..., compute_dtype=)`); master weights and optimizer state stay float32.
 
+    `step_split`: where a step's time goes, measured: at the first step of each batch width, the warm median
+    seconds of `SPLIT_REPS` more calls of that step on its batch and, when the step computes the target's
+    features itself (online), of that forward alone (`online_features`), printed as one line; the extra calls'
+    outputs are dropped, so the run trains exactly as without it (its wall seconds grow). Not with `fit_steps`
+    (the fit would count the extra calls as step time).
+
     `tc.patience` > 0 (early stopping): each held-out evaluation that beats the best so far is checkpointed with
     its weights (ckpt/best), the run stops once `patience` evaluations in a row have not, and the params
     returned are the best evaluation's (the last ones when no evaluation ran). Which evaluation is best is read
     from the log (`best_record`), so a resumed run stops where an uninterrupted one does."""
     tcfg, touter = target
+    if step_split and fit_steps:
+        raise ValueError("step_split times extra calls of the step, which fit_steps would count as step time: "
+                         "give one of them")
     if hasattr(dcfg, "check_target"):  # a drafter reading the target (a draft LM was checked when built)
         dcfg.check_target(tcfg)
     pathlib.Path(out).mkdir(parents=True, exist_ok=True)
@@ -293,8 +314,10 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
         run.end = fitted if stop_after is None else min(fitted, start + stop_after)
         run.fitted = bar.total = fitted
 
+    split = (None if not step_split else
+             _StepSplit(online_features(tcfg, trainset.layers) if online else None, bool(trainset.layers)))
     stopped = _run_steps(run, trainset, touter, vocab, mesh, bar, say, checkpoint, refit if fit else None, deadline,
-                         lambda: seconds_before + time.time() - t0)
+                         lambda: seconds_before + time.time() - t0, split)
     if stopped is not None:
         if stopped % run.tc.ckpt_every:
             checkpoint(stopped)
@@ -326,10 +349,11 @@ class _Run:
 
 
 def _run_steps(run: _Run, trainset: TrainSet, touter, vocab, mesh, bar, say, checkpoint, refit, deadline,
-               seconds) -> int | None:
+               seconds, split=None) -> int | None:
     """`train`'s steps from run.start to run.end: log records every `log_every` steps, checkpoints every
-    `ckpt_every`, the schedule refitted to the deadline once (`refit`, None: never); returns the step at which
-    the deadline stopped it (None: it ran to the end, or early stopping ended it; `_early_stop`)."""
+    `ckpt_every`, the schedule refitted to the deadline once (`refit`, None: never), each new batch width's
+    step split (`split`, a `_StepSplit`; None: none); returns the step at which the deadline stopped it (None:
+    it ran to the end, or early stopping ended it; `_early_stop`)."""
     recent, valid = [], trainset.valid_batch()
     t0, s, tc = time.time(), run.start, run.tc
     widths = functools.partial(trainset.widths_between, tc.batch_size, tc.seed)
@@ -346,6 +370,8 @@ def _run_steps(run: _Run, trainset: TrainSet, touter, vocab, mesh, bar, say, che
         key = jax.random.fold_in(jax.random.key(tc.seed), s)
         run.dparams, run.opt_state, loss, metrics = run.step_fn(run.dparams, run.opt_state, touter, batch, vocab, key,
                                                                 jnp.int32(s))
+        if split is not None and width not in split.widths:
+            say(split.line(run, touter, batch, vocab, key, jnp.int32(s), width))
         recent = (recent + [loss])[-tc.log_every:]  # device scalars: read back at a log step, not every step
         bar.update(1)
         if s == run.start:  # the first step compiled (jit compiles in the call): rate, ETA, elapsed count from here
@@ -437,6 +463,40 @@ def _placed(target, dparams, opt_state, vocab, mesh, online: bool, target_params
             target_params = jax.tree.map(lambda x: x.astype(target_dtype), target_params)
         touter = (touter, target_params)
     return touter, dparams, opt_state, vocab
+
+
+SPLIT_REPS = 3  # timed calls of each part of a step in `train`'s step_split (after one warm-up call)
+
+
+class _StepSplit:
+    """`train`'s step_split: `line(...)` times a step at a batch width not split yet (`widths`), whole and, with
+    `with_features` (`online_features`: the step computes them), the target's forward for its features alone."""
+
+    def __init__(self, with_features, reads_features: bool):
+        self.widths, self.reads_features, self.forward = set(), reads_features, None
+        if with_features is not None:
+            self.forward = jax.jit(lambda target, batch: with_features(target, batch)[1]["features"])
+
+    def line(self, run: _Run, touter, batch, vocab, key, step_index, width: int) -> str:
+        self.widths.add(width)
+        step_s = _warm_median_s(lambda: run.step_fn(run.dparams, run.opt_state, touter, batch, vocab, key, step_index))
+        text = f"step split at width {width}: the step {step_s:#.3g} s"
+        if self.forward is None:
+            return text + (" (its features read from the cache)" if self.reads_features else " (no target features)")
+        forward_s = _warm_median_s(lambda: self.forward(touter, batch))
+        return (text + f", of which the target's forward for the features {forward_s:#.3g} s ({forward_s / step_s:.0%})"
+                f" and the rest {step_s - forward_s:#.3g} s")
+
+
+def _warm_median_s(fn) -> float:
+    """Median wall seconds (the loop's clock) of SPLIT_REPS calls of fn() (blocked), after one warm-up call."""
+    jax.block_until_ready(fn())
+    times = []
+    for _ in range(SPLIT_REPS):
+        t = time.time()
+        jax.block_until_ready(fn())
+        times.append(time.time() - t)
+    return float(np.median(times))
 
 
 class _FitTimer:

@@ -141,6 +141,9 @@ class TrainPlan:
       fit_steps: with `minutes`, set the schedule's length from the step time measured after the first
         compiled steps so its cosine decay ends at the time box (`specjax.train.loop.train`); the train
         config's `steps` is then only an upper bound of the first compile's schedule.
+      step_split: print where a step's time goes at each batch width's first step: the whole step and, online,
+        the target's forward for the features alone (warm medians of extra calls of the same step; the run trains
+        as without it). Not with fit_steps. Try it on a few steps: `stop_after`, a scratch `out`.
       override: recipe fields a resumed run may change (seed, lr, ...; comma-separated on the command line;
         recorded in run.json and recipe.json).
       command: the command line as run (recorded).
@@ -171,6 +174,7 @@ class TrainPlan:
     drafter_dtype: str = "auto"
     minutes: float | None = None
     fit_steps: bool = False
+    step_split: bool = False
     override: tuple[str, ...] = dataclasses.field(default=(), metadata={"parse": read_fields})
     command: str = ""
 
@@ -193,6 +197,9 @@ class TrainPlan:
             raise ValueError(f"minutes must be a number > 0, got {self.minutes!r}")
         if self.fit_steps and self.minutes is None:
             raise ValueError("fit_steps fits the schedule to a time box: give minutes too")
+        if self.fit_steps and self.step_split:
+            raise ValueError("step_split times extra calls of the step, which fit_steps would count as step time: "
+                             "give one of them")
         if self.answers not in ANSWERS:
             raise ValueError(f"answers must be one of {', '.join(ANSWERS)}, got {self.answers!r}")
         if self.features not in FEATURE_MODES:
@@ -451,7 +458,8 @@ def run(kind: str, plan: TrainPlan, arch, tc, *, deadline: float | None = None) 
     dparams, log = train((tcfg, touter), dcfg, trainset, tc, plan.out, step_factory=trainer.make_step, vocab=vocab,
                          resume=plan.resume, stop_after=plan.stop_after, mesh=mesh, init=init, deadline=deadline,
                          target_params=tparams if online else None, target_dtype=step_dtype(plan.target_dtype),
-                         fit_steps=plan.fit_steps, compute_dtype=step_dtype(plan.drafter_dtype))
+                         fit_steps=plan.fit_steps, compute_dtype=step_dtype(plan.drafter_dtype),
+                         step_split=plan.step_split)
     if not plan.export or not is_main():  # process 0 exports
         barrier("specjax-export")
         return {"params": dparams, "log": log, "export": None}
