@@ -5,7 +5,8 @@
 
 A step over a feature cache never runs the target's layers: the features it reads (`specjax.train.features`)
 were computed once, so it costs the drafter's forward / backward and the (reduced) LM head only; an online step
-(`online_steps`, no cache) runs the frozen target's forward over its batch first.
+(`online_steps`, no cache) runs the frozen target's forward over its batch first, and its held-out evaluations
+read the fixed held-out set's features computed once (`_HeldOut`).
 `touter` is the target's embedding, final norm and LM head (`specjax.models.model.outer_params`), frozen.
 
 Step contract (`step_factory(dcfg, tcfg, opt, tc) -> (step, evaluate)`, both jitted):
@@ -64,7 +65,7 @@ from specjax.train.trainset import ANSWERS, TrainSet
 __all__ = ["DrafterTrainConfig", "SCHEDULES", "TrainSet", "make_optimizer", "wsd_decay_start", "online_features",
            "online_steps", "train", "export", "save_state", "load_state", "load_best", "best_record",
            "evaluations_since_best", "machine", "warm_start", "init_vocab_ids", "ANSWERS", "FIT_TIMED_STEPS", "SPLIT_REPS",
-           "BEST_DIR"]
+           "HELD_OUT_FEATURES_BYTES", "BEST_DIR"]
 
 SCHEDULES = ("cosine", "wsd")  # `DrafterTrainConfig.schedule`
 FIT_TIMED_STEPS = 10  # compiled steps timed to fit a time-boxed run's schedule to its deadline (`train`)
@@ -192,6 +193,8 @@ def online_steps(step_fn, eval_fn, tcfg, layers: tuple[int, ...], target_dtype=N
     feature cache is filled with, cast to its float16), so a step reads tokens only. Their `touter` argument
     becomes (touter, target params). On an accelerator this replaces a cache of ~10 MB per sequence.
 
+    `train` evaluates with this evaluate only when the held-out set's features are too large to keep (`_HeldOut`).
+
     target_dtype: run that forward with the target's params cast to it (bfloat16 on a GPU: the frozen
     target's products at the accelerator's fast rate; the drafter, its master weights and the optimizer
     state stay float32); None: the params' own dtype."""
@@ -210,14 +213,42 @@ def online_steps(step_fn, eval_fn, tcfg, layers: tuple[int, ...], target_dtype=N
     return step, evaluate
 
 
-def _evaluate(eval_fn, dparams, touter, valid: dict, vocab, rows: int, mesh):
-    """(loss, metrics) averaged over chunks of `rows` held-out sequences (the logits of a whole
-    held-out set at once, [rows, W, L, V], need not fit in memory); one fixed key."""
-    n = len(valid["tokens"])
-    chunk = lambda r: {k: v[r] for k, v in valid.items()}  # noqa: E731
-    parts = [eval_fn(dparams, touter, _place_rows(chunk, np.arange(i, min(i + rows, n)), mesh), vocab,
-                     jax.random.key(12345))
-             for i in range(0, max(n - rows, 0) + 1, rows)]  # whole chunks (all rows when fewer than one)
+HELD_OUT_FEATURES_BYTES = 1 << 30  # an online run keeps its held-out set's target features when they fit this
+
+
+class _HeldOut:
+    """The held-out set as `_evaluate` reads it: whole chunks of `rows` sequences (all rows when fewer than one),
+    placed on the device(s) at the first evaluation. An online run (`with_features`, `online_features`; `target`
+    = (touter, the target's params)) computes their target features then, once, when they fit
+    HELD_OUT_FEATURES_BYTES: the set is fixed, so every evaluation would otherwise rerun the frozen target's
+    forward over it (64 held-out sequences: four steps' forwards every `log_every` steps); evaluations then run
+    the kind's own `evaluate` on (touter, the cached features). Larger sets compute them in each evaluation, as a
+    step does (`online_steps`' evaluate). `cached`: whether the features are kept (decided before any compute)."""
+
+    def __init__(self, valid: dict, rows: int, mesh, target, with_features=None, feature_bytes: int = 0):
+        n = len(valid["tokens"])
+        self.starts = range(0, max(n - rows, 0) + 1, rows)
+        used = min(n, len(self.starts) * rows)
+        self.valid, self.rows, self.mesh, self.with_features = valid, rows, mesh, with_features
+        self.cached = with_features is not None and used * feature_bytes <= HELD_OUT_FEATURES_BYTES
+        self.target = target[0] if self.cached else target  # what the evaluation takes as its touter
+        self._target, self._chunks = target, None
+
+    def chunks(self) -> list[dict]:
+        if self._chunks is None:
+            n = len(self.valid["tokens"])
+            chunk = lambda r: {k: v[r] for k, v in self.valid.items()}  # noqa: E731
+            self._chunks = [_place_rows(chunk, np.arange(i, min(i + self.rows, n)), self.mesh) for i in self.starts]
+            if self.cached:
+                forward = jax.jit(lambda target, batch: self.with_features(target, batch)[1])
+                self._chunks = [forward(self._target, c) for c in self._chunks]
+        return self._chunks
+
+
+def _evaluate(eval_fn, dparams, held_out: _HeldOut, vocab):
+    """(loss, metrics) averaged over the held-out chunks (the logits of a whole held-out set at once, [rows, W, L,
+    V], need not fit in memory); one fixed key."""
+    parts = [eval_fn(dparams, held_out.target, c, vocab, jax.random.key(12345)) for c in held_out.chunks()]
     return jax.tree.map(lambda *xs: sum(xs) / len(xs), *parts)
 
 
@@ -237,7 +268,9 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
     module docstring. `target_params`: the target's whole params, needed when `trainset` computes its
     features in the step (`TrainSet.online`), that forward in `target_dtype` (`online_steps`, the params cast
     once). Logs a record every `log_every` steps (train loss, held-out loss, τ estimate, per-position
-    accuracy, lr, seconds) and shows a progress bar with the ETA.
+    accuracy, lr, seconds, the evaluation's own seconds; online, on the held-out set's features computed at the
+    first evaluation and kept when they fit HELD_OUT_FEATURES_BYTES: `_HeldOut`) and shows a progress bar with
+    the ETA.
 
     `fit_steps` (with a `deadline`, a fresh run): the schedule's length `tc.steps` is replaced, once, by what
     the time left buys at the step time measured over `FIT_TIMED_STEPS` compiled steps (steps at a batch width
@@ -280,10 +313,19 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
     n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(dparams)))
     dtype_arg = {} if compute_dtype is None else {"compute_dtype": compute_dtype}  # a kind without it still runs
 
+    with_features = online_features(tcfg, trainset.layers) if online else None
+    valid = trainset.valid_batch()
+    feature_bytes = valid["tokens"].shape[1] * len(trainset.layers) * tcfg.hidden_size * 2  # float16, a sequence
+    held_out = _HeldOut(valid, tc.batch_size, mesh, touter, with_features, feature_bytes)
+
     def steps_for(opt, tc):
-        """The kind's jitted (step, evaluate) for this optimiser, computing the features when online."""
+        """The kind's jitted (step, evaluate) for this optimiser, computing the features when online (the
+        evaluation's only when the held-out set's are not cached: `_HeldOut`)."""
         step_fn, eval_fn = step_factory(dcfg, tcfg, opt, tc, **dtype_arg)
-        return online_steps(step_fn, eval_fn, tcfg, trainset.layers) if online else (step_fn, eval_fn)
+        if not online:
+            return step_fn, eval_fn
+        step, evaluate = online_steps(step_fn, eval_fn, tcfg, trainset.layers)
+        return step, (eval_fn if held_out.cached else evaluate)
 
     end = tc.steps if stop_after is None else min(tc.steps, start + stop_after)
     run = _Run(tc, schedule, *steps_for(opt, tc), dparams, opt_state, log, start, end)
@@ -314,10 +356,9 @@ def train(target, dcfg, trainset: TrainSet, tc: DrafterTrainConfig, out: str | p
         run.end = fitted if stop_after is None else min(fitted, start + stop_after)
         run.fitted = bar.total = fitted
 
-    split = (None if not step_split else
-             _StepSplit(online_features(tcfg, trainset.layers) if online else None, bool(trainset.layers)))
+    split = None if not step_split else _StepSplit(with_features, bool(trainset.layers))
     stopped = _run_steps(run, trainset, touter, vocab, mesh, bar, say, checkpoint, refit if fit else None, deadline,
-                         lambda: seconds_before + time.time() - t0, split)
+                         lambda: seconds_before + time.time() - t0, held_out, split)
     if stopped is not None:
         if stopped % run.tc.ckpt_every:
             checkpoint(stopped)
@@ -349,12 +390,12 @@ class _Run:
 
 
 def _run_steps(run: _Run, trainset: TrainSet, touter, vocab, mesh, bar, say, checkpoint, refit, deadline,
-               seconds, split=None) -> int | None:
+               seconds, held_out: _HeldOut, split=None) -> int | None:
     """`train`'s steps from run.start to run.end: log records every `log_every` steps, checkpoints every
     `ckpt_every`, the schedule refitted to the deadline once (`refit`, None: never), each new batch width's
     step split (`split`, a `_StepSplit`; None: none); returns the step at which the deadline stopped it (None:
     it ran to the end, or early stopping ended it; `_early_stop`)."""
-    recent, valid = [], trainset.valid_batch()
+    recent = []
     t0, s, tc = time.time(), run.start, run.tc
     widths = functools.partial(trainset.widths_between, tc.batch_size, tc.seed)
     fit = _FitTimer(widths, t0) if refit is not None else None
@@ -389,7 +430,7 @@ def _run_steps(run: _Run, trainset: TrainSet, touter, vocab, mesh, bar, say, che
                     f"({compile_s:.1f} s a width, {fit.widths} width{'s' * (fit.widths > 1)}) -> {fitted} steps")
         if done % tc.log_every == 0 or done == tc.steps:
             recent = [float(x) for x in recent]
-            rec, valid_tau = _log_record(run.eval_fn, run.dparams, touter, valid, vocab, tc, mesh, recent, done,
+            rec, valid_tau = _log_record(run.eval_fn, run.dparams, held_out, vocab, recent, done,
                                          float(run.schedule(done)), seconds())
             bar.set_postfix_str(f"loss {np.mean(recent):.3f} tau {float(metrics['tau']):.2f} valid tau "
                                 f"{valid_tau:.2f}", refresh=False)  # this evaluation's, not the one before
@@ -532,12 +573,17 @@ class _FitTimer:
         return max(done + 1, done + int(0.97 * left / step_s)), step_s, compile_s
 
 
-def _log_record(eval_fn, dparams, touter, valid, vocab, tc, mesh, recent: list, done: int, lr: float,
+def _log_record(eval_fn, dparams, held_out: _HeldOut, vocab, recent: list, done: int, lr: float,
                 seconds: float) -> tuple[dict, float]:
     """(the log record of step `done`, its held-out τ estimate): the mean of the `recent` train losses, and the
-    held-out loss, τ estimate, per-position accuracy and the kind's other metrics (`_evaluate`)."""
-    vloss, vm = _evaluate(eval_fn, dparams, touter, valid, vocab, tc.batch_size, mesh)
+    held-out loss, τ estimate, per-position accuracy and the kind's other metrics (`_evaluate`), and the seconds
+    that evaluation took ("eval_seconds"; the first includes its compile and, online, computing the held-out set's
+    features: `_HeldOut`)."""
+    jax.block_until_ready(dparams)  # the steps dispatched before it are not the evaluation's time
+    t = time.time()
+    vloss, vm = jax.device_get(_evaluate(eval_fn, dparams, held_out, vocab))
+    eval_seconds = time.time() - t
     return {"step": done, "train_loss": round(float(np.mean(recent)), 5), "valid_loss": round(float(vloss), 5),
             "valid_tau_estimate": round(float(vm["tau"]), 4), "valid_acc": [round(float(a), 4) for a in vm["acc"]],
-            "lr": lr, "seconds": round(seconds, 1),
+            "lr": lr, "seconds": round(seconds, 1), "eval_seconds": round(eval_seconds, 1),
             **{f"valid_{k}": round(float(v), 4) for k, v in vm.items() if k not in ("acc", "tau")}}, float(vm["tau"])
