@@ -221,7 +221,7 @@ class _HeldOut:
     placed on the device(s) at the first evaluation. An online run (`with_features`, `online_features`; `target`
     = (touter, the target's params)) computes their target features then, once, when they fit
     HELD_OUT_FEATURES_BYTES: the set is fixed, so every evaluation would otherwise rerun the frozen target's
-    forward over it (64 held-out sequences: four steps' forwards every `log_every` steps); evaluations then run
+    forward over it (64 held-out sequences in chunks of a step's 16: four steps' forwards every `log_every` steps); evaluations then run
     the kind's own `evaluate` on (touter, the cached features). Larger sets compute them in each evaluation, as a
     step does (`online_steps`' evaluate). `cached`: whether the features are kept (decided before any compute)."""
 
