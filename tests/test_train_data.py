@@ -1,6 +1,7 @@
 """Generated training data (specjax.train.data, specjax.data.train_sources): resumable shards, a
 refused recipe change, and the committed SmolLM2 shards share no prompt with any evaluation set."""
 
+import collections
 import gzip
 import json
 import pathlib
@@ -152,6 +153,23 @@ def _evaluation_prompts() -> tuple[set, list]:
     return {normalise(t) for t in bench + held}, sorted({normalise(t) for t in bench if len(t) >= 40})
 
 
+def _benchmark_search(bench: list[str]):
+    """contains(text) -> whether some prompt of `bench` is a substring of text. A text contains a prompt only
+    where that prompt's first k characters start (k: the shortest prompt's length), so a text is searched only
+    for the prompts whose k-prefix is one of its k-windows: the answer of searching it for every prompt
+    (~40M substring searches over the committed data, 30 s) from ~15M set lookups."""
+    k = min(map(len, bench))
+    by_prefix = collections.defaultdict(list)
+    for b in bench:
+        by_prefix[b[:k]].append(b)
+
+    def contains(text: str) -> bool:
+        windows = {text[i:i + k] for i in range(len(text) - k + 1)}
+        return any(b in text for w in windows & by_prefix.keys() for b in by_prefix[w])
+
+    return contains
+
+
 def test_the_committed_shards_share_no_prompt_with_any_evaluation_set():
     """Brute force, independent of the generator's own filter: no training prompt equals an evaluation
     prompt (GSM8K, MATH-500, HumanEval, MBPP, MT-Bench, ShareGPT / wiki valid + test) or contains a
@@ -161,10 +179,15 @@ def test_the_committed_shards_share_no_prompt_with_any_evaluation_set():
     exact, bench = _evaluation_prompts()
     texts = [p["text"] for s in manifest["shards"] for p in read_shard_prompts(COMMITTED, s)]
     assert len(texts) == len(data) == manifest["totals"]["sequences"]
+    contains = _benchmark_search(bench)
+    planted = [t for b in bench[::50] for t in (f"a question: {b} thanks", f"a question: {b[:-1]}")]
+    assert all(contains(t) for t in planted[::2])  # a prompt inside a longer text is found
+    for text in planted + [normalise(t) for t in texts[::500]]:  # the answer of searching for every prompt
+        assert contains(text) == any(b in text for b in bench), text
     for text in texts:
         norm = normalise(text)
         assert norm not in exact, text
-        assert not any(b in norm for b in bench if len(b) <= len(norm)), text
+        assert not contains(norm), text
     responses = np.diff(data.offsets) - data.prompt_lengths
     assert responses.sum() == manifest["totals"]["response_tokens"] and (responses <= 256).all()
     assert manifest["totals"]["response_tokens"] >= 250_000  # what is committed (goal 500k: the command continues it)
