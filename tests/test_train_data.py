@@ -11,7 +11,8 @@ import pytest
 
 from specjax.data.prompts import (gsm8k_prompts, humaneval_prompts, math500_prompts, mbpp_prompts, mtbench_prompts,
                                   normalise, sharegpt_prompts, wiki_prompts)
-from specjax.data.train_sources import DEFAULT_WEIGHTS, read_prompt_order, training_prompts, write_prompt_order
+from specjax.data.train_sources import (DEFAULT_WEIGHTS, read_prompt_order, source_prompts, training_prompts,
+                                        write_prompt_order)
 from specjax.train import data as train_data
 from specjax.train.data import (DataRecipe, compress_prompt_files, generate_shards, load_shards, load_target,
                                 read_shard_prompts)
@@ -191,6 +192,36 @@ def test_the_committed_shards_share_no_prompt_with_any_evaluation_set():
     responses = np.diff(data.offsets) - data.prompt_lengths
     assert responses.sum() == manifest["totals"]["response_tokens"] and (responses <= 256).all()
     assert manifest["totals"]["response_tokens"] >= 250_000  # what is committed (goal 500k: the command continues it)
+
+
+def _choice_loop_order(weights: dict[str, float], rng) -> list:
+    """The reference the order is checked against: each position draws a live source (not exhausted, weight > 0)
+    with `rng.choice` over the live sources' normalised weights, one call per position."""
+    queues = {}
+    for name in sorted(weights):
+        items = list(source_prompts(name))
+        queues[name] = [items[i] for i in rng.permutation(len(items))]
+    heads, order = {name: 0 for name in queues}, []
+    while live := [n for n in sorted(queues) if heads[n] < len(queues[n]) and weights[n] > 0]:
+        p = np.array([weights[n] for n in live], float)
+        name = live[int(rng.choice(len(live), p=p / p.sum()))]
+        order.append(queues[name][heads[name]])
+        heads[name] += 1
+    return order
+
+
+@pytest.mark.parametrize("weights, seed", [(DEFAULT_WEIGHTS, 0), ({"sharegpt": 1.0, "math": 0.0, "code": 2.0}, 3)])
+def test_the_weighted_order_is_the_one_rng_choice_draws_position_by_position(weights, seed):
+    """`training_prompts`' order (uniforms drawn at once, a CDF per live set) equals drawing each position with
+    `rng.choice` (the order the committed data was generated in), the follow-on phase included: the same
+    generator state at every step, so a data directory's cursor keeps meaning the same prompts."""
+    from specjax.data.train_sources import FOLLOW_ON
+
+    rng = np.random.default_rng(seed)
+    want = _choice_loop_order(dict(weights), rng)
+    after = {f: w for name, w in sorted(weights.items()) for f in FOLLOW_ON.get(name, ()) if f not in weights}
+    want += _choice_loop_order(after, rng)
+    assert training_prompts(dict(weights), seed) == want
 
 
 def test_follow_on_sources_extend_the_order_without_moving_its_first_phase():

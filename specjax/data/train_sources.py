@@ -33,6 +33,7 @@ training prompt whose normalised text equals one of them or contains a benchmark
 
 from __future__ import annotations
 
+import bisect
 import functools
 import gzip
 import hashlib
@@ -165,20 +166,30 @@ def training_prompts(weights: dict[str, float] | None = None, seed: int = 0,
 
 
 def _weighted_order(weights: dict[str, float], rng) -> list[TrainPrompt]:
+    """Each source's prompts in a seeded shuffle (`rng.permutation`, in name order), then one position per
+    prompt, each drawing a live source (not exhausted, weight > 0) by one uniform against the live sources'
+    weight CDF: what `rng.choice(len(live), p=p / p.sum())` drew at every position (one `rng.random()` each,
+    `searchsorted(cdf, u, side="right")`), the uniforms drawn at once and the CDF rebuilt only when a source
+    runs out (tests/test_train_data.py checks the order against that loop; the default order's 75k positions: 0.9 s -> 0.03 s)."""
     queues = {}
     for name in sorted(weights):
         items = list(source_prompts(name))
         queues[name] = [items[i] for i in rng.permutation(len(items))]
     heads = {name: 0 for name in queues}
-    order = []
-    while True:
-        live = [n for n in sorted(queues) if heads[n] < len(queues[n]) and weights[n] > 0]
-        if not live:
-            return order
-        p = np.array([weights[n] for n in live], float)
-        name = live[int(rng.choice(len(live), p=p / p.sum()))]
+    uniforms = rng.random(sum(len(q) for n, q in queues.items() if weights[n] > 0)).tolist()
+    order, live, cdf = [], None, None
+    for u in uniforms:
+        if live is None:
+            live = [n for n in sorted(queues) if heads[n] < len(queues[n]) and weights[n] > 0]
+            p = np.array([weights[n] for n in live], float)
+            cdf = (p / p.sum()).cumsum()
+            cdf = (cdf / cdf[-1]).tolist()
+        name = live[bisect.bisect_right(cdf, u)]
         order.append(queues[name][heads[name]])
         heads[name] += 1
+        if heads[name] == len(queues[name]):
+            live = None
+    return order
 
 
 _WINDOW = 8  # words: a training prompt that holds a benchmark prompt's first 8 words is dropped
