@@ -11,8 +11,8 @@ import pytest
 
 from specjax.data.prompts import (gsm8k_prompts, humaneval_prompts, math500_prompts, mbpp_prompts, mtbench_prompts,
                                   normalise, sharegpt_prompts, wiki_prompts)
-from specjax.data.train_sources import (DEFAULT_WEIGHTS, read_prompt_order, source_prompts, training_prompts,
-                                        write_prompt_order)
+from specjax.data.train_sources import (DEFAULT_WEIGHTS, FOLLOW_ON, read_prompt_order, source_prompts,
+                                        training_prompts, write_prompt_order)
 from specjax.train import data as train_data
 from specjax.train.data import (DataRecipe, compress_prompt_files, generate_shards, load_shards, load_target,
                                 read_shard_prompts)
@@ -158,7 +158,7 @@ def _benchmark_search(bench: list[str]):
     """contains(text) -> whether some prompt of `bench` is a substring of text. A text contains a prompt only
     where that prompt's first k characters start (k: the shortest prompt's length), so a text is searched only
     for the prompts whose k-prefix is one of its k-windows: the answer of searching it for every prompt
-    (~40M substring searches over the committed data, 30 s) from ~15M set lookups."""
+    (~40M substring searches over the committed data, 30 s) from ~16M set lookups."""
     k = min(map(len, bench))
     by_prefix = collections.defaultdict(list)
     for b in bench:
@@ -215,8 +215,6 @@ def test_the_weighted_order_is_the_one_rng_choice_draws_position_by_position(wei
     """`training_prompts`' order (uniforms drawn at once, a CDF per live set) equals drawing each position with
     `rng.choice` (the order the committed data was generated in), the follow-on phase included: the same
     generator state at every step, so a data directory's cursor keeps meaning the same prompts."""
-    from specjax.data.train_sources import FOLLOW_ON
-
     rng = np.random.default_rng(seed)
     want = _choice_loop_order(dict(weights), rng)
     after = {f: w for name, w in sorted(weights.items()) for f in FOLLOW_ON.get(name, ()) if f not in weights}
