@@ -227,7 +227,7 @@ def test_follow_on_sources_extend_the_order_without_moving_its_first_phase():
     exhausted: the order without them is the order's prefix, prompt for prompt (so a data directory made
     before them keeps its cursor); with them the order holds >= 50k distinct prompts (issue 59), none an
     evaluation text, each (source, key) once, every follow-on source in it."""
-    from specjax.data.train_sources import FOLLOW_ON, evaluation_texts
+    from specjax.data.train_sources import evaluation_texts
 
     first = training_prompts(dict(DEFAULT_WEIGHTS), 0, follow_on=False)
     whole = training_prompts(dict(DEFAULT_WEIGHTS), 0)
